@@ -1,0 +1,154 @@
+"""``trainyard``: the one entry point of every step, locally and in a pod.
+
+    trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
+    trainyard seed --start D1 --end D2      ingest + validate history before a first run
+    trainyard report [--logical-date D]     summarise the recorded runs
+
+``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
+line through XCom. A step that cannot go on exits 2 with a readable message and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.settings import SettingsError, load_settings
+
+STEPS = ("ingest", "validate", "features", "train", "evaluate", "promote")
+# Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
+KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
+
+
+def step_function(name: str) -> Callable[[RunContext], dict[str, Any]]:
+    """Import a step lazily: each pulls heavy libraries (GX, Feast, torch, MLflow) of its own."""
+    if name == "ingest":
+        from pipeline_steps.ingest import ingest
+
+        return ingest
+    if name == "validate":
+        from pipeline_steps.validate import validate
+
+        return validate
+    if name == "features":
+        from pipeline_steps.features import build_features
+
+        return build_features
+    if name == "train":
+        from pipeline_steps.train import train
+
+        return train
+    if name == "evaluate":
+        from pipeline_steps.evaluate import evaluate
+
+        return evaluate
+    if name == "promote":
+        from pipeline_steps.promote import promote
+
+        return promote
+    raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text[:10])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO date (YYYY-MM-DD): {text!r}") from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainyard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="YAML settings file (default: env TRAINYARD_CONFIG)")
+        p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override one setting; repeatable")
+
+    step = sub.add_parser("step", help="run one pipeline step")
+    step.add_argument("name", choices=STEPS)
+    step.add_argument("--run-id", required=True, help="Airflow run id (or any unique name)")
+    step.add_argument("--logical-date", required=True, type=_date, help="partition date D")
+    common(step)
+
+    seed = sub.add_parser("seed", help="ingest and validate a range of dates (history)")
+    seed.add_argument("--start", required=True, type=_date)
+    seed.add_argument("--end", required=True, type=_date)
+    common(seed)
+
+    report = sub.add_parser("report", help="summarise recorded runs")
+    report.add_argument("--logical-date", type=_date, help="only runs of this date")
+    common(report)
+    return parser
+
+
+def emit(manifest: dict[str, Any]) -> None:
+    line = json.dumps(manifest, sort_keys=True, default=str)
+    if KPO_XCOM_FILE.parent.is_dir():
+        KPO_XCOM_FILE.write_text(line)
+    sys.stdout.flush()
+    print(line, flush=True)
+
+
+def run_step(name: str, run_id: str, logical_date: date, config: str | None,
+             overrides: list[str]) -> dict[str, Any]:
+    settings = load_settings(config, overrides)
+    ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings)
+    return step_function(name)(ctx)
+
+
+def seed(start: date, end: date, config: str | None, overrides: list[str]) -> dict[str, Any]:
+    """Ingest and validate every date in [start, end] in one process."""
+    if end < start:
+        raise StepError(f"--end {end} is before --start {start}")
+    from pipeline_steps.ingest import ingest
+    from pipeline_steps.validate import validate
+
+    settings = load_settings(config, overrides)
+    days, rows = [], 0
+    day = start
+    while day <= end:
+        ctx = RunContext(run_id=f"seed__{day.isoformat()}", logical_date=day, settings=settings)
+        rows += ingest(ctx)["rows"]
+        validate(ctx)
+        days.append(day.isoformat())
+        print(f"seeded {day.isoformat()}", file=sys.stderr, flush=True)
+        day += timedelta(days=1)
+    return {"step": "seed", "days": len(days), "first": days[0], "last": days[-1], "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "step":
+            manifest = run_step(args.name, args.run_id, args.logical_date, args.config, args.set)
+        elif args.command == "seed":
+            manifest = seed(args.start, args.end, args.config, args.set)
+        else:
+            from pipeline_steps.report import print_report
+
+            print_report(load_settings(args.config, args.set), args.logical_date)
+            return 0
+    except (StepError, SettingsError) as exc:
+        label = f"step {args.name}" if args.command == "step" else args.command
+        print(f"trainyard {label} failed: {exc}", file=sys.stderr, flush=True)
+        return 2
+    emit(manifest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

