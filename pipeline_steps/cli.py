@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import date, timedelta
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         label = f"step {args.name}" if args.command == "step" else args.command
         print(f"trainyard {label} failed: {exc}", file=sys.stderr, flush=True)
         return 2
-    emit(manifest)
+    # Under torchrun every rank runs this; rank 0 alone speaks for the step.
+    if os.environ.get("RANK", "0") == "0":
+        emit(manifest)
     return 0
 
 

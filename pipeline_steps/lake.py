@@ -77,7 +77,11 @@ class Lake:
         return loaded
 
     def read_table(self, *parts: str) -> pa.Table:
-        return pq.read_table(self.path(*parts), filesystem=self.fs)
+        return self.read_table_at(self.path(*parts))
+
+    def read_table_at(self, path: str) -> pa.Table:
+        """Read a parquet file by the full path a manifest recorded."""
+        return pq.read_table(path, filesystem=self.fs)
 
     def partition_dates(self, stage: str, dataset: str) -> list[date]:
         """Dates of the complete partitions (those with a manifest) of one stage, oldest first."""

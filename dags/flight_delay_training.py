@@ -1,0 +1,34 @@
+"""Daily retraining of the flight-delay model.
+
+ingest → validate → features → train → evaluate → promote, each a `trainyard step` run by the
+configured runtime (local subprocess or Kubernetes pod). The run for logical date D ingests D's
+flights, trains on the validated window before D, evaluates challenger and champion on D, and
+moves the MLflow `champion` alias only if the gate passes.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+from step_runner import step_task
+
+from pipeline_steps.settings import load_settings
+
+settings = load_settings()
+orchestration = settings.orchestration
+
+with DAG(
+    dag_id="flight_delay_training",
+    description="Retrain, evaluate and gate-promote the flight delay model every day",
+    schedule=orchestration.schedule,
+    start_date=pendulum.parse(orchestration.start_date, tz="UTC"),
+    catchup=orchestration.catchup,
+    max_active_runs=orchestration.max_active_runs,
+    doc_md=__doc__,
+    tags=["trainyard", "training"],
+):
+    ingest, validate, features, train, evaluate, promote = (
+        step_task(step, settings)
+        for step in ("ingest", "validate", "features", "train", "evaluate", "promote")
+    )
+    ingest >> validate >> features >> train >> evaluate >> promote

@@ -1,0 +1,118 @@
+"""Promote step: register the challenger; move the champion alias only if the gate passes.
+
+The decision and its reasons are recorded as tags on the new model version. The alias moves
+compare-and-swap style: if the champion changed since evaluation, nothing is promoted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.settings import GateSettings
+
+log = logging.getLogger(__name__)
+
+
+def gate(challenger: dict[str, float], champion: dict[str, float] | None,
+         settings: GateSettings) -> tuple[bool, list[str]]:
+    """Whether the challenger may replace the champion, and why (readable reasons)."""
+    auc = challenger["auc"]
+    if auc != auc:  # NaN: the holdout held one class only
+        return False, ["challenger AUC is undefined on this holdout (one class only)"]
+    if champion is None:
+        ok = auc >= settings.min_auc
+        op = ">=" if ok else "<"
+        return ok, [f"no champion yet; challenger AUC {auc:.4f} {op} floor {settings.min_auc}"]
+    floor = champion["auc"] - settings.max_auc_drop
+    ok = auc >= floor
+    op = ">=" if ok else "<"
+    return ok, [
+        f"challenger AUC {auc:.4f} {op} champion AUC {champion['auc']:.4f} "
+        f"- allowed drop {settings.max_auc_drop} = {floor:.4f}"
+    ]
+
+
+def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | None:
+    versions = client.search_model_versions(f"name = '{name}' and run_id = '{mlflow_run_id}'")
+    return versions[0] if versions else None
+
+
+def promote(ctx: RunContext) -> dict[str, Any]:
+    """Register the challenger, apply the gate, move ``champion`` if it passes.
+
+    Returns the decision manifest. Idempotent: a retried promote reuses the registered version.
+    """
+    import mlflow
+
+    from pipeline_steps.tracking import RUN_TAG, champion_version, connect
+
+    cfg = ctx.settings.mlflow
+    evaluation = ctx.upstream("evaluate")
+    client = connect(cfg)
+    challenger = evaluation["challenger"]
+    champion = evaluation["champion"]
+
+    version = _registered_version(client, cfg.registered_model, challenger["mlflow_run_id"])
+    if version is None:
+        version = mlflow.register_model(challenger["model_uri"], cfg.registered_model,
+                                        tags={RUN_TAG: ctx.run_id})
+    passed, reasons = gate(challenger["metrics"], champion and champion["metrics"], ctx.settings.gate)
+
+    current = champion_version(client, cfg)
+    evaluated_against = champion["version"] if champion else None
+    current_version = str(current.version) if current else None
+    if current_version == str(version.version):
+        passed, reasons = True, [*reasons, "this version is already the champion"]
+    elif passed and current_version != evaluated_against:
+        passed = False
+        reasons.append(f"champion changed from {evaluated_against} to {current_version} since "
+                       "evaluation; not promoting over a model this run did not compare against")
+    decision = "promoted" if passed else "rejected"
+    if passed and current_version != str(version.version):
+        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias,
+                                          version.version)
+
+    tags = {
+        "trainyard.decision": decision,
+        "trainyard.reasons": " | ".join(reasons),
+        "trainyard.logical_date": ctx.logical_date.isoformat(),
+        "trainyard.challenger_auc": str(challenger["metrics"]["auc"]),
+        "trainyard.champion_version": evaluated_against or "none",
+        "trainyard.champion_auc": str(champion["metrics"]["auc"]) if champion else "none",
+        "trainyard.holdout_sha256": evaluation["holdout"]["sha256"],
+    }
+    for key, value in tags.items():
+        client.set_model_version_tag(cfg.registered_model, version.version, key, value)
+    log.info("%s version %s: %s", decision, version.version, "; ".join(reasons))
+    manifest = {
+        "step": "promote",
+        "logical_date": ctx.logical_date.isoformat(),
+        "registered_model": cfg.registered_model,
+        "version": str(version.version),
+        "decision": decision,
+        "reasons": reasons,
+        "champion_before": current_version,
+        "champion_after": str(version.version) if passed else current_version,
+    }
+    ctx.lake.write_json(_lineage(ctx, manifest), ctx.run_dir, "lineage.json")
+    return ctx.record("promote", manifest)
+
+
+def _lineage(ctx: RunContext, decision: dict[str, Any]) -> dict[str, Any]:
+    """What this run used and produced, from partitions to the registered version."""
+    ingest, features = ctx.upstream("ingest"), ctx.upstream("features")
+    trained = ctx.upstream("train")
+    return {
+        "run_id": ctx.run_id,
+        "logical_date": ctx.logical_date.isoformat(),
+        "settings_fingerprint": ctx.settings.fingerprint(),
+        "raw_partitions": {k: v["sha256"] for k, v in ingest["datasets"].items()},
+        "training_inputs": features["inputs"],
+        "training_set_sha256": features["training_set_sha256"],
+        "mlflow_run_id": trained["mlflow_run_id"],
+        "model_uri": trained["model_uri"],
+        "registered_version": decision["version"],
+        "decision": decision["decision"],
+    }

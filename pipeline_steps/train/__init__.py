@@ -1,0 +1,5 @@
+"""Training: data path, model zoo, checkpoints, packaging and the loop."""
+
+from pipeline_steps.train.loop import train
+
+__all__ = ["train"]

@@ -1,0 +1,55 @@
+"""Checkpoints: written atomically (temp + rename), the last few kept, the newest valid one loaded."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import uuid
+from typing import Any
+
+import torch
+
+from pipeline_steps.lake import Lake
+
+log = logging.getLogger(__name__)
+_NAME = re.compile(r"epoch-(\d+)\.pt$")
+
+
+def save(lake: Lake, folder: str, epoch: int, state: dict[str, Any], keep: int = 3) -> str:
+    """Write ``<folder>/epoch-NNNN.pt`` atomically and prune all but the newest ``keep``."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    target = lake.path(folder, f"epoch-{epoch:04d}.pt")
+    lake.fs.makedirs(lake.path(folder), exist_ok=True)
+    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+    with lake.fs.open(tmp, "wb") as fh:
+        fh.write(buffer.getvalue())
+    lake.fs.mv(tmp, target)
+    for stale in _checkpoints(lake, folder)[:-keep]:
+        lake.fs.rm(stale)
+    return target
+
+
+def _checkpoints(lake: Lake, folder: str) -> list[str]:
+    if not lake.exists(folder):
+        return []
+    found = [p for p in lake.fs.ls(lake.path(folder), detail=False) if _NAME.search(p)]
+    return sorted(found, key=lambda p: int(_NAME.search(p).group(1)))  # type: ignore[union-attr]
+
+
+def load_latest(lake: Lake, folder: str, config_hash: str) -> dict[str, Any] | None:
+    """The newest checkpoint that loads and matches ``config_hash``; corrupt ones are skipped."""
+    for path in reversed(_checkpoints(lake, folder)):
+        try:
+            with lake.fs.open(path, "rb") as fh:
+                state: dict[str, Any] = torch.load(io.BytesIO(fh.read()), weights_only=False)
+        except Exception as exc:  # a torn or corrupt file: fall back to the previous one
+            log.warning("checkpoint %s is unreadable (%s); trying an older one", path, exc)
+            continue
+        if state.get("config_hash") != config_hash:
+            log.warning("checkpoint %s was written with other settings; ignoring it", path)
+            continue
+        log.info("resuming from %s (epoch %d)", path, state["epoch"])
+        return state
+    return None

@@ -1,0 +1,7 @@
+"""Models-from-code entry point MLflow stores with every trained model (no pickled objects)."""
+
+from mlflow.models import set_model
+
+from pipeline_steps.train.packaging import FlightDelayModel
+
+set_model(FlightDelayModel())
