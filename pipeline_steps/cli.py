@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.report import SEED_PREFIX
 from pipeline_steps.settings import SettingsError, load_settings
 
 STEPS = ("ingest", "validate", "features", "train", "evaluate", "promote")
@@ -117,7 +118,7 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> di
     days, rows = [], 0
     day = start
     while day <= end:
-        ctx = RunContext(run_id=f"seed__{day.isoformat()}", logical_date=day, settings=settings)
+        ctx = RunContext(run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings)
         rows += ingest(ctx)["rows"]
         validate(ctx)
         days.append(day.isoformat())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from functools import cached_property
 from typing import Any
 
@@ -33,7 +33,9 @@ class RunContext:
 
     def record(self, step: str, manifest: dict[str, Any]) -> dict[str, Any]:
         """Store a step's manifest as ``runs/<run>/<step>.json`` and return it."""
-        self.lake.write_json(manifest, self.run_dir, f"{step}.json")
+        stored = {**manifest, "run_id": self.run_id,
+                  "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        self.lake.write_json(stored, self.run_dir, f"{step}.json")
         return manifest
 
     def upstream(self, step: str) -> dict[str, Any]:

@@ -29,8 +29,9 @@ class SettingsError(ValueError):
     """A setting is unknown, has the wrong type or an invalid value; the message names it."""
 
 
-def _home() -> Path:
-    return Path(os.environ.get("TRAINYARD_HOME", Path.cwd() / ".trainyard")).resolve()
+def _home(environ: Mapping[str, str]) -> Path:
+    """Where the embedded default keeps its state: ``TRAINYARD_HOME``, else ``./.trainyard``."""
+    return Path(environ.get("TRAINYARD_HOME", Path.cwd() / ".trainyard")).resolve()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -323,8 +324,8 @@ def _set_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return overrides
 
 
-def _resolve_defaults(settings: Settings) -> Settings:
-    home = _home()
+def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    home = _home(environ)
     lake_root = settings.lake.root or str(home / "lake")
     if "://" not in lake_root:
         lake_root = str(Path(lake_root).expanduser().resolve())
@@ -379,4 +380,4 @@ def load_settings(
         )
     hints = typing.get_type_hints(Settings)
     built = {name: _build_section(hints[name], values, name) for name, values in merged.items()}
-    return _resolve_defaults(Settings(**built))
+    return _resolve_defaults(Settings(**built), environ)

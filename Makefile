@@ -1,0 +1,63 @@
+# trainyard — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# The embedded default profile: everything under .trainyard/, nothing to start.
+export TRAINYARD_HOME ?= $(CURDIR)/.trainyard
+export AIRFLOW_HOME ?= $(TRAINYARD_HOME)/airflow
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__EXECUTOR := LocalExecutor
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help venv airflow-db demo test lint format airflow mlflow clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# torch first and pinned: a CPU wheel of 2.13.0 is what the project is built and tested on.
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install trainyard (skipped when up to date)
+
+airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metadata DB)
+	@mkdir -p $(AIRFLOW_HOME)
+	@$(BIN)/airflow db migrate > $(TRAINYARD_HOME)/airflow-db.log 2>&1 || \
+		{ tail -20 $(TRAINYARD_HOME)/airflow-db.log; exit 1; }
+
+demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened
+	@scripts/demo.sh
+
+test: $(STAMP) ## lint, type-check and run the whole test suite
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy pipeline_steps
+	$(BIN)/pytest
+
+lint: $(STAMP) ## ruff + mypy only
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy pipeline_steps
+
+format: $(STAMP) ## format the code with ruff
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080
+	@echo "Airflow UI: http://localhost:8080  user admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"
+	$(BIN)/airflow standalone
+
+mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000
+
+clean: ## remove the demo state (.trainyard/); keeps .venv
+	rm -rf $(TRAINYARD_HOME)

@@ -1,0 +1,71 @@
+"""Shared fixtures. Airflow and trainyard state go to a temporary home, never to ~/airflow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="trainyard-tests-"))
+# Set before anything imports airflow: its configuration is read once, at import.
+os.environ["AIRFLOW_HOME"] = str(_SESSION_HOME / "airflow")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__EXECUTOR"] = "LocalExecutor"
+os.environ["TRAINYARD_HOME"] = str(_SESSION_HOME / "trainyard")
+os.environ.pop("TRAINYARD_CONFIG", None)
+for key in [k for k in os.environ if k.startswith("TRAINYARD_") and "__" in k]:
+    del os.environ[key]
+
+# The seeded history: HISTORY_DAYS validated days before FIRST_DAY, window of WINDOW days.
+FIRST_DAY = date(2013, 6, 4)
+WINDOW = 4
+HISTORY = [FIRST_DAY - timedelta(days=n) for n in range(WINDOW - 1, 0, -1)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., object]:
+    """Settings rooted in this test's tmp_path, with optional ``section.key=value`` overrides."""
+    from pipeline_steps.settings import load_settings
+
+    def make(*overrides: str, home: Path | None = None) -> object:
+        environ = {"TRAINYARD_HOME": str(home or tmp_path / "home")}
+        base = [f"features.window_days={WINDOW}", "train.epochs=2"]
+        return load_settings(overrides=[*base, *overrides], environ=environ)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def seeded_home() -> Path:
+    """A trainyard home whose lake holds the validated history days (built once, read-only)."""
+    from pipeline_steps.context import RunContext
+    from pipeline_steps.ingest import ingest
+    from pipeline_steps.settings import load_settings
+    from pipeline_steps.validate import validate
+
+    home = _SESSION_HOME / "seeded"
+    settings = load_settings(environ={"TRAINYARD_HOME": str(home)})
+    for day in HISTORY:
+        ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
+        ingest(ctx)
+        validate(ctx)
+    return home
+
+
+@pytest.fixture
+def lake_home(seeded_home: Path, tmp_path: Path) -> Iterator[Path]:
+    """A private copy of the seeded home that a test may change."""
+    home = tmp_path / "home"
+    shutil.copytree(seeded_home, home)
+    yield home

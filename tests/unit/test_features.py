@@ -1,0 +1,64 @@
+from datetime import date
+
+import pandas as pd
+import pytest
+
+from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.features import LEAKY, build_features, flight_rows
+from pipeline_steps.ingest import ingest
+from pipeline_steps.validate import validate
+from tests.conftest import FIRST_DAY, HISTORY
+
+
+@pytest.fixture
+def features_run(lake_home, make_settings) -> tuple[RunContext, dict]:
+    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
+    ingest(ctx)
+    validate(ctx)
+    return ctx, build_features(ctx)
+
+
+def test_training_set_is_point_in_time_and_leak_free(features_run) -> None:
+    ctx, manifest = features_run
+    assert manifest["train_days"] == [d.isoformat() for d in HISTORY]
+    assert manifest["holdout_day"] == FIRST_DAY.isoformat()
+    train = pd.read_parquet(manifest["sets"]["train"]["path"])
+    holdout = pd.read_parquet(manifest["sets"]["holdout"]["path"])
+    assert set(train["flight_date"]) == {d.isoformat() for d in HISTORY}
+    assert set(holdout["flight_date"]) == {FIRST_DAY.isoformat()}
+    assert not set(LEAKY) & set(train.columns)
+    # Weather joined from the origin airport at the scheduled departure hour.
+    assert train["temp"].notna().mean() > 0.95
+    assert train["seats"].notna().mean() > 0.7
+    assert train["delayed"].isin([0, 1]).all()
+
+
+def test_rebuilding_with_the_same_inputs_is_cached(features_run) -> None:
+    ctx, first = features_run
+    again = build_features(ctx)
+    assert again["status"] == "cached"
+    assert again["training_set_sha256"] == first["training_set_sha256"]
+
+
+def test_window_without_history_says_how_to_seed(make_settings) -> None:
+    ctx = RunContext(run_id="r1", logical_date=date(2013, 7, 1), settings=make_settings())
+    ingest(ctx)
+    validate(ctx)
+    with pytest.raises(StepError, match="trainyard seed --start 2013-06-28 --end 2013-06-30"):
+        build_features(ctx)
+
+
+def test_cancelled_flights_are_labelled_late_or_dropped(make_settings) -> None:
+    flights = pd.DataFrame({
+        "year": [2013] * 3, "month": [6] * 3, "day": [1] * 3, "carrier": ["UA"] * 3,
+        "flight": [1, 2, 3], "origin": ["EWR"] * 3, "dest": ["ORD"] * 3,
+        "tailnum": ["N1", None, "N3"], "distance": [719] * 3,
+        "sched_dep_time": [600, 700, 800], "sched_arr_time": [800, 900, 1000],
+        "arr_delay": [5.0, 40.0, None],
+        "time_hour": pd.to_datetime(["2013-06-01T10:00Z", "2013-06-01T11:00Z",
+                                     "2013-06-01T12:00Z"]),
+    })
+    kept = flight_rows(flights, make_settings().features)
+    assert kept["delayed"].tolist() == [0, 1, 1]
+    dropped = flight_rows(flights, make_settings("features.cancelled_as_delayed=false").features)
+    assert dropped["delayed"].tolist() == [0, 1]
