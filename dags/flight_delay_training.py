@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
-from step_runner import step_task
 
+from pipeline_steps.orchestration import step_task
 from pipeline_steps.settings import load_settings
 
 settings = load_settings()

@@ -4,7 +4,8 @@
                         the task log, and returns the step's JSON manifest (its last stdout line).
 ``runtime: kubernetes`` a KubernetesPodOperator running the same argv in the step image.
 
-Kept light: DAG parsing imports this, so nothing heavy is imported at module level.
+Kept light: DAG parsing imports this, so nothing heavy is imported at module level. This is the
+only module of the package that imports Airflow; the steps never do.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
     from kubernetes.client import models as k8s
 
     cfg = settings.kubernetes
+    restricted = k8s.V1SecurityContext(
+        allow_privilege_escalation=False,
+        read_only_root_filesystem=True,
+        capabilities=k8s.V1Capabilities(drop=["ALL"]),
+    )
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
     if step == "train" and cfg.train_gpus:
         limits["nvidia.com/gpu"] = str(cfg.train_gpus)
@@ -174,11 +180,8 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
         volume_mounts=mounts,
         security_context=k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=10001,
                                                   fs_group=10001),
-        container_security_context=k8s.V1SecurityContext(
-            allow_privilege_escalation=False,
-            read_only_root_filesystem=True,
-            capabilities=k8s.V1Capabilities(drop=["ALL"]),
-        ),
+        container_security_context=restricted,
+        xcom_sidecar_container_security_context=restricted,
         labels={"app.kubernetes.io/name": "trainyard", "trainyard/step": step},
         do_xcom_push=True,
         get_logs=True,

@@ -1,0 +1,70 @@
+"""The DAG parses cleanly, has the designed shape and retries, and stays light to parse."""
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from tests.conftest import ROOT
+
+DAG_ID = "flight_delay_training"
+STEPS = ["ingest", "validate", "features", "train", "evaluate", "promote"]
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+def test_no_import_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert DAG_ID in dagbag.dag_ids
+
+
+def test_task_graph_is_a_chain_of_the_steps(dagbag) -> None:
+    dag = dagbag.dags[DAG_ID]
+    assert [t.task_id for t in dag.topological_sort()] == STEPS
+    for upstream, downstream in zip(STEPS, STEPS[1:], strict=False):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+
+
+def test_schedule_and_run_limits(dagbag) -> None:
+    dag = dagbag.dags[DAG_ID]
+    assert dag.timetable.expression == "0 0 * * *"
+    assert dag.start_date.isoformat().startswith("2013-01-01")
+    assert dag.catchup is False
+    assert dag.max_active_runs == 1
+
+
+def test_every_task_retries_with_capped_exponential_backoff(dagbag) -> None:
+    for task in dagbag.dags[DAG_ID].tasks:
+        assert task.retries == 2
+        assert task.retry_delay == timedelta(seconds=60)
+        assert task.retry_exponential_backoff == 2.0
+        assert task.max_retry_delay == timedelta(seconds=900)
+
+
+def test_steps_run_the_trainyard_cli_and_train_goes_through_torchrun(dagbag) -> None:
+    dag = dagbag.dags[DAG_ID]
+    ingest = dag.get_task("ingest").argv
+    assert ingest == ["trainyard", "step", "ingest", "--run-id", "{{ run_id }}",
+                      "--logical-date", "{{ ds }}"]
+    train = dag.get_task("train").argv
+    assert train[0] == "torchrun" and "--nproc-per-node=1" in train
+    assert train[train.index("--no-python") + 1:] == [
+        "trainyard", "step", "train", "--run-id", "{{ run_id }}", "--logical-date", "{{ ds }}"]
+
+
+def test_parsing_imports_no_heavy_library() -> None:
+    code = (
+        "import sys, json; sys.path.insert(0, 'dags'); import flight_delay_training; "
+        "heavy = ['torch', 'pandas', 'great_expectations', 'feast', 'mlflow', 'pyarrow', "
+        "'optuna', 'kubernetes']; print(json.dumps([m for m in heavy if m in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

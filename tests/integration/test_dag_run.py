@@ -1,0 +1,73 @@
+"""The real DAG, run by dag.test() for two consecutive dates on the embedded default."""
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.conftest import FIRST_DAY, ROOT, WINDOW
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def airflow_env(lake_home, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
+    monkeypatch.setenv("TRAINYARD_FEATURES__WINDOW_DAYS", str(WINDOW))
+    monkeypatch.setenv("TRAINYARD_TRAIN__EPOCHS", "2")
+    monkeypatch.setenv("TRAINYARD_GATE__MIN_AUC", "0.5")
+    # Task subprocesses find `trainyard` and `torchrun` beside this interpreter.
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True,
+                   capture_output=True)
+    return lake_home
+
+
+def _run(day) -> str:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag(
+        "flight_delay_training")
+    run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC))
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    return run.run_id
+
+
+def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_env) -> None:
+    from mlflow import MlflowClient
+
+    from pipeline_steps.context import RunContext
+    from pipeline_steps.settings import load_settings
+
+    settings = load_settings()
+    first_run = _run(FIRST_DAY)
+    second_run = _run(FIRST_DAY + timedelta(days=1))
+
+    first = RunContext(run_id=first_run, logical_date=FIRST_DAY, settings=settings)
+    second = RunContext(run_id=second_run, logical_date=FIRST_DAY + timedelta(days=1),
+                        settings=settings)
+    assert first.upstream("promote")["decision"] == "promoted"
+    assert first.upstream("evaluate")["champion"] is None
+    evaluation = second.upstream("evaluate")
+    assert evaluation["champion"]["version"] == "1"
+    assert evaluation["holdout"]["rows"] > 0
+    decision = second.upstream("promote")
+    assert decision["decision"] in ("promoted", "rejected") and decision["reasons"]
+    assert first.lake.exists(second.run_dir, "lineage.json")
+
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    experiment = client.get_experiment_by_name(settings.mlflow.experiment)
+    assert len(client.search_runs([experiment.experiment_id])) == 2
+    versions = client.search_model_versions(f"name = '{settings.mlflow.registered_model}'")
+    assert sorted(v.version for v in versions) == ["1", "2"] or sorted(
+        int(v.version) for v in versions) == [1, 2]
+    champions = [v for v in versions
+                 if "champion" in client.get_model_version("flight_delay", v.version).aliases]
+    assert len(champions) == 1
+    expected = "2" if decision["decision"] == "promoted" else "1"
+    assert str(champions[0].version) == expected
+    tags = client.get_model_version("flight_delay", "2").tags
+    assert tags["trainyard.decision"] == decision["decision"]
+    assert tags["trainyard.champion_version"] == "1"
