@@ -72,8 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="YAML settings file (default: env TRAINYARD_CONFIG)")
-        p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                       help="override one setting; repeatable")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=VALUE",
+            help="override one setting; repeatable",
+        )
 
     step = sub.add_parser("step", help="run one pipeline step")
     step.add_argument("name", choices=STEPS)
@@ -100,8 +105,9 @@ def emit(manifest: dict[str, Any]) -> None:
     print(line, flush=True)
 
 
-def run_step(name: str, run_id: str, logical_date: date, config: str | None,
-             overrides: list[str]) -> dict[str, Any]:
+def run_step(
+    name: str, run_id: str, logical_date: date, config: str | None, overrides: list[str]
+) -> dict[str, Any]:
     settings = load_settings(config, overrides)
     ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings)
     return step_function(name)(ctx)
@@ -118,7 +124,9 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> di
     days, rows = [], 0
     day = start
     while day <= end:
-        ctx = RunContext(run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings)
+        ctx = RunContext(
+            run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings
+        )
         rows += ingest(ctx)["rows"]
         validate(ctx)
         days.append(day.isoformat())

@@ -33,8 +33,11 @@ class RunContext:
 
     def record(self, step: str, manifest: dict[str, Any]) -> dict[str, Any]:
         """Store a step's manifest as ``runs/<run>/<step>.json`` and return it."""
-        stored = {**manifest, "run_id": self.run_id,
-                  "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        stored = {
+            **manifest,
+            "run_id": self.run_id,
+            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         self.lake.write_json(stored, self.run_dir, f"{step}.json")
         return manifest
 

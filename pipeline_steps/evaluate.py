@@ -45,26 +45,39 @@ def evaluate(ctx: RunContext) -> dict[str, Any]:
             champion_metrics = classification_report(labels, score(uri, holdout, columns))
         except Exception as exc:
             raise StepError(f"champion {uri} could not score the holdout: {exc}") from exc
-        champion_entry = {"version": str(current.version), "model_uri": uri,
-                          "metrics": champion_metrics}
+        champion_entry = {
+            "version": str(current.version),
+            "model_uri": uri,
+            "metrics": champion_metrics,
+        }
 
     import mlflow
 
     with mlflow.start_run(run_id=trained["mlflow_run_id"]):
         mlflow.log_metrics({f"holdout_{k}": v for k, v in challenger.items()})
         if champion_entry:
-            mlflow.log_metrics({f"champion_holdout_{k}": v
-                                for k, v in champion_entry["metrics"].items()})
+            mlflow.log_metrics(
+                {f"champion_holdout_{k}": v for k, v in champion_entry["metrics"].items()}
+            )
     report = {
         "step": "evaluate",
         "logical_date": ctx.logical_date.isoformat(),
-        "holdout": {"path": features["sets"]["holdout"]["path"],
-                    "sha256": features["sets"]["holdout"]["sha256"], "rows": len(holdout)},
-        "challenger": {"model_uri": trained["model_uri"],
-                       "mlflow_run_id": trained["mlflow_run_id"], "metrics": challenger},
+        "holdout": {
+            "path": features["sets"]["holdout"]["path"],
+            "sha256": features["sets"]["holdout"]["sha256"],
+            "rows": len(holdout),
+        },
+        "challenger": {
+            "model_uri": trained["model_uri"],
+            "mlflow_run_id": trained["mlflow_run_id"],
+            "metrics": challenger,
+        },
         "champion": champion_entry,
     }
     ctx.lake.write_json(report, ctx.run_dir, "evaluation.json")
-    log.info("challenger %s; champion %s", challenger,
-             champion_entry["metrics"] if champion_entry else "none")
+    log.info(
+        "challenger %s; champion %s",
+        challenger,
+        champion_entry["metrics"] if champion_entry else "none",
+    )
     return ctx.record("evaluate", report)

@@ -31,9 +31,24 @@ LABEL = "delayed"
 KEY = "flight_id"
 CATEGORICAL = ["carrier", "origin", "dest", "plane_type", "manufacturer", "engine"]
 NUMERIC = [
-    "distance", "sched_dep_hour", "sched_dep_minute", "sched_arr_hour", "day_of_week", "month",
-    "temp", "dewp", "humid", "wind_dir", "wind_speed", "wind_gust", "precip", "pressure", "visib",
-    "plane_year", "engines", "seats",
+    "distance",
+    "sched_dep_hour",
+    "sched_dep_minute",
+    "sched_arr_hour",
+    "day_of_week",
+    "month",
+    "temp",
+    "dewp",
+    "humid",
+    "wind_dir",
+    "wind_speed",
+    "wind_gust",
+    "precip",
+    "pressure",
+    "visib",
+    "plane_year",
+    "engines",
+    "seats",
 ]
 # Known only after the flight left: using them would leak the answer into the features.
 LEAKY = ("dep_delay", "dep_time", "arr_time", "air_time", "arr_delay")
@@ -76,8 +91,13 @@ def flight_rows(flights: pd.DataFrame, settings: Any) -> pd.DataFrame:
     )
     rows = pd.DataFrame(
         {
-            KEY: departure.dt.strftime("%Y-%m-%d") + "_" + flights["carrier"]
-            + flights["flight"].astype(str) + "_" + flights["origin"] + "_"
+            KEY: departure.dt.strftime("%Y-%m-%d")
+            + "_"
+            + flights["carrier"]
+            + flights["flight"].astype(str)
+            + "_"
+            + flights["origin"]
+            + "_"
             + flights["sched_dep_time"].astype(str).str.zfill(4),
             "flight_date": departure.dt.strftime("%Y-%m-%d"),
             "event_timestamp": flights["time_hour"].astype("datetime64[us, UTC]"),
@@ -126,8 +146,10 @@ def write_sources(lake: Lake, days: list[date]) -> dict[str, Any]:
             import pyarrow.parquet as pq
 
             pq.write_table(table, fh)
-        lake.fs.mv(lake.path("features", "sources", f"{name}.parquet.tmp"),
-                   lake.path("features", "sources", f"{name}.parquet"))
+        lake.fs.mv(
+            lake.path("features", "sources", f"{name}.parquet.tmp"),
+            lake.path("features", "sources", f"{name}.parquet"),
+        )
     return {"weather": weather_hashes, "planes": plane_hashes}
 
 
@@ -144,8 +166,20 @@ def _read_planes_snapshots(lake: Lake, days: list[date]) -> tuple[pd.DataFrame, 
         frame = lake.read_table(folder, "data.parquet").to_pandas()
         frame = frame.rename(columns={"year": "plane_year", "type": "plane_type"})
         frame["event_timestamp"] = pd.Timestamp(day, tz="UTC").as_unit("us")
-        frames.append(frame[["tailnum", "plane_year", "plane_type", "manufacturer", "engines",
-                             "seats", "engine", "event_timestamp"]])
+        frames.append(
+            frame[
+                [
+                    "tailnum",
+                    "plane_year",
+                    "plane_type",
+                    "manufacturer",
+                    "engines",
+                    "seats",
+                    "engine",
+                    "event_timestamp",
+                ]
+            ]
+        )
         hashes[day.isoformat()], last = digest, digest
     if not frames:
         raise StepError(f"no validated planes snapshot in {days[0]}..{days[-1]}")
@@ -156,7 +190,7 @@ def _read_planes_snapshots(lake: Lake, days: list[date]) -> tuple[pd.DataFrame, 
 
 
 def load_definitions(repo: Path) -> list[Any]:
-    """Every Feast object defined in the repository's Python files, as ``feast apply`` finds them."""
+    """Every Feast object defined in the repository's Python files, as ``feast apply`` sees."""
     from feast import Entity, FeatureService, FeatureView
 
     objects: list[Any] = []
@@ -166,8 +200,9 @@ def load_definitions(repo: Path) -> list[Any]:
             continue
         module: ModuleType = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        objects += [v for v in vars(module).values()
-                    if isinstance(v, Entity | FeatureView | FeatureService)]
+        objects += [
+            v for v in vars(module).values() if isinstance(v, Entity | FeatureView | FeatureService)
+        ]
     return objects
 
 
@@ -212,8 +247,11 @@ def build_features(ctx: RunContext) -> dict[str, Any]:
     inputs = {
         "flights": flight_hashes,
         **source_hashes,
-        "settings": {k: v for k, v in ctx.settings.to_dict()["features"].items()
-                     if k not in ("feature_repo",)},
+        "settings": {
+            k: v
+            for k, v in ctx.settings.to_dict()["features"].items()
+            if k not in ("feature_repo",)
+        },
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
     }
     input_hash = _fingerprint(inputs)
@@ -274,6 +312,9 @@ def build_features(ctx: RunContext) -> dict[str, Any]:
     end = datetime.combine(ctx.logical_date + timedelta(days=1), datetime.min.time(), UTC)
     store.materialize(start, end)
     manifest["materialized"] = {"start": start.isoformat(), "end": end.isoformat()}
-    log.info("training set: %d train rows, %d holdout rows", summary["train"]["rows"],
-             summary["holdout"]["rows"])
+    log.info(
+        "training set: %d train rows, %d holdout rows",
+        summary["train"]["rows"],
+        summary["holdout"]["rows"],
+    )
     return ctx.record("features", manifest)

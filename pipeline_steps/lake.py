@@ -117,7 +117,7 @@ class Lake:
 
     @contextmanager
     def staged_dir(self, *parts: str) -> Iterator[str]:
-        """Yield a temporary folder; on success it replaces ``parts`` whole, on error it vanishes."""
+        """Yield a temporary folder: on success it replaces ``parts`` whole; on error it is gone."""
         target = self.path(*parts)
         parent = target.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)

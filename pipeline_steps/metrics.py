@@ -42,5 +42,5 @@ def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[s
         "log_loss": round(log_loss(y, probabilities), 6),
         "accuracy": round(accuracy(y, probabilities), 6),
         "positive_rate": round(float(np.mean(y)), 6),
-        "rows": int(len(y)),
+        "rows": len(y),
     }

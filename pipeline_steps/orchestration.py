@@ -90,7 +90,11 @@ class LocalStepOperator(BaseOperator):
         self.log.info("running %s", " ".join(argv))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
             start_new_session=True,
         )
         lines: list[str] = []
@@ -101,8 +105,9 @@ class LocalStepOperator(BaseOperator):
         code = self._process.wait()
         if code != 0:
             reason = [ln for ln in lines if ln.startswith("trainyard ")] or lines[-5:]
-            raise AirflowException(f"step {self.step} exited with code {code}: "
-                                   + "\n".join(reason))
+            raise AirflowException(
+                f"step {self.step} exited with code {code}: " + "\n".join(reason)
+            )
         manifest = parse_manifest(lines)
         if manifest is None:
             raise AirflowException(f"step {self.step} printed no manifest line")
@@ -152,14 +157,19 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
     if step == "train" and cfg.train_gpus:
         limits["nvidia.com/gpu"] = str(cfg.train_gpus)
-    volumes, mounts = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())], [
-        k8s.V1VolumeMount(name="tmp", mount_path="/tmp")
-    ]
+    volumes, mounts = (
+        [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())],
+        [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")],
+    )
     if cfg.lake_pvc:
-        volumes.append(k8s.V1Volume(
-            name="lake",
-            persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=cfg.lake_pvc),
-        ))
+        volumes.append(
+            k8s.V1Volume(
+                name="lake",
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=cfg.lake_pvc
+                ),
+            )
+        )
         mounts.append(k8s.V1VolumeMount(name="lake", mount_path=cfg.lake_mount_path))
     return KubernetesPodOperator(
         task_id=step,
@@ -178,8 +188,9 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
         tolerations=[k8s.V1Toleration(**t) for t in cfg.tolerations] if step == "train" else None,
         volumes=volumes,
         volume_mounts=mounts,
-        security_context=k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=10001,
-                                                  fs_group=10001),
+        security_context=k8s.V1PodSecurityContext(
+            run_as_non_root=True, run_as_user=10001, fs_group=10001
+        ),
         container_security_context=restricted,
         xcom_sidecar_container_security_context=restricted,
         labels={"app.kubernetes.io/name": "trainyard", "trainyard/step": step},

@@ -15,8 +15,9 @@ from pipeline_steps.settings import GateSettings
 log = logging.getLogger(__name__)
 
 
-def gate(challenger: dict[str, float], champion: dict[str, float] | None,
-         settings: GateSettings) -> tuple[bool, list[str]]:
+def gate(
+    challenger: dict[str, float], champion: dict[str, float] | None, settings: GateSettings
+) -> tuple[bool, list[str]]:
     """Whether the challenger may replace the champion, and why (readable reasons)."""
     auc = challenger["auc"]
     if auc != auc:  # NaN: the holdout held one class only
@@ -56,9 +57,12 @@ def promote(ctx: RunContext) -> dict[str, Any]:
 
     version = _registered_version(client, cfg.registered_model, challenger["mlflow_run_id"])
     if version is None:
-        version = mlflow.register_model(challenger["model_uri"], cfg.registered_model,
-                                        tags={RUN_TAG: ctx.run_id})
-    passed, reasons = gate(challenger["metrics"], champion and champion["metrics"], ctx.settings.gate)
+        version = mlflow.register_model(
+            challenger["model_uri"], cfg.registered_model, tags={RUN_TAG: ctx.run_id}
+        )
+    passed, reasons = gate(
+        challenger["metrics"], champion and champion["metrics"], ctx.settings.gate
+    )
 
     current = champion_version(client, cfg)
     evaluated_against = champion["version"] if champion else None
@@ -67,12 +71,13 @@ def promote(ctx: RunContext) -> dict[str, Any]:
         passed, reasons = True, [*reasons, "this version is already the champion"]
     elif passed and current_version != evaluated_against:
         passed = False
-        reasons.append(f"champion changed from {evaluated_against} to {current_version} since "
-                       "evaluation; not promoting over a model this run did not compare against")
+        reasons.append(
+            f"champion changed from {evaluated_against} to {current_version} since "
+            "evaluation; not promoting over a model this run did not compare against"
+        )
     decision = "promoted" if passed else "rejected"
     if passed and current_version != str(version.version):
-        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias,
-                                          version.version)
+        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
 
     tags = {
         "trainyard.decision": decision,

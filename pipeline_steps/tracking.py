@@ -30,8 +30,9 @@ def connect(settings: MlflowSettings) -> Any:
         location = settings.artifact_root
         if "://" not in location:
             location = Path(location).resolve().as_uri()
-        client.create_experiment(settings.experiment,
-                                 artifact_location=f"{location}/{settings.experiment}")
+        client.create_experiment(
+            settings.experiment, artifact_location=f"{location}/{settings.experiment}"
+        )
     mlflow.set_experiment(settings.experiment)
     return client
 
@@ -53,7 +54,6 @@ def champion_version(client: Any, settings: MlflowSettings) -> Any | None:
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version_by_alias(settings.registered_model,
-                                                 settings.champion_alias)
+        return client.get_model_version_by_alias(settings.registered_model, settings.champion_alias)
     except MlflowException:
         return None

@@ -56,9 +56,10 @@ def load_suite(expectations_dir: str, name: str) -> ExpectationSuite:
 @cache
 def _batch_definition() -> Any:
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = {"globally": False}
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     asset = context.data_sources.add_pandas("lake").add_dataframe_asset("partition")
     return asset.add_batch_definition_whole_dataframe("whole_partition")
 
@@ -146,8 +147,10 @@ def validate(ctx: RunContext) -> dict[str, Any]:
         "step": "validate",
         "logical_date": day.isoformat(),
         "verdict": "passed",
-        "datasets": {k: {x: v[x] for x in ("success", "status", "report", "evaluated", "failed")}
-                     for k, v in verdicts.items()},
+        "datasets": {
+            k: {x: v[x] for x in ("success", "status", "report", "evaluated", "failed")}
+            for k, v in verdicts.items()
+        },
     }
     return ctx.record("validate", manifest)
 
@@ -163,8 +166,14 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
     if lake.exists(validated, MANIFEST):
         published = lake.read_json(validated, MANIFEST)
         if published.get("sha256") == raw_manifest["sha256"]:
-            return {"success": True, "status": "cached", "report": report, "evaluated": 0,
-                    "failed": 0, "message": ""}
+            return {
+                "success": True,
+                "status": "cached",
+                "report": report,
+                "evaluated": 0,
+                "failed": 0,
+                "message": "",
+            }
     try:
         frame = as_frame(lake.read_table(raw, "data.parquet"))
     except (pa.ArrowException, OSError) as exc:
@@ -173,12 +182,24 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
     result = run_suite(frame, suite)
     failed = failures(result)
     lake.write_json(
-        {"partition": lake.path(raw), "sha256": raw_manifest["sha256"], "failures": failed,
-         "result": result},
-        "reports", "validation", f"date={day.isoformat()}", f"{dataset}.json",
+        {
+            "partition": lake.path(raw),
+            "sha256": raw_manifest["sha256"],
+            "failures": failed,
+            "result": result,
+        },
+        "reports",
+        "validation",
+        f"date={day.isoformat()}",
+        f"{dataset}.json",
     )
-    log.info("validate %s %s: %d expectations, %d failed", dataset, day,
-             len(result["results"]), len(failed))
+    log.info(
+        "validate %s %s: %d expectations, %d failed",
+        dataset,
+        day,
+        len(result["results"]),
+        len(failed),
+    )
     return {
         "success": not failed,
         "status": "validated",

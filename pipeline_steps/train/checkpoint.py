@@ -1,4 +1,4 @@
-"""Checkpoints: written atomically (temp + rename), the last few kept, the newest valid one loaded."""
+"""Checkpoints: written atomically (temp + rename), the last few kept, the newest valid loaded."""
 
 from __future__ import annotations
 

@@ -26,13 +26,16 @@ class Preprocessor:
     @classmethod
     def fit(cls, frame: pd.DataFrame, categorical: list[str], numeric: list[str]) -> Preprocessor:
         vocabularies = {c: sorted(frame[c].astype(str).unique().tolist()) for c in categorical}
-        means = {c: float(np.nanmean(frame[c])) if frame[c].notna().any() else 0.0
-                 for c in numeric}
-        stds = {c: float(np.nanstd(frame[c])) if frame[c].notna().any() else 1.0
-                for c in numeric}
+        means = {c: float(np.nanmean(frame[c])) if frame[c].notna().any() else 0.0 for c in numeric}
+        stds = {c: float(np.nanstd(frame[c])) if frame[c].notna().any() else 1.0 for c in numeric}
         stds = {c: s if s > 1e-9 else 1.0 for c, s in stds.items()}
-        return cls(categorical=categorical, numeric=numeric, vocabularies=vocabularies,
-                   means=means, stds=stds)
+        return cls(
+            categorical=categorical,
+            numeric=numeric,
+            vocabularies=vocabularies,
+            means=means,
+            stds=stds,
+        )
 
     @property
     def cardinalities(self) -> list[int]:
@@ -63,8 +66,13 @@ class Preprocessor:
         return torch.from_numpy(codes), torch.from_numpy(numeric.astype(np.float32))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"categorical": self.categorical, "numeric": self.numeric,
-                "vocabularies": self.vocabularies, "means": self.means, "stds": self.stds}
+        return {
+            "categorical": self.categorical,
+            "numeric": self.numeric,
+            "vocabularies": self.vocabularies,
+            "means": self.means,
+            "stds": self.stds,
+        }
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> Preprocessor:
@@ -92,8 +100,16 @@ def tensor_set(frame: pd.DataFrame, pre: Preprocessor, label: str) -> TensorSet:
     return TensorSet(codes, numeric, labels)
 
 
-def batches(data: TensorSet, batch_size: int, *, seed: int, epoch: int, rank: int = 0,
-            world_size: int = 1, shuffle: bool = True) -> Iterator[TensorSet]:
+def batches(
+    data: TensorSet,
+    batch_size: int,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
+) -> Iterator[TensorSet]:
     """Whole batches for one rank: a seeded permutation per epoch, sharded by rank.
 
     Every rank gets the same number of batches (the shard is cut to a common length) so DDP's

@@ -30,8 +30,9 @@ from pipeline_steps.train.models import build_model
 log = logging.getLogger(__name__)
 
 
-def _predict(model: torch.nn.Module, data: TensorSet, device: torch.device,
-             batch_size: int = 8192) -> np.ndarray:
+def _predict(
+    model: torch.nn.Module, data: TensorSet, device: torch.device, batch_size: int = 8192
+) -> np.ndarray:
     model.eval()
     out = []
     with torch.no_grad():
@@ -61,8 +62,11 @@ def train(ctx: RunContext) -> dict[str, Any]:
     distributed = world_size > 1
     # Same settings and training set as a finished run of this run id: nothing to recompute.
     config_hash = hashlib.sha256(
-        json.dumps([ctx.settings.to_dict()["train"], features["training_set_sha256"]],
-                   sort_keys=True, default=list).encode()
+        json.dumps(
+            [ctx.settings.to_dict()["train"], features["training_set_sha256"]],
+            sort_keys=True,
+            default=list,
+        ).encode()
     ).hexdigest()
     if lake.exists(ctx.run_dir, "train.json"):
         done = lake.read_json(ctx.run_dir, "train.json")
@@ -92,8 +96,9 @@ def train(ctx: RunContext) -> dict[str, Any]:
         "dropout": cfg.dropout,
     }
     model = build_model(cfg.model, **model_config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate,
-                                  weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+    )
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     # -- resume -------------------------------------------------------------------------------
@@ -116,8 +121,9 @@ def train(ctx: RunContext) -> dict[str, Any]:
         torch.manual_seed(cfg.seed + 1_000 * epoch + rank)
         ddp_model.train()
         started, seen, loss_sum = time.perf_counter(), 0, torch.zeros((), device=device)
-        for batch in batches(fit_set, cfg.batch_size, seed=cfg.seed, epoch=epoch, rank=rank,
-                             world_size=world_size):
+        for batch in batches(
+            fit_set, cfg.batch_size, seed=cfg.seed, epoch=epoch, rank=rank, world_size=world_size
+        ):
             logits = ddp_model(batch.codes.to(device), batch.numeric.to(device))
             loss = loss_fn(logits, batch.labels.to(device))
             optimizer.zero_grad(set_to_none=True)
@@ -132,8 +138,11 @@ def train(ctx: RunContext) -> dict[str, Any]:
         elapsed = time.perf_counter() - started
         probabilities = _predict(model, val_set, device)
         labels = val_set.labels.numpy()
-        val_loss = float(loss_fn(torch.logit(torch.from_numpy(probabilities).clamp(1e-7, 1 - 1e-7)),
-                                 val_set.labels).item())
+        val_loss = float(
+            loss_fn(
+                torch.logit(torch.from_numpy(probabilities).clamp(1e-7, 1 - 1e-7)), val_set.labels
+            ).item()
+        )
         metrics = {
             "train_loss": float(totals[0] / totals[1]),
             "val_loss": val_loss,
@@ -145,26 +154,36 @@ def train(ctx: RunContext) -> dict[str, Any]:
             import mlflow
 
             mlflow.log_metrics(metrics, step=epoch)
-            checkpoint.save(lake, checkpoints, epoch, {
-                "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "history": history, "config_hash": config_hash,
-            })
+            checkpoint.save(
+                lake,
+                checkpoints,
+                epoch,
+                {
+                    "epoch": epoch,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "history": history,
+                    "config_hash": config_hash,
+                },
+            )
             log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
         if distributed:
             dist.barrier()
 
     manifest: dict[str, Any] = {}
     if master:
-        manifest = _finish(ctx, run, model.cpu(), pre, model_config, features, history,
-                           world_size, config_hash)
+        manifest = _finish(
+            ctx, run, model.cpu(), pre, model_config, features, history, world_size, config_hash
+        )
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
     return manifest
 
 
-def _start_mlflow_run(ctx: RunContext, features: dict[str, Any], world_size: int,
-                      resumed: bool) -> Any:
+def _start_mlflow_run(
+    ctx: RunContext, features: dict[str, Any], world_size: int, resumed: bool
+) -> Any:
     import mlflow
 
     from pipeline_steps.tracking import RUN_TAG, connect, find_run
@@ -183,19 +202,29 @@ def _start_mlflow_run(ctx: RunContext, features: dict[str, Any], world_size: int
         },
     )
     params = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
-    params.update({
-        "features.window_days": ctx.settings.features.window_days,
-        "train_rows": features["sets"]["train"]["rows"],
-        "train_days": len(features["train_days"]),
-        "world_size": world_size,
-    })
+    params.update(
+        {
+            "features.window_days": ctx.settings.features.window_days,
+            "train_rows": features["sets"]["train"]["rows"],
+            "train_days": len(features["train_days"]),
+            "world_size": world_size,
+        }
+    )
     mlflow.log_params(params)
     return run
 
 
-def _finish(ctx: RunContext, run: Any, model: torch.nn.Module, pre: Preprocessor,
-            model_config: dict[str, Any], features: dict[str, Any],
-            history: list[dict[str, Any]], world_size: int, config_hash: str) -> dict[str, Any]:
+def _finish(
+    ctx: RunContext,
+    run: Any,
+    model: torch.nn.Module,
+    pre: Preprocessor,
+    model_config: dict[str, Any],
+    features: dict[str, Any],
+    history: list[dict[str, Any]],
+    world_size: int,
+    config_hash: str,
+) -> dict[str, Any]:
     """Package the model as an MLflow pyfunc, close the run, record the manifest."""
     import mlflow
 
@@ -211,8 +240,12 @@ def _finish(ctx: RunContext, run: Any, model: torch.nn.Module, pre: Preprocessor
             python_model=ENTRY_POINT,
             artifacts={BUNDLE: str(path)},
             input_example=example,
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "pandas", "numpy",
-                              f"mlflow=={mlflow.__version__}"],
+            pip_requirements=[
+                f"torch=={torch.__version__.split('+')[0]}",
+                "pandas",
+                "numpy",
+                f"mlflow=={mlflow.__version__}",
+            ],
         )
     final = history[-1]
     mlflow.end_run()

@@ -11,8 +11,15 @@ from torch import nn
 class TabularMLP(nn.Module):
     """Embeddings for categorical columns, concatenated with numerics, into an MLP → one logit."""
 
-    def __init__(self, *, cardinalities: list[int], numeric_width: int, embedding_dim: int,
-                 hidden_dims: list[int], dropout: float) -> None:
+    def __init__(
+        self,
+        *,
+        cardinalities: list[int],
+        numeric_width: int,
+        embedding_dim: int,
+        hidden_dims: list[int],
+        dropout: float,
+    ) -> None:
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in cardinalities)
         layers: list[nn.Module] = []

@@ -1,14 +1,14 @@
-"""The registered model: an MLflow pyfunc that predicts delay probabilities from raw feature rows."""
+"""The registered model: an MLflow pyfunc predicting delay probabilities from raw feature rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import torch
+from mlflow.pyfunc import PythonModel
 
 from pipeline_steps.train.data import Preprocessor
 from pipeline_steps.train.models import build_model
@@ -17,8 +17,9 @@ BUNDLE = "model_bundle"
 ENTRY_POINT = str(Path(__file__).with_name("pyfunc_entry.py"))
 
 
-def bundle(model: torch.nn.Module, pre: Preprocessor, model_name: str,
-           model_config: dict[str, Any]) -> dict[str, Any]:
+def bundle(
+    model: torch.nn.Module, pre: Preprocessor, model_name: str, model_config: dict[str, Any]
+) -> dict[str, Any]:
     """Everything needed to rebuild the model: weights, architecture and preprocessing."""
     return {
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -28,7 +29,7 @@ def bundle(model: torch.nn.Module, pre: Preprocessor, model_name: str,
     }
 
 
-class FlightDelayModel(mlflow.pyfunc.PythonModel):
+class FlightDelayModel(PythonModel):
     """pyfunc wrapper: ``predict(frame)`` → probability of arriving more than 15 minutes late.
 
     Stored with the plain pickle of a state dict (not MLflow 3's default pt2 export, which needs

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_no_import_errors(dagbag) -> None:
 def test_task_graph_is_a_chain_of_the_steps(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
     assert [t.task_id for t in dag.topological_sort()] == STEPS
-    for upstream, downstream in zip(STEPS, STEPS[1:], strict=False):
+    for upstream, downstream in pairwise(STEPS):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
 
 
@@ -51,12 +52,26 @@ def test_every_task_retries_with_capped_exponential_backoff(dagbag) -> None:
 def test_steps_run_the_trainyard_cli_and_train_goes_through_torchrun(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
     ingest = dag.get_task("ingest").argv
-    assert ingest == ["trainyard", "step", "ingest", "--run-id", "{{ run_id }}",
-                      "--logical-date", "{{ ds }}"]
+    assert ingest == [
+        "trainyard",
+        "step",
+        "ingest",
+        "--run-id",
+        "{{ run_id }}",
+        "--logical-date",
+        "{{ ds }}",
+    ]
     train = dag.get_task("train").argv
     assert train[0] == "torchrun" and "--nproc-per-node=1" in train
-    assert train[train.index("--no-python") + 1:] == [
-        "trainyard", "step", "train", "--run-id", "{{ run_id }}", "--logical-date", "{{ ds }}"]
+    assert train[train.index("--no-python") + 1 :] == [
+        "trainyard",
+        "step",
+        "train",
+        "--run-id",
+        "{{ run_id }}",
+        "--logical-date",
+        "{{ ds }}",
+    ]
 
 
 def test_parsing_imports_no_heavy_library() -> None:
@@ -65,6 +80,7 @@ def test_parsing_imports_no_heavy_library() -> None:
         "heavy = ['torch', 'pandas', 'great_expectations', 'feast', 'mlflow', 'pyarrow', "
         "'optuna', 'kubernetes']; print(json.dumps([m for m in heavy if m in sys.modules]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

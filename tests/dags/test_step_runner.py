@@ -16,7 +16,7 @@ def test_manifest_is_the_last_json_line_with_a_step() -> None:
 
 def test_local_operator_streams_output_and_returns_the_manifest(tmp_path: Path) -> None:
     script = tmp_path / "fake_step.py"
-    script.write_text("print('working'); print('{\"step\": \"x\", \"rows\": 7}')")
+    script.write_text('print(\'working\'); print(\'{"step": "x", "rows": 7}\')')
     op = LocalStepOperator(task_id="x", step="x", argv=[sys.executable, str(script)])
     assert op.execute(context={}) == {"step": "x", "rows": 7}
 
@@ -30,7 +30,7 @@ def test_local_operator_fails_with_the_step_message(tmp_path: Path) -> None:
         "file=sys.stderr); sys.exit(2)"
     )
     op = LocalStepOperator(task_id="x", step="validate", argv=[sys.executable, str(script)])
-    with pytest.raises(AirflowException, match="exited with code 2: .*column dest missing"):
+    with pytest.raises(AirflowException, match=r"exited with code 2: .*column dest missing"):
         op.execute(context={})
 
 
@@ -39,8 +39,11 @@ def test_kubernetes_pod_runs_the_local_argv(make_settings, step: str) -> None:
     import kubernetes_validate
     from kubernetes.client import ApiClient
 
-    settings = make_settings("orchestration.runtime=kubernetes", "kubernetes.train_gpus=1",
-                             "kubernetes.lake_pvc=trainyard-lake")
+    settings = make_settings(
+        "orchestration.runtime=kubernetes",
+        "kubernetes.train_gpus=1",
+        "kubernetes.lake_pvc=trainyard-lake",
+    )
     op = step_task(step, settings)
     pod = op.build_pod_request_obj(dry_run=True)
     container = pod.spec.containers[0]

@@ -50,22 +50,32 @@ def test_missing_column_fails_names_it_and_publishes_nothing(ingested: RunContex
 
 def test_out_of_range_values_are_reported_with_examples(ingested: RunContext) -> None:
     def corrupt(table: pa.Table) -> pa.Table:
-        distance = pc.if_else(pc.equal(table["flight"], table["flight"][0]),
-                              pa.scalar(99_999, pa.int32()), table["distance"])
+        distance = pc.if_else(
+            pc.equal(table["flight"], table["flight"][0]),
+            pa.scalar(99_999, pa.int32()),
+            table["distance"],
+        )
         return table.set_column(table.schema.get_field_index("distance"), "distance", distance)
 
     _rewrite(ingested, corrupt)
-    with pytest.raises(StepError, match=r"column 'distance': \d+ unexpected value\(s\), e.g. \[99999"):
+    with pytest.raises(
+        StepError, match=r"column 'distance': \d+ unexpected value\(s\), e.g. \[99999"
+    ):
         validate(ingested)
     assert ingested.lake.partition_dates("validated", "flights") == []
 
 
 def test_a_failing_rerun_withdraws_an_earlier_validated_copy(ingested: RunContext) -> None:
     validate(ingested)
-    _rewrite(ingested, lambda t: t.set_column(
-        t.schema.get_field_index("origin"), "origin", pa.array(["XXX"] * t.num_rows)))
-    ingested.lake.write_json({**ingested.lake.read_json(RAW, "_manifest.json"), "sha256": "new"},
-                             RAW, "_manifest.json")
+    _rewrite(
+        ingested,
+        lambda t: t.set_column(
+            t.schema.get_field_index("origin"), "origin", pa.array(["XXX"] * t.num_rows)
+        ),
+    )
+    ingested.lake.write_json(
+        {**ingested.lake.read_json(RAW, "_manifest.json"), "sha256": "new"}, RAW, "_manifest.json"
+    )
     with pytest.raises(StepError, match="origin"):
         validate(ingested)
     assert ingested.lake.partition_dates("validated", "flights") == []
@@ -75,9 +85,20 @@ def test_cli_failure_is_readable_without_traceback(ingested: RunContext) -> None
     _rewrite(ingested, lambda t: t.drop_columns(["dest"]))
     env_home = ingested.settings.lake.root.removesuffix("/lake")
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline_steps.cli", "step", "validate", "--run-id", "r1",
-         "--logical-date", "2013-06-01"],
-        capture_output=True, text=True, env={"TRAINYARD_HOME": env_home, "PATH": "/usr/bin"},
+        [
+            sys.executable,
+            "-m",
+            "pipeline_steps.cli",
+            "step",
+            "validate",
+            "--run-id",
+            "r1",
+            "--logical-date",
+            "2013-06-01",
+        ],
+        capture_output=True,
+        text=True,
+        env={"TRAINYARD_HOME": env_home, "PATH": "/usr/bin"},
     )
     assert result.returncode == 2
     assert "trainyard step validate failed: validation failed" in result.stderr

@@ -20,16 +20,16 @@ def airflow_env(lake_home, monkeypatch):
     monkeypatch.setenv("TRAINYARD_GATE__MIN_AUC", "0.5")
     # Task subprocesses find `trainyard` and `torchrun` beside this interpreter.
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
+    )
     return lake_home
 
 
 def _run(day) -> str:
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag(
-        "flight_delay_training")
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("flight_delay_training")
     run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC))
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
     return run.run_id
@@ -46,8 +46,9 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     second_run = _run(FIRST_DAY + timedelta(days=1))
 
     first = RunContext(run_id=first_run, logical_date=FIRST_DAY, settings=settings)
-    second = RunContext(run_id=second_run, logical_date=FIRST_DAY + timedelta(days=1),
-                        settings=settings)
+    second = RunContext(
+        run_id=second_run, logical_date=FIRST_DAY + timedelta(days=1), settings=settings
+    )
     assert first.upstream("promote")["decision"] == "promoted"
     assert first.upstream("evaluate")["champion"] is None
     evaluation = second.upstream("evaluate")
@@ -62,9 +63,13 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     assert len(client.search_runs([experiment.experiment_id])) == 2
     versions = client.search_model_versions(f"name = '{settings.mlflow.registered_model}'")
     assert sorted(v.version for v in versions) == ["1", "2"] or sorted(
-        int(v.version) for v in versions) == [1, 2]
-    champions = [v for v in versions
-                 if "champion" in client.get_model_version("flight_delay", v.version).aliases]
+        int(v.version) for v in versions
+    ) == [1, 2]
+    champions = [
+        v
+        for v in versions
+        if "champion" in client.get_model_version("flight_delay", v.version).aliases
+    ]
     assert len(champions) == 1
     expected = "2" if decision["decision"] == "promoted" else "1"
     assert str(champions[0].version) == expected

@@ -81,8 +81,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) ->
     lake = Lake(str(tmp_path))
     for epoch in range(3):
         checkpoint.save(lake, "ck", epoch, {"epoch": epoch, "config_hash": "h"}, keep=2)
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch-0001.pt",
-                                                                     "epoch-0002.pt"]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch-0001.pt", "epoch-0002.pt"]
     (tmp_path / "ck" / "epoch-0002.pt").write_bytes(b"torn write")
     assert checkpoint.load_latest(lake, "ck", "h")["epoch"] == 1
     assert checkpoint.load_latest(lake, "ck", "other settings") is None

@@ -19,7 +19,7 @@ def features_run(lake_home, make_settings) -> tuple[RunContext, dict]:
 
 
 def test_training_set_is_point_in_time_and_leak_free(features_run) -> None:
-    ctx, manifest = features_run
+    _, manifest = features_run
     assert manifest["train_days"] == [d.isoformat() for d in HISTORY]
     assert manifest["holdout_day"] == FIRST_DAY.isoformat()
     train = pd.read_parquet(manifest["sets"]["train"]["path"])
@@ -49,15 +49,25 @@ def test_window_without_history_says_how_to_seed(make_settings) -> None:
 
 
 def test_cancelled_flights_are_labelled_late_or_dropped(make_settings) -> None:
-    flights = pd.DataFrame({
-        "year": [2013] * 3, "month": [6] * 3, "day": [1] * 3, "carrier": ["UA"] * 3,
-        "flight": [1, 2, 3], "origin": ["EWR"] * 3, "dest": ["ORD"] * 3,
-        "tailnum": ["N1", None, "N3"], "distance": [719] * 3,
-        "sched_dep_time": [600, 700, 800], "sched_arr_time": [800, 900, 1000],
-        "arr_delay": [5.0, 40.0, None],
-        "time_hour": pd.to_datetime(["2013-06-01T10:00Z", "2013-06-01T11:00Z",
-                                     "2013-06-01T12:00Z"]),
-    })
+    flights = pd.DataFrame(
+        {
+            "year": [2013] * 3,
+            "month": [6] * 3,
+            "day": [1] * 3,
+            "carrier": ["UA"] * 3,
+            "flight": [1, 2, 3],
+            "origin": ["EWR"] * 3,
+            "dest": ["ORD"] * 3,
+            "tailnum": ["N1", None, "N3"],
+            "distance": [719] * 3,
+            "sched_dep_time": [600, 700, 800],
+            "sched_arr_time": [800, 900, 1000],
+            "arr_delay": [5.0, 40.0, None],
+            "time_hour": pd.to_datetime(
+                ["2013-06-01T10:00Z", "2013-06-01T11:00Z", "2013-06-01T12:00Z"]
+            ),
+        }
+    )
     kept = flight_rows(flights, make_settings().features)
     assert kept["delayed"].tolist() == [0, 1, 1]
     dropped = flight_rows(flights, make_settings("features.cancelled_as_delayed=false").features)

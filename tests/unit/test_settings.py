@@ -8,8 +8,11 @@ from pipeline_steps.settings import SettingsError, load_settings
 def test_precedence_defaults_yaml_env_set(tmp_path: Path) -> None:
     config = tmp_path / "trainyard.yaml"
     config.write_text("train:\n  epochs: 3\n  batch_size: 128\ngate:\n  min_auc: 0.55\n")
-    environ = {"TRAINYARD_HOME": str(tmp_path), "TRAINYARD_TRAIN__BATCH_SIZE": "64",
-               "TRAINYARD_TRAIN__NPROC_PER_NODE": "2"}
+    environ = {
+        "TRAINYARD_HOME": str(tmp_path),
+        "TRAINYARD_TRAIN__BATCH_SIZE": "64",
+        "TRAINYARD_TRAIN__NPROC_PER_NODE": "2",
+    }
     settings = load_settings(config, ["gate.min_auc=0.7"], environ=environ)
     assert settings.train.epochs == 3  # YAML over default
     assert settings.train.batch_size == 64  # env over YAML
@@ -25,8 +28,11 @@ def test_defaults_live_under_trainyard_home(tmp_path: Path) -> None:
 
 
 def test_list_and_mapping_settings_parse_from_env(tmp_path: Path) -> None:
-    environ = {"TRAINYARD_HOME": str(tmp_path), "TRAINYARD_TRAIN__HIDDEN_DIMS": "[32, 16]",
-               "TRAINYARD_KUBERNETES__NODE_SELECTOR": "{gpu: a100}"}
+    environ = {
+        "TRAINYARD_HOME": str(tmp_path),
+        "TRAINYARD_TRAIN__HIDDEN_DIMS": "[32, 16]",
+        "TRAINYARD_KUBERNETES__NODE_SELECTOR": "{gpu: a100}",
+    }
     settings = load_settings(environ=environ)
     assert settings.train.hidden_dims == (32, 16)
     assert settings.kubernetes.node_selector == {"gpu": "a100"}
@@ -52,9 +58,9 @@ def test_bad_settings_name_the_key(tmp_path: Path, override: str, named: str) ->
 def test_bad_config_file_is_named(tmp_path: Path) -> None:
     config = tmp_path / "broken.yaml"
     config.write_text("train: [1, 2\n")
-    with pytest.raises(SettingsError, match="broken.yaml"):
+    with pytest.raises(SettingsError, match=r"broken\.yaml"):
         load_settings(config, environ={})
-    with pytest.raises(SettingsError, match="missing.yaml"):
+    with pytest.raises(SettingsError, match=r"missing\.yaml"):
         load_settings(tmp_path / "missing.yaml", environ={})
 
 
@@ -62,4 +68,6 @@ def test_fingerprint_tracks_settings(tmp_path: Path) -> None:
     environ = {"TRAINYARD_HOME": str(tmp_path)}
     a = load_settings(environ=environ)
     assert a.fingerprint() == load_settings(environ=environ).fingerprint()
-    assert a.fingerprint() != load_settings(overrides=["train.seed=1"], environ=environ).fingerprint()
+    assert (
+        a.fingerprint() != load_settings(overrides=["train.seed=1"], environ=environ).fingerprint()
+    )
