@@ -45,7 +45,8 @@ class MlflowSettings:
     tracking_uri: str = ""
     """MLflow tracking + registry URI; default ``sqlite:///$TRAINYARD_HOME/mlflow.db``."""
     artifact_root: str = ""
-    """Where new experiments store artifacts; default ``$TRAINYARD_HOME/mlartifacts``."""
+    """Artifact root of new experiments; default ``$TRAINYARD_HOME/mlartifacts`` for a local
+    store, the server's choice for an ``http(s)://`` tracking server."""
     experiment: str = "flight_delay_training"
     """Experiment that holds one run per training."""
     registered_model: str = "flight_delay"
@@ -330,7 +331,9 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     if "://" not in lake_root:
         lake_root = str(Path(lake_root).expanduser().resolve())
     tracking = settings.mlflow.tracking_uri or f"sqlite:///{home / 'mlflow.db'}"
-    artifacts = settings.mlflow.artifact_root or str(home / "mlartifacts")
+    # A tracking server decides where artifacts go; a local store keeps them beside it.
+    local_store = tracking.startswith(("sqlite:", "file:")) or "://" not in tracking
+    artifacts = settings.mlflow.artifact_root or (str(home / "mlartifacts") if local_store else "")
     return dataclasses.replace(
         settings,
         lake=dataclasses.replace(settings.lake, root=lake_root),

@@ -28,10 +28,11 @@ def connect(settings: MlflowSettings) -> Any:
     client = MlflowClient(settings.tracking_uri, settings.tracking_uri)
     if client.get_experiment_by_name(settings.experiment) is None:
         location = settings.artifact_root
-        if "://" not in location:
+        if location and ":/" not in location:
             location = Path(location).resolve().as_uri()
         client.create_experiment(
-            settings.experiment, artifact_location=f"{location}/{settings.experiment}"
+            settings.experiment,
+            artifact_location=f"{location}/{settings.experiment}" if location else None,
         )
     mlflow.set_experiment(settings.experiment)
     return client

@@ -68,6 +68,7 @@ def test_resume_recomputes_no_finished_epoch(prepared, caplog) -> None:
     # Lose the last epoch as a killed worker would: its checkpoint and the step's manifest.
     interrupted.lake.remove(interrupted.run_dir, "checkpoints", "epoch-0002.pt")
     interrupted.lake.remove(interrupted.run_dir, "train.json")
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger="pipeline_steps.train"):
         resumed = train(interrupted)
     trained_epochs = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
