@@ -139,17 +139,9 @@ def write_sources(lake: Lake, days: list[date]) -> dict[str, Any]:
     weather["event_timestamp"] = weather["event_timestamp"].astype("datetime64[us, UTC]")
 
     planes, plane_hashes = _read_planes_snapshots(lake, days)
-    lake.fs.makedirs(lake.path("features", "sources"), exist_ok=True)
     for name, frame in (("weather", weather), ("planes", planes)):
         table = pa.Table.from_pandas(frame, preserve_index=False)
-        with lake.fs.open(lake.path("features", "sources", f"{name}.parquet.tmp"), "wb") as fh:
-            import pyarrow.parquet as pq
-
-            pq.write_table(table, fh)
-        lake.fs.mv(
-            lake.path("features", "sources", f"{name}.parquet.tmp"),
-            lake.path("features", "sources", f"{name}.parquet"),
-        )
+        lake.write_table(table, "features", "sources", f"{name}.parquet")
     return {"weather": weather_hashes, "planes": plane_hashes}
 
 
@@ -305,8 +297,7 @@ def build_features(ctx: RunContext) -> dict[str, Any]:
             "input_sha256": input_hash,
             "training_set_sha256": _fingerprint({k: v["sha256"] for k, v in summary.items()}),
         }
-        with lake.fs.open(f"{tmp}/{MANIFEST}", "w") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
+        lake.dump_json(manifest, f"{tmp}/{MANIFEST}")
 
     start = datetime.combine(days[0], datetime.min.time(), UTC)
     end = datetime.combine(ctx.logical_date + timedelta(days=1), datetime.min.time(), UTC)

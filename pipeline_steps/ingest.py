@@ -5,7 +5,6 @@ Re-ingesting a date whose source content is unchanged writes nothing and reports
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, date, datetime
 from typing import Any
@@ -69,7 +68,6 @@ def write_partition(
     }
     with lake.staged_dir(folder) as tmp:
         lake.write_parquet(table, tmp, "data.parquet")
-        with lake.fs.open(f"{tmp}/{MANIFEST}", "w") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
+        lake.dump_json(manifest, f"{tmp}/{MANIFEST}")
     status = "replaced" if previous else "written"
     return {**manifest, "status": status}

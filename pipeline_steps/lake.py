@@ -96,24 +96,30 @@ class Lake:
         return sorted(days)
 
     # -- atomic writes ------------------------------------------------------------------------
-    def write_json(self, payload: dict[str, Any], *parts: str) -> str:
-        """Write JSON atomically (temp file + rename) and return its path."""
+    def write_bytes(self, data: bytes, *parts: str) -> str:
+        """Write a file atomically (temp file + rename) and return its path."""
         target = self.path(*parts)
         self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open(tmp, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+        with self.fs.open(tmp, "wb") as fh:
+            fh.write(data)
         self.fs.mv(tmp, target)
         return target
 
-    def write_text(self, text: str, *parts: str) -> str:
-        target = self.path(*parts)
-        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open(tmp, "w") as fh:
-            fh.write(text)
-        self.fs.mv(tmp, target)
-        return target
+    def write_json(self, payload: dict[str, Any], *parts: str) -> str:
+        """Write JSON atomically and return its path."""
+        return self.write_bytes(_json_bytes(payload), *parts)
+
+    def write_table(self, table: pa.Table, *parts: str) -> str:
+        """Write one parquet file atomically and return its path."""
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        return self.write_bytes(sink.getvalue().to_pybytes(), *parts)
+
+    def dump_json(self, payload: dict[str, Any], path: str) -> None:
+        """Write JSON to a full path inside a ``staged_dir`` (which makes it atomic)."""
+        with self.fs.open(path, "wb") as fh:
+            fh.write(_json_bytes(payload))
 
     @contextmanager
     def staged_dir(self, *parts: str) -> Iterator[str]:
@@ -145,6 +151,10 @@ class Lake:
         target = self.path(*parts)
         if self.fs.exists(target):
             self.fs.rm(target, recursive=True)
+
+
+def _json_bytes(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
 
 
 def table_sha256(table: pa.Table) -> str:

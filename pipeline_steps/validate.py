@@ -216,5 +216,4 @@ def publish(lake: Lake, dataset: str, day: date, report: str) -> None:
     with lake.staged_dir(Lake.partition("validated", dataset, day)) as tmp:
         lake.fs.copy(lake.path(raw, "data.parquet"), f"{tmp}/data.parquet")
         manifest = {**lake.read_json(raw, MANIFEST), "validation_report": report}
-        with lake.fs.open(f"{tmp}/{MANIFEST}", "w") as fh:
-            json.dump(manifest, fh, indent=2, sort_keys=True)
+        lake.dump_json(manifest, f"{tmp}/{MANIFEST}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import logging
 import re
-import uuid
 from typing import Any
 
 import torch
@@ -20,12 +19,7 @@ def save(lake: Lake, folder: str, epoch: int, state: dict[str, Any], keep: int =
     """Write ``<folder>/epoch-NNNN.pt`` atomically and prune all but the newest ``keep``."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    target = lake.path(folder, f"epoch-{epoch:04d}.pt")
-    lake.fs.makedirs(lake.path(folder), exist_ok=True)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-    with lake.fs.open(tmp, "wb") as fh:
-        fh.write(buffer.getvalue())
-    lake.fs.mv(tmp, target)
+    target = lake.write_bytes(buffer.getvalue(), folder, f"epoch-{epoch:04d}.pt")
     for stale in _checkpoints(lake, folder)[:-keep]:
         lake.fs.rm(stale)
     return target
