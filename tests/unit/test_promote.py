@@ -1,0 +1,93 @@
+"""Promotion against a real local MLflow registry: idempotent, never over an unseen champion."""
+
+from datetime import date
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from mlflow.pyfunc import PythonModel
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.promote import promote
+from pipeline_steps.tracking import connect
+
+DAY = date(2013, 6, 4)
+
+
+class Constant(PythonModel):
+    def predict(self, context, model_input, params=None):
+        return np.full(len(model_input), 0.5)
+
+
+def _prepare(settings, run_id: str, auc: float, champion: dict | None) -> RunContext:
+    """A run whose earlier steps are recorded: a logged model and its evaluation."""
+    ctx = RunContext(run_id=run_id, logical_date=DAY, settings=settings)
+    connect(settings.mlflow)
+    with mlflow.start_run() as run:
+        info = mlflow.pyfunc.log_model(name="model", python_model=Constant())
+    ctx.record("ingest", {"step": "ingest", "datasets": {"flights": {"sha256": "a"}}})
+    ctx.record("features", {"step": "features", "inputs": {}, "training_set_sha256": "t"})
+    ctx.record(
+        "train", {"step": "train", "mlflow_run_id": run.info.run_id, "model_uri": info.model_uri}
+    )
+    ctx.record(
+        "evaluate",
+        {
+            "step": "evaluate",
+            "holdout": {"sha256": "h", "rows": 10},
+            "challenger": {
+                "model_uri": info.model_uri,
+                "mlflow_run_id": run.info.run_id,
+                "metrics": {"auc": auc},
+            },
+            "champion": champion,
+        },
+    )
+    return ctx
+
+
+@pytest.fixture
+def settings(make_settings):
+    return make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0")
+
+
+def _champion(settings) -> str:
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    return str(client.get_model_version_by_alias("flight_delay", "champion").version)
+
+
+def test_first_passing_model_becomes_champion_and_a_retry_changes_nothing(settings) -> None:
+    ctx = _prepare(settings, "run-1", auc=0.7, champion=None)
+    first = promote(ctx)
+    assert first["decision"] == "promoted" and first["version"] == "1"
+    again = promote(ctx)  # a retried task
+    assert again["version"] == "1" and again["decision"] == "promoted"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert len(client.search_model_versions("name = 'flight_delay'")) == 1
+    assert _champion(settings) == "1"
+    assert ctx.lake.read_json(ctx.run_dir, "lineage.json")["registered_version"] == "1"
+
+
+def test_failing_gate_keeps_the_champion_and_records_why(settings) -> None:
+    promote(_prepare(settings, "run-1", auc=0.7, champion=None))
+    worse = _prepare(
+        settings, "run-2", auc=0.65, champion={"version": "1", "metrics": {"auc": 0.7}}
+    )
+    decision = promote(worse)
+    assert decision["decision"] == "rejected" and decision["version"] == "2"
+    assert _champion(settings) == "1"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    tags = client.get_model_version("flight_delay", "2").tags
+    assert tags["trainyard.decision"] == "rejected"
+    assert "champion AUC 0.7000" in tags["trainyard.reasons"]
+
+
+def test_no_promotion_over_a_champion_the_run_did_not_compare_against(settings) -> None:
+    # Run 2 was evaluated while there was no champion; run 1 was promoted meanwhile.
+    late = _prepare(settings, "run-2", auc=0.9, champion=None)
+    promote(_prepare(settings, "run-1", auc=0.7, champion=None))
+    decision = promote(late)
+    assert decision["decision"] == "rejected"
+    assert any("champion changed" in reason for reason in decision["reasons"])
+    assert _champion(settings) == "1"
