@@ -28,7 +28,8 @@ trainyard report --logical-date "$FIRST"
 trainyard report --logical-date "$SECOND"
 cat <<MSG
 What to open next:
-  make airflow   Airflow UI on http://localhost:8080 (DAG flight_delay_training, task logs, XComs)
+  make airflow   Airflow UI on http://localhost:8080: trigger flight_delay_training for 2013-06-03
+                 and follow its task logs and XComs (these runs' logs: $LOGS/dag-<date>.log)
   make mlflow    MLflow UI on http://localhost:5000 (experiment flight_delay_training,
                  registered model flight_delay with its champion alias)
 Artifacts: $TRAINYARD_HOME/lake (partitions, reports, training sets, runs/<run>/lineage.json)
