@@ -105,6 +105,22 @@ class IngestSettings:
 class ValidationSettings:
     expectations_dir: str = str(PROJECT_ROOT / "expectations")
     """Folder holding one suite per dataset as JSON (``<expectations_dir>/<dataset>.json``)."""
+    trailing_days: int = 14
+    """Validated days before D whose mean row count sets the day's row-count bounds."""
+    row_count_low: float = 0.5
+    """Lowest row count accepted, as a share of the trailing mean."""
+    row_count_high: float = 2.0
+    """Highest row count accepted, as a multiple of the trailing mean."""
+    data_docs: bool = True
+    """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.row_count_low < 1 < self.row_count_high:
+            raise SettingsError(
+                "validation.row_count_low must be in [0, 1) and validation.row_count_high above 1"
+            )
+        if self.trailing_days < 1:
+            raise SettingsError("validation.trailing_days must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,135 +1,78 @@
-"""Validate step: run each dataset's Great Expectations suite on the day's raw partition.
+"""Validate step: each dataset's GX suite, run by a Checkpoint, on the day's raw partition.
 
 Passing partitions are published to ``validated/``; failing ones go to ``quarantine/`` with their
 report, any earlier validated copy of that date is withdrawn, and the step fails with a message
-naming the partition, the failed expectations, the columns and example values.
+naming the partition, the failed expectations, the columns and example values. Results (JSON)
+and Data Docs (HTML) are kept under ``reports/validation/date=D/``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from datetime import date
-from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import math
+from datetime import date, timedelta
+from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 
 from pipeline_steps.context import RunContext, StepError
 from pipeline_steps.lake import MANIFEST, Lake
-
-if TYPE_CHECKING:
-    from great_expectations.core.expectation_suite import ExpectationSuite
+from pipeline_steps.settings import ValidationSettings
+from pipeline_steps.suites import (
+    SuiteOutcome,
+    as_frame,
+    describe,
+    load_suite,
+    run_suite,
+    suite_path,
+    temporary_docs_dir,
+)
 
 log = logging.getLogger(__name__)
-EXAMPLES = 5
+MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
 
 
-def load_suite(expectations_dir: str, name: str) -> ExpectationSuite:
-    """Read ``<expectations_dir>/<name>.json`` into a GX suite; errors name the file and entry."""
-    from great_expectations.core.expectation_suite import ExpectationSuite
-    from great_expectations.expectations.expectation_configuration import (
-        ExpectationConfiguration,
-    )
-
-    path = Path(expectations_dir) / f"{name}.json"
-    if not path.is_file():
-        raise StepError(f"expectation suite {path} does not exist")
-    try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise StepError(f"expectation suite {path} is not valid JSON: {exc}") from exc
-    expectations = []
-    for index, entry in enumerate(spec.get("expectations", [])):
-        try:
-            config = ExpectationConfiguration(
-                type=entry["type"], kwargs=entry.get("kwargs", {}), meta=entry.get("meta")
-            )
-            expectations.append(config.to_domain_obj())
-        except Exception as exc:  # GX raises several types for a bad entry
-            raise StepError(f"{path}: expectations[{index}] is invalid: {exc}") from exc
-    return ExpectationSuite(name=spec.get("name", name), expectations=expectations)
-
-
-@cache
-def _batch_definition() -> Any:
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    asset = context.data_sources.add_pandas("lake").add_dataframe_asset("partition")
-    return asset.add_batch_definition_whole_dataframe("whole_partition")
-
-
-def as_frame(table: pa.Table) -> pd.DataFrame:
-    """The pandas form suites are written against (integers with missing values become float64)."""
-    return table.to_pandas()
-
-
-def run_suite(frame: pd.DataFrame, suite: ExpectationSuite) -> dict[str, Any]:
-    """Validate a frame against a suite and return GX's result as a JSON-ready dict."""
-    batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
-    result: dict[str, Any] = batch.validate(suite, result_format="SUMMARY").to_json_dict()
-    return result
-
-
-def failures(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The failed expectations of a GX result, each with its column and example values."""
-    failed = []
-    for item in result["results"]:
-        if item["success"]:
-            continue
-        config = item["expectation_config"]
-        kwargs = {k: v for k, v in config["kwargs"].items() if k != "batch_id"}
-        detail = item.get("result") or {}
-        exception = (item.get("exception_info") or {}).get("exception_message")
-        failed.append(
-            {
-                "expectation": config["type"],
-                "column": kwargs.get("column"),
-                "kwargs": kwargs,
-                "unexpected_count": detail.get("unexpected_count"),
-                "examples": (detail.get("partial_unexpected_list") or [])[:EXAMPLES],
-                "observed_value": detail.get("observed_value"),
-                "error": exception,
-            }
+def suite_parameters(
+    lake: Lake, dataset: str, day: date, settings: ValidationSettings
+) -> dict[str, Any]:
+    """Run-time values the suites refer to: the partition date and row-count bounds."""
+    history = [
+        d
+        for d in lake.partition_dates("validated", dataset)
+        if day - timedelta(days=settings.trailing_days) <= d < day
+    ]
+    low, high = 0, 10**12
+    if len(history) >= MIN_HISTORY:
+        counts = [
+            lake.read_json(Lake.partition("validated", dataset, d), MANIFEST)["rows"]
+            for d in history
+        ]
+        mean = sum(counts) / len(counts)
+        low, high = (
+            math.floor(mean * settings.row_count_low),
+            math.ceil(mean * settings.row_count_high),
         )
-    return failed
-
-
-def describe_failures(partition: str, failed: list[dict[str, Any]]) -> str:
-    lines = [f"partition {partition} failed {len(failed)} expectation(s):"]
-    for f in failed:
-        where = f" on column {f['column']!r}" if f["column"] else ""
-        what = []
-        if f["unexpected_count"]:
-            what.append(f"{f['unexpected_count']} unexpected value(s), e.g. {f['examples']}")
-        if f["observed_value"] is not None:
-            what.append(f"observed {f['observed_value']!r}")
-        if f["error"]:
-            what.append(f["error"].splitlines()[0])
-        lines.append(f"  - {f['expectation']}{where}: {'; '.join(what) or f['kwargs']}")
-    return "\n".join(lines)
+    return {
+        "partition_year": day.year,
+        "partition_month": day.month,
+        "partition_day": day.day,
+        "row_count_min": low,
+        "row_count_max": high,
+    }
 
 
 def validate(ctx: RunContext) -> dict[str, Any]:
     """Validate every dataset's raw partition of the logical date.
 
-    Returns the step manifest (verdict per dataset, report paths). Raises ``StepError`` when a
-    partition is missing, unreadable or fails its suite; nothing reaches ``validated/`` then.
+    Returns the step manifest (verdict, warnings and report paths per dataset). Raises
+    ``StepError`` when a partition is missing, unreadable or fails a critical expectation;
+    nothing reaches ``validated/`` then.
     """
     lake, day = ctx.lake, ctx.logical_date
-    verdicts: dict[str, Any] = {}
-    failed_messages: list[str] = []
-    for dataset in ctx.settings.ingest.datasets:
-        verdicts[dataset] = validate_partition(ctx, dataset, day)
-        if not verdicts[dataset]["success"]:
-            failed_messages.append(verdicts[dataset]["message"])
+    verdicts = {d: validate_partition(ctx, d, day) for d in ctx.settings.ingest.datasets}
+    failed = [v["message"] for v in verdicts.values() if not v["success"]]
 
-    if failed_messages:
+    if failed:
         for dataset, verdict in verdicts.items():
             raw = Lake.partition("raw", dataset, day)
             if not verdict["success"]:
@@ -138,7 +81,7 @@ def validate(ctx: RunContext) -> dict[str, Any]:
                         lake.fs.copy(lake.path(raw, name), f"{tmp}/{name}")
                     lake.fs.copy(verdict["report"], f"{tmp}/validation.json")
             lake.remove(Lake.partition("validated", dataset, day))
-        raise StepError("validation failed\n" + "\n".join(failed_messages))
+        raise StepError("validation failed\n" + "\n".join(failed))
 
     for dataset, verdict in verdicts.items():
         if verdict["status"] != "cached":
@@ -148,7 +91,18 @@ def validate(ctx: RunContext) -> dict[str, Any]:
         "logical_date": day.isoformat(),
         "verdict": "passed",
         "datasets": {
-            k: {x: v[x] for x in ("success", "status", "report", "evaluated", "failed")}
+            k: {
+                x: v[x]
+                for x in (
+                    "success",
+                    "status",
+                    "report",
+                    "data_docs",
+                    "evaluated",
+                    "failed",
+                    "warnings",
+                )
+            }
             for k, v in verdicts.items()
         },
     }
@@ -156,13 +110,14 @@ def validate(ctx: RunContext) -> dict[str, Any]:
 
 
 def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, Any]:
-    lake = ctx.lake
+    lake, settings = ctx.lake, ctx.settings.validation
     raw = Lake.partition("raw", dataset, day)
     if not lake.exists(raw, MANIFEST):
         raise StepError(f"partition {lake.path(raw)} does not exist; run the ingest step first")
     raw_manifest = lake.read_json(raw, MANIFEST)
+    reports = f"reports/validation/date={day.isoformat()}"
+    report = lake.path(reports, f"{dataset}.json")
     validated = Lake.partition("validated", dataset, day)
-    report = lake.path("reports", "validation", f"date={day.isoformat()}", f"{dataset}.json")
     if lake.exists(validated, MANIFEST):
         published = lake.read_json(validated, MANIFEST)
         if published.get("sha256") == raw_manifest["sha256"]:
@@ -170,43 +125,66 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
                 "success": True,
                 "status": "cached",
                 "report": report,
+                "data_docs": None,
                 "evaluated": 0,
                 "failed": 0,
+                "warnings": [],
                 "message": "",
             }
     try:
         frame = as_frame(lake.read_table(raw, "data.parquet"))
     except (pa.ArrowException, OSError) as exc:
         raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
-    suite = load_suite(ctx.settings.validation.expectations_dir, dataset)
-    result = run_suite(frame, suite)
-    failed = failures(result)
+    suite = load_suite(suite_path(settings.expectations_dir, dataset))
+    parameters = suite_parameters(lake, dataset, day, settings)
+    docs = None
+    with temporary_docs_dir() as tmp_docs:
+        outcome = run_suite(
+            dataset, frame, suite, parameters, tmp_docs if settings.data_docs else None
+        )
+        if settings.data_docs:
+            docs = lake.path(reports, "data_docs", dataset)
+            lake.remove(reports, "data_docs", dataset)
+            lake.fs.put(f"{tmp_docs}/", docs, recursive=True)
     lake.write_json(
         {
             "partition": lake.path(raw),
             "sha256": raw_manifest["sha256"],
-            "failures": failed,
-            "result": result,
+            "parameters": parameters,
+            "failures": outcome.failures,
+            "warnings": outcome.warnings,
+            "result": outcome.result,
         },
-        "reports",
-        "validation",
-        f"date={day.isoformat()}",
+        reports,
         f"{dataset}.json",
     )
+    return _verdict(lake.path(raw), outcome, report, docs)
+
+
+def _verdict(
+    partition: str, outcome: SuiteOutcome, report: str, docs: str | None
+) -> dict[str, Any]:
     log.info(
-        "validate %s %s: %d expectations, %d failed",
-        dataset,
-        day,
-        len(result["results"]),
-        len(failed),
+        "validate %s: %d expectations, %d failed, %d warnings",
+        partition,
+        outcome.evaluated,
+        len(outcome.failures),
+        len(outcome.warnings),
     )
+    if outcome.warnings:
+        log.warning("%s", describe(f"partition {partition}", outcome.warnings, "warned on"))
     return {
-        "success": not failed,
+        "success": outcome.success,
         "status": "validated",
         "report": report,
-        "evaluated": len(result["results"]),
-        "failed": len(failed),
-        "message": describe_failures(lake.path(raw), failed) if failed else "",
+        "data_docs": f"{docs}/index.html" if docs else None,
+        "evaluated": outcome.evaluated,
+        "failed": len(outcome.failures),
+        "warnings": [
+            w["expectation"] + (f" ({w['column']})" if w["column"] else "")
+            for w in outcome.warnings
+        ],
+        "message": describe(f"partition {partition}", outcome.failures) if outcome.failures else "",
     }
 
 
@@ -215,5 +193,6 @@ def publish(lake: Lake, dataset: str, day: date, report: str) -> None:
     raw = Lake.partition("raw", dataset, day)
     with lake.staged_dir(Lake.partition("validated", dataset, day)) as tmp:
         lake.fs.copy(lake.path(raw, "data.parquet"), f"{tmp}/data.parquet")
-        manifest = {**lake.read_json(raw, MANIFEST), "validation_report": report}
-        lake.dump_json(manifest, f"{tmp}/{MANIFEST}")
+        lake.dump_json(
+            {**lake.read_json(raw, MANIFEST), "validation_report": report}, f"{tmp}/{MANIFEST}"
+        )

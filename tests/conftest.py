@@ -40,7 +40,7 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
 
     def make(*overrides: str, home: Path | None = None) -> object:
         environ = {"TRAINYARD_HOME": str(home or tmp_path / "home")}
-        base = [f"features.window_days={WINDOW}", "train.epochs=2"]
+        base = [f"features.window_days={WINDOW}", "train.epochs=2", "validation.data_docs=false"]
         return load_settings(overrides=[*base, *overrides], environ=environ)
 
     return make
@@ -55,7 +55,9 @@ def seeded_home() -> Path:
     from pipeline_steps.validate import validate
 
     home = _SESSION_HOME / "seeded"
-    settings = load_settings(environ={"TRAINYARD_HOME": str(home)})
+    settings = load_settings(
+        overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
+    )
     for day in HISTORY:
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         ingest(ctx)

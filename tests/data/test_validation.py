@@ -3,6 +3,7 @@
 import subprocess
 import sys
 from datetime import date
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,3 +104,79 @@ def test_cli_failure_is_readable_without_traceback(ingested: RunContext) -> None
     assert result.returncode == 2
     assert "trainyard step validate failed: validation failed" in result.stderr
     assert "dest" in result.stderr and "Traceback" not in result.stderr
+
+
+def _replace(table: pa.Table, column: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(column), column, values)
+
+
+def test_rows_of_another_date_are_caught(ingested: RunContext) -> None:
+    _rewrite(ingested, lambda t: _replace(t, "day", pa.array([2] * t.num_rows, pa.int32())))
+    with pytest.raises(StepError, match=r"expect_column_values_to_be_between on column 'day'"):
+        validate(ingested)
+
+
+def test_duplicate_flight_keys_are_caught(ingested: RunContext) -> None:
+    _rewrite(ingested, lambda t: pa.concat_tables([t, t.slice(0, 3)]))
+    with pytest.raises(StepError, match="expect_compound_columns_to_be_unique"):
+        validate(ingested)
+
+
+def test_invalid_clock_times_are_caught(ingested: RunContext) -> None:
+    def bad_minutes(t: pa.Table) -> pa.Table:
+        times = pc.if_else(
+            pc.equal(t["flight"], t["flight"][0]), pa.scalar(1075, pa.int32()), t["sched_dep_time"]
+        )
+        return _replace(t, "sched_dep_time", times)
+
+    _rewrite(ingested, bad_minutes)
+    with pytest.raises(
+        StepError, match=r"column 'sched_dep_time': 1 unexpected value\(s\), e.g. \[1075\]"
+    ):
+        validate(ingested)
+
+
+def test_row_count_is_judged_against_the_trailing_mean(lake_home, make_settings) -> None:
+    from tests.conftest import FIRST_DAY
+
+    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
+    ingest(ctx)
+    raw = f"raw/flights/date={FIRST_DAY}"
+    path = ctx.lake.path(raw, "data.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows // 4), path)  # a quarter of a usual day
+    with pytest.raises(StepError, match="expect_table_row_count_to_be_between"):
+        validate(ctx)
+    report = ctx.lake.read_json(f"reports/validation/date={FIRST_DAY}", "flights.json")
+    assert report["parameters"]["row_count_min"] > table.num_rows // 4
+
+
+def test_warnings_are_reported_and_the_run_goes_on(ingested: RunContext) -> None:
+    _rewrite(ingested, lambda t: _replace(t, "tailnum", pa.nulls(t.num_rows, pa.string())))
+    manifest = validate(ingested)
+    assert manifest["verdict"] == "passed"
+    assert (
+        "expect_column_values_to_not_be_null (tailnum)"
+        in manifest["datasets"]["flights"]["warnings"]
+    )
+    assert ingested.lake.partition_dates("validated", "flights") == [DAY]
+
+
+def test_checkpoint_writes_data_docs_and_survives_quantile_results(make_settings) -> None:
+    # The flights suite holds a quantile expectation, whose numpy results break GX's
+    # Checkpoint store unless patched (pipeline_steps.gx_compat).
+    ctx = RunContext(
+        run_id="r1", logical_date=DAY, settings=make_settings("validation.data_docs=true")
+    )
+    ingest(ctx)
+    manifest = validate(ctx)
+    docs = manifest["datasets"]["flights"]["data_docs"]
+    assert docs.endswith("data_docs/flights/index.html")
+    assert "flights" in Path(docs).read_text()
+    report = ctx.lake.read_json("reports/validation/date=2013-06-01", "flights.json")
+    quantile = [
+        r
+        for r in report["result"]["results"]
+        if r["expectation_config"]["type"] == "expect_column_quantile_values_to_be_between"
+    ]
+    assert quantile and quantile[0]["success"] is True

@@ -1,0 +1,191 @@
+"""Great Expectations suites stored as JSON, run through one Checkpoint per dataset.
+
+A suite file is GX's own JSON form (``name``, ``expectations`` with ``type``, ``kwargs``,
+``meta``), plus an optional ``severity`` per expectation: ``critical`` (default) stops the run,
+``warning`` is reported and the run goes on. Kwargs may refer to run-time values with
+``{"$PARAMETER": "name"}`` (the partition date, row-count bounds from the trailing days).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from pipeline_steps.context import StepError
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+EXAMPLES = 5
+SEVERITIES = ("critical", "warning")
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    """What one suite said about one frame."""
+
+    dataset: str
+    evaluated: int
+    failures: list[dict[str, Any]]  # critical: the partition must not be used
+    warnings: list[dict[str, Any]]  # reported, the run continues
+    result: dict[str, Any] = field(repr=False)
+    data_docs: str | None = None  # folder with the rendered Data Docs site
+
+    @property
+    def success(self) -> bool:
+        return not self.failures
+
+
+def suite_path(expectations_dir: str, name: str) -> Path:
+    return Path(expectations_dir) / f"{name}.json"
+
+
+def load_suite(path: Path) -> ExpectationSuite:
+    """Read a suite file; errors name the file and the entry."""
+    from great_expectations.core.expectation_suite import ExpectationSuite
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    if not path.is_file():
+        raise StepError(f"expectation suite {path} does not exist")
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise StepError(f"expectation suite {path} is not valid JSON: {exc}") from exc
+    expectations = []
+    for index, entry in enumerate(spec.get("expectations", [])):
+        severity = entry.get("severity", "critical")
+        if severity not in SEVERITIES:
+            raise StepError(
+                f"{path}: expectations[{index}].severity must be one of {SEVERITIES}, "
+                f"got {severity!r}"
+            )
+        try:
+            config = ExpectationConfiguration(
+                type=entry["type"],
+                kwargs=entry.get("kwargs", {}),
+                meta=entry.get("meta"),
+                severity=severity,
+            )
+            expectations.append(config.to_domain_obj())
+        except Exception as exc:  # GX raises several types for a bad entry
+            raise StepError(f"{path}: expectations[{index}] is invalid: {exc}") from exc
+    return ExpectationSuite(name=spec.get("name", path.stem), expectations=expectations)
+
+
+def as_frame(table: Any) -> pd.DataFrame:
+    """The pandas form suites are written against (integers with missing values become float64)."""
+    frame: pd.DataFrame = table.to_pandas()
+    return frame
+
+
+def run_suite(
+    dataset: str,
+    frame: pd.DataFrame,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any] | None = None,
+    data_docs_dir: str | None = None,
+) -> SuiteOutcome:
+    """Validate ``frame`` with a Checkpoint; render Data Docs into ``data_docs_dir`` if given."""
+    import great_expectations as gx
+    from great_expectations.checkpoint import UpdateDataDocsAction
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    from pipeline_steps.gx_compat import patch_quantile_expectation, to_builtin
+
+    patch_quantile_expectation()
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    actions = []
+    if data_docs_dir:
+        context.add_data_docs_site(
+            site_name="trainyard",
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": data_docs_dir,
+                },
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+        actions.append(UpdateDataDocsAction(name="data_docs", site_names=["trainyard"]))
+    batch = (
+        context.data_sources.add_pandas("lake")
+        .add_dataframe_asset(dataset)
+        .add_batch_definition_whole_dataframe("partition")
+    )
+    suite = context.suites.add(suite)
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=dataset, data=batch, suite=suite)
+    )
+    checkpoint = context.checkpoints.add(
+        gx.Checkpoint(
+            name=dataset,
+            validation_definitions=[definition],
+            actions=actions,
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES},
+        )
+    )
+    outcome = checkpoint.run(
+        batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}
+    )
+    result = to_builtin(next(iter(outcome.run_results.values())).to_json_dict())
+    failures, warnings = [], []
+    for item in result["results"]:
+        if item["success"]:
+            continue
+        entry = _describe(item)
+        (warnings if entry["severity"] == "warning" else failures).append(entry)
+    return SuiteOutcome(
+        dataset=dataset,
+        evaluated=len(result["results"]),
+        failures=failures,
+        warnings=warnings,
+        result=result,
+        data_docs=data_docs_dir,
+    )
+
+
+def _describe(item: dict[str, Any]) -> dict[str, Any]:
+    config = item["expectation_config"]
+    kwargs = {k: v for k, v in config["kwargs"].items() if k != "batch_id"}
+    detail = item.get("result") or {}
+    exception = (item.get("exception_info") or {}).get("exception_message")
+    severity = str(config.get("severity", "critical")).lower().rsplit(".", 1)[-1]
+    return {
+        "expectation": config["type"],
+        "severity": severity,
+        "column": kwargs.get("column") or kwargs.get("column_list"),
+        "kwargs": kwargs,
+        "unexpected_count": detail.get("unexpected_count"),
+        "examples": (detail.get("partial_unexpected_list") or [])[:EXAMPLES],
+        "observed_value": detail.get("observed_value"),
+        "error": exception,
+    }
+
+
+def describe(subject: str, entries: list[dict[str, Any]], what: str = "failed") -> str:
+    """Readable lines: the subject, then per expectation the column and what was seen."""
+    lines = [f"{subject} {what} {len(entries)} expectation(s):"]
+    for f in entries:
+        where = f" on column {f['column']!r}" if f["column"] else ""
+        seen = []
+        if f["unexpected_count"]:
+            seen.append(f"{f['unexpected_count']} unexpected value(s), e.g. {f['examples']}")
+        if f["observed_value"] is not None:
+            seen.append(f"observed {f['observed_value']!r}")
+        if f["error"]:
+            seen.append(f["error"].splitlines()[0])
+        lines.append(f"  - {f['expectation']}{where}: {'; '.join(seen) or f['kwargs']}")
+    return "\n".join(lines)
+
+
+def temporary_docs_dir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="trainyard-data-docs-")
