@@ -102,7 +102,7 @@ def run_suite(
     patch_quantile_expectation()
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    actions = []
+    actions: list[Any] = []
     if data_docs_dir:
         context.add_data_docs_site(
             site_name="trainyard",
@@ -137,7 +137,8 @@ def run_suite(
         batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}
     )
     result = to_builtin(next(iter(outcome.run_results.values())).to_json_dict())
-    failures, warnings = [], []
+    failures: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
     for item in result["results"]:
         if item["success"]:
             continue
