@@ -124,6 +124,46 @@ class ValidationSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DriftSettings:
+    reference_days: int = 14
+    """Trailing validated days used as reference when no champion records its training window."""
+    numeric: tuple[str, ...] = (
+        "flights.distance",
+        "flights.sched_dep_time",
+        "flights.sched_arr_time",
+        "flights.arr_delay",
+        "weather.temp",
+        "weather.humid",
+        "weather.wind_speed",
+        "weather.precip",
+        "weather.visib",
+        "weather.pressure",
+    )
+    """Numeric ``dataset.column`` features compared by PSI over reference-quantile bins."""
+    categorical: tuple[str, ...] = ("flights.carrier", "flights.origin", "flights.dest")
+    """Categorical ``dataset.column`` features compared by Jensen-Shannon distance."""
+    bins: int = 10
+    """Quantile bins of the reference for PSI."""
+    psi_threshold: float = 0.2
+    """PSI above this is drift."""
+    js_threshold: float = 0.1
+    """Jensen-Shannon distance (base 2, in [0, 1]) above this is drift."""
+    missing_threshold: float = 0.05
+    """A change in the share of missing values above this is drift."""
+    sample_size: int = 100_000
+    """Reference values sampled (reservoir) per numeric feature to place the bin edges."""
+    batch_rows: int = 65_536
+    """Rows read per batch: memory stays bounded whatever the partition size."""
+
+    def __post_init__(self) -> None:
+        if self.bins < 2:
+            raise SettingsError("drift.bins must be at least 2")
+        for name in (*self.numeric, *self.categorical):
+            if name.count(".") != 1:
+                raise SettingsError(f"drift feature {name!r} must read 'dataset.column'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class FeatureSettings:
     feature_repo: str = str(PROJECT_ROOT / "feature_repo")
     """Feast repository whose definitions the features step applies."""
@@ -241,6 +281,7 @@ class Settings:
     orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
     validation: ValidationSettings = field(default_factory=ValidationSettings)
+    drift: DriftSettings = field(default_factory=DriftSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     gate: GateSettings = field(default_factory=GateSettings)

@@ -86,6 +86,7 @@ def validate(ctx: RunContext) -> dict[str, Any]:
     for dataset, verdict in verdicts.items():
         if verdict["status"] != "cached":
             publish(lake, dataset, day, verdict["report"])
+    drift = drift_report(ctx)
     manifest = {
         "step": "validate",
         "logical_date": day.isoformat(),
@@ -105,8 +106,63 @@ def validate(ctx: RunContext) -> dict[str, Any]:
             }
             for k, v in verdicts.items()
         },
+        "drift": drift,
     }
     return ctx.record("validate", manifest)
+
+
+def champion_window(ctx: RunContext) -> tuple[date, date] | None:
+    """First and last training day of the current champion, as its MLflow run recorded them."""
+    from pipeline_steps.tracking import champion_version, connect
+
+    client = connect(ctx.settings.mlflow)
+    version = champion_version(client, ctx.settings.mlflow)
+    if version is None or not version.run_id:
+        return None
+    tags = client.get_run(version.run_id).data.tags
+    if "trainyard.train_first_day" not in tags:
+        return None
+    return (
+        date.fromisoformat(tags["trainyard.train_first_day"]),
+        date.fromisoformat(tags["trainyard.train_last_day"]),
+    )
+
+
+def drift_report(ctx: RunContext) -> dict[str, Any]:
+    """Measure drift of D's partitions and store ``reports/drift/date=D/drift.{json,html}``."""
+    from pipeline_steps.drift import measure, reference_days, report_html
+
+    lake, day, cfg = ctx.lake, ctx.logical_date, ctx.settings.drift
+    days, source = reference_days(lake, day, cfg, champion_window(ctx))
+    datasets = {name.split(".")[0] for name in (*cfg.numeric, *cfg.categorical)}
+    datasets &= set(ctx.settings.ingest.datasets)
+    current = {d: lake.path(Lake.partition("validated", d, day), "data.parquet") for d in datasets}
+    reference = {
+        d: [
+            lake.path(Lake.partition("validated", d, r), "data.parquet")
+            for r in days
+            if lake.exists(Lake.partition("validated", d, r), MANIFEST)
+        ]
+        for d in datasets
+    }
+    measured = measure(lake, reference, current, cfg)
+    report = {
+        "logical_date": day.isoformat(),
+        "reference": {"source": source, "days": [d.isoformat() for d in days]},
+        **measured,
+    }
+    folder = f"reports/drift/date={day.isoformat()}"
+    lake.write_json(report, folder, "drift.json")
+    lake.write_bytes(report_html(report).encode(), folder, "drift.html")
+    if report["drift_detected"]:
+        log.warning("drift on %s: %s", day, ", ".join(report["crossed"]))
+    return {
+        "drift_detected": report["drift_detected"],
+        "crossed": report["crossed"],
+        "reference": source,
+        "values": {n: f["value"] for n, f in report["features"].items()},
+        "report": lake.path(folder, "drift.html"),
+    }
 
 
 def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, Any]:

@@ -198,6 +198,8 @@ def _start_mlflow_run(
             RUN_TAG: ctx.run_id,
             "trainyard.logical_date": ctx.logical_date.isoformat(),
             "trainyard.training_set_sha256": features["training_set_sha256"],
+            "trainyard.train_first_day": features["train_days"][0],
+            "trainyard.train_last_day": features["train_days"][-1],
             "trainyard.resumed": str(resumed).lower(),
         },
     )

@@ -180,3 +180,17 @@ def test_checkpoint_writes_data_docs_and_survives_quantile_results(make_settings
         if r["expectation_config"]["type"] == "expect_column_quantile_values_to_be_between"
     ]
     assert quantile and quantile[0]["success"] is True
+
+
+def test_every_run_stores_a_drift_report(lake_home, make_settings) -> None:
+    from tests.conftest import FIRST_DAY, HISTORY
+
+    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
+    ingest(ctx)
+    drift = validate(ctx)["drift"]
+    assert set(drift["values"]) >= {"flights.distance", "flights.carrier", "weather.temp"}
+    assert isinstance(drift["drift_detected"], bool)
+    assert drift["reference"] == "trailing 14 validated days"
+    report = ctx.lake.read_json(f"reports/drift/date={FIRST_DAY}", "drift.json")
+    assert report["reference"]["days"] == [d.isoformat() for d in HISTORY]
+    assert Path(drift["report"]).read_text().startswith("<!doctype html>")

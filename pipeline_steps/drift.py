@@ -1,0 +1,256 @@
+"""Drift of a day's partitions against a reference window, measured on every run.
+
+Numeric features: PSI over bins placed at reference quantiles. Categorical features:
+Jensen-Shannon distance (base 2). Every feature: the change in its share of missing values.
+Partitions are read in record batches and reduced to histograms, so the cost is linear in rows
+and memory is bounded by the batch size, the reference sample and the number of categories.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline_steps.lake import Lake
+from pipeline_steps.settings import DriftSettings
+
+EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
+
+
+def record_batches(
+    lake: Lake, path: str, columns: list[str], rows: int
+) -> Iterator[pa.RecordBatch]:
+    with lake.fs.open(path, "rb") as fh:
+        yield from pq.ParquetFile(fh).iter_batches(batch_size=rows, columns=columns)
+
+
+@dataclass
+class NumericHistogram:
+    """Counts over fixed edges plus the missing count; merged batch by batch."""
+
+    edges: np.ndarray
+    counts: np.ndarray = field(init=False)
+    missing: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = np.zeros(len(self.edges) + 1, dtype=np.int64)
+
+    def add(self, values: pa.Array) -> None:
+        self.missing += values.null_count
+        present = values.drop_null().to_numpy(zero_copy_only=False).astype(np.float64)
+        self.counts += np.bincount(
+            np.searchsorted(self.edges, present, side="right"), minlength=len(self.counts)
+        )
+
+    @property
+    def rows(self) -> int:
+        return int(self.counts.sum()) + self.missing
+
+
+@dataclass
+class CategoricalHistogram:
+    counts: Counter[str] = field(default_factory=Counter)
+    missing: int = 0
+
+    def add(self, values: pa.Array) -> None:
+        self.missing += values.null_count
+        counted = pc.value_counts(values.drop_null())
+        self.counts.update(
+            dict(
+                zip(
+                    counted.field("values").to_pylist(),
+                    counted.field("counts").to_pylist(),
+                    strict=True,
+                )
+            )
+        )
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts.values()) + self.missing
+
+
+def psi(reference: np.ndarray, current: np.ndarray) -> float:
+    """Population stability index of two count vectors over the same bins."""
+    r = np.maximum(reference / max(reference.sum(), 1), EPS)
+    c = np.maximum(current / max(current.sum(), 1), EPS)
+    return float(np.sum((c - r) * np.log(c / r)))
+
+
+def js_distance(reference: dict[str, int], current: dict[str, int]) -> float:
+    """Jensen-Shannon distance (base 2, in [0, 1]) of two category count maps."""
+    keys = sorted(set(reference) | set(current))
+    p = np.array([reference.get(k, 0) for k in keys], dtype=np.float64)
+    q = np.array([current.get(k, 0) for k in keys], dtype=np.float64)
+    if p.sum() == 0 or q.sum() == 0:
+        return 0.0 if p.sum() == q.sum() else 1.0
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2
+
+    def kl(a: np.ndarray, b: np.ndarray) -> float:
+        mask = a > 0
+        return float(np.sum(a[mask] * np.log2(a[mask] / b[mask])))
+
+    return math.sqrt(max(0.0, (kl(p, m) + kl(q, m)) / 2))
+
+
+def _reference_edges(lake: Lake, paths: list[str], column: str, cfg: DriftSettings) -> np.ndarray:
+    """Bin edges at reference quantiles, from a seeded uniform sample of bounded size.
+
+    Bottom-k sampling: every value gets a random key and the k smallest keys are kept, which is
+    a uniform sample without replacement however the values arrive in batches.
+    """
+    rng = np.random.default_rng(0)
+    sample, keys = np.empty(0), np.empty(0)
+    for path in paths:
+        for batch in record_batches(lake, path, [column], cfg.batch_rows):
+            values = batch.column(0).drop_null().to_numpy(zero_copy_only=False).astype(float)
+            sample = np.concatenate([sample, values])
+            keys = np.concatenate([keys, rng.random(len(values))])
+            if len(sample) > cfg.sample_size:
+                keep = np.argpartition(keys, cfg.sample_size)[: cfg.sample_size]
+                sample, keys = sample[keep], keys[keep]
+    if not len(sample):
+        return np.array([0.0])
+    quantiles = np.quantile(sample, np.linspace(0, 1, cfg.bins + 1)[1:-1])
+    return np.unique(quantiles)
+
+
+def _histogram(lake: Lake, paths: list[str], column: str, hist: Any, rows: int) -> Any:
+    for path in paths:
+        for batch in record_batches(lake, path, [column], rows):
+            hist.add(batch.column(0))
+    return hist
+
+
+def measure(
+    lake: Lake, reference: dict[str, list[str]], current: dict[str, str], cfg: DriftSettings
+) -> dict[str, Any]:
+    """Per-feature drift of ``current`` (dataset → file) against ``reference`` (dataset → files)."""
+    features: dict[str, Any] = {}
+    for kind, names in (("numeric", cfg.numeric), ("categorical", cfg.categorical)):
+        for name in names:
+            dataset, column = name.split(".")
+            if dataset not in current or not reference.get(dataset):
+                continue
+            ref_paths, cur_paths = reference[dataset], [current[dataset]]
+            if kind == "numeric":
+                edges = _reference_edges(lake, ref_paths, column, cfg)
+                ref = _histogram(lake, ref_paths, column, NumericHistogram(edges), cfg.batch_rows)
+                cur = _histogram(lake, cur_paths, column, NumericHistogram(edges), cfg.batch_rows)
+                value, threshold = psi(ref.counts, cur.counts), cfg.psi_threshold
+                detail = {
+                    "edges": edges.round(4).tolist(),
+                    "reference": ref.counts.tolist(),
+                    "current": cur.counts.tolist(),
+                }
+            else:
+                ref = _histogram(lake, ref_paths, column, CategoricalHistogram(), cfg.batch_rows)
+                cur = _histogram(lake, cur_paths, column, CategoricalHistogram(), cfg.batch_rows)
+                value, threshold = js_distance(ref.counts, cur.counts), cfg.js_threshold
+                top = [k for k, _ in (ref.counts + cur.counts).most_common(20)]
+                detail = {
+                    "categories": top,
+                    "reference": [ref.counts.get(k, 0) for k in top],
+                    "current": [cur.counts.get(k, 0) for k in top],
+                }
+            missing_ref = ref.missing / max(ref.rows, 1)
+            missing_cur = cur.missing / max(cur.rows, 1)
+            missing_delta = abs(missing_cur - missing_ref)
+            crossed = []
+            if value > threshold:
+                crossed.append("psi" if kind == "numeric" else "js_distance")
+            if missing_delta > cfg.missing_threshold:
+                crossed.append("missing_share")
+            features[name] = {
+                "kind": kind,
+                "statistic": "psi" if kind == "numeric" else "js_distance",
+                "value": round(value, 6),
+                "threshold": threshold,
+                "missing_reference": round(missing_ref, 6),
+                "missing_current": round(missing_cur, 6),
+                "missing_delta": round(missing_delta, 6),
+                "crossed": crossed,
+                "drifted": bool(crossed),
+                **detail,
+            }
+    crossed_features = sorted(n for n, f in features.items() if f["drifted"])
+    return {
+        "features": features,
+        "drift_detected": bool(crossed_features),
+        "crossed": crossed_features,
+    }
+
+
+def reference_days(
+    lake: Lake, day: date, cfg: DriftSettings, window: tuple[date, date] | None
+) -> tuple[list[date], str]:
+    """The champion's training window if known, else the trailing validated days before D."""
+    validated = lake.partition_dates("validated", "flights")
+    if window is not None:
+        days = [d for d in validated if window[0] <= d <= window[1] and d < day]
+        if days:
+            return days, "champion training window"
+    trailing = [d for d in validated if d < day][-cfg.reference_days :]
+    return trailing, f"trailing {cfg.reference_days} validated days"
+
+
+def report_html(report: dict[str, Any]) -> str:
+    """A page with the per-feature table and a bar chart per feature (inline SVG)."""
+    rows, charts = [], []
+    for name, f in report["features"].items():
+        flag = "DRIFT" if f["drifted"] else "ok"
+        rows.append(
+            f"<tr class='{flag.lower()}'><td>{html.escape(name)}</td><td>{f['statistic']}</td>"
+            f"<td>{f['value']:.4f}</td><td>{f['threshold']}</td>"
+            f"<td>{f['missing_reference']:.3f} → {f['missing_current']:.3f}</td>"
+            f"<td>{flag}</td></tr>"
+        )
+        labels = f.get("categories") or [f"≤{e:g}" for e in f["edges"]] + ["more"]
+        charts.append(f"<h3>{html.escape(name)}</h3>" + _bars(labels, f["reference"], f["current"]))
+    reference = report["reference"]
+    return f"""<!doctype html><html><head><meta charset="utf-8">
+<title>Drift {report["logical_date"]}</title>
+<style>body{{font-family:sans-serif;margin:2em}}
+td,th{{padding:4px 10px;border-bottom:1px solid #ddd}}
+tr.drift{{background:#fde2e1}} .ref{{fill:#8aa8c8}} .cur{{fill:#e0883c}}</style></head><body>
+<h1>Drift report — {report["logical_date"]}</h1>
+<p>Reference: {html.escape(reference["source"])}, {len(reference["days"])} day(s)
+{html.escape(", ".join(reference["days"][:1] + reference["days"][-1:]))}.
+Drift detected: <b>{"yes" if report["drift_detected"] else "no"}</b>
+{("(" + html.escape(", ".join(report["crossed"])) + ")") if report["crossed"] else ""}</p>
+<table><tr><th>feature</th><th>statistic</th><th>value</th><th>threshold</th>
+<th>missing share</th><th></th></tr>{"".join(rows)}</table>
+<p><svg width="12" height="12"><rect class="ref" width="12" height="12"/></svg> reference
+<svg width="12" height="12"><rect class="cur" width="12" height="12"/></svg> current</p>
+{"".join(charts)}</body></html>"""
+
+
+def _bars(labels: list[str], reference: list[int], current: list[int]) -> str:
+    ref = np.array(reference, dtype=float) / max(sum(reference), 1)
+    cur = np.array(current, dtype=float) / max(sum(current), 1)
+    top = max(ref.max(initial=0), cur.max(initial=0), 1e-9)
+    width, height, slot = 40, 120, 44
+    parts = []
+    for i, label in enumerate(labels):
+        x = i * slot
+        for offset, share, css in ((0, ref[i], "ref"), (width / 2, cur[i], "cur")):
+            h = height * share / top
+            parts.append(
+                f"<rect class='{css}' x='{x + offset:.0f}' y='{height - h:.1f}' "
+                f"width='{width / 2 - 2:.0f}' height='{h:.1f}'/>"
+            )
+        parts.append(
+            f"<text x='{x}' y='{height + 14}' font-size='9'>{html.escape(label[:8])}</text>"
+        )
+    return f"<svg width='{len(labels) * slot}' height='{height + 20}'>{''.join(parts)}</svg>"
