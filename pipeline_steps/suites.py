@@ -158,7 +158,7 @@ def _describe(item: dict[str, Any]) -> dict[str, Any]:
     config = item["expectation_config"]
     kwargs = {k: v for k, v in config["kwargs"].items() if k != "batch_id"}
     detail = item.get("result") or {}
-    exception = (item.get("exception_info") or {}).get("exception_message")
+    mismatched = (detail.get("details") or {}).get("mismatched")
     severity = str(config.get("severity", "critical")).lower().rsplit(".", 1)[-1]
     return {
         "expectation": config["type"],
@@ -167,9 +167,20 @@ def _describe(item: dict[str, Any]) -> dict[str, Any]:
         "kwargs": kwargs,
         "unexpected_count": detail.get("unexpected_count"),
         "examples": (detail.get("partial_unexpected_list") or [])[:EXAMPLES],
-        "observed_value": detail.get("observed_value"),
-        "error": exception,
+        "observed_value": None if mismatched else detail.get("observed_value"),
+        "mismatched": mismatched,
+        "error": _exception_message(item.get("exception_info")),
     }
+
+
+def _exception_message(info: dict[str, Any] | None) -> str | None:
+    """GX reports an exception either flat or keyed by the metric that raised it."""
+    if not info:
+        return None
+    if "exception_message" in info:
+        return info["exception_message"]
+    messages = [v.get("exception_message") for v in info.values() if isinstance(v, dict)]
+    return next((m for m in messages if m), None)
 
 
 def describe(subject: str, entries: list[dict[str, Any]], what: str = "failed") -> str:
@@ -180,6 +191,8 @@ def describe(subject: str, entries: list[dict[str, Any]], what: str = "failed") 
         seen = []
         if f["unexpected_count"]:
             seen.append(f"{f['unexpected_count']} unexpected value(s), e.g. {f['examples']}")
+        for kind, columns in (f.get("mismatched") or {}).items():
+            seen.append(f"{kind} column(s) {columns}")
         if f["observed_value"] is not None:
             seen.append(f"observed {f['observed_value']!r}")
         if f["error"]:

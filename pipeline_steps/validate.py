@@ -244,6 +244,45 @@ def _verdict(
     }
 
 
+def read_any(path: str, suite: str) -> pa.Table:
+    """Read a CSV or parquet file (local path or fsspec URL) as the ingest step would."""
+    import fsspec
+
+    from pipeline_steps.sources import SCHEMAS, read_csv_stream
+
+    try:
+        with fsspec.open(path, "rb", compression="infer") as fh:
+            if path.endswith(".parquet"):
+                import pyarrow.parquet as pq
+
+                return pq.read_table(fh)
+            return read_csv_stream(fh, SCHEMAS.get(suite))
+    except FileNotFoundError as exc:
+        raise StepError(f"file {path} does not exist") from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise StepError(f"file {path} cannot be read: {exc}") from exc
+
+
+def check_file(
+    path: str, suite: str, settings: ValidationSettings, day: date | None = None
+) -> SuiteOutcome:
+    """Validate one file by hand against a suite; the partition date defaults to the file's."""
+    frame = as_frame(read_any(path, suite))
+    if day is None and {"year", "month", "day"} <= set(frame.columns) and len(frame):
+        year, month, dom = frame[["year", "month", "day"]].mode().iloc[0]
+        day = date(int(year), int(month), int(dom))
+    parameters: dict[str, Any] = {"row_count_min": 0, "row_count_max": 10**12}
+    if day is not None:
+        parameters |= {
+            "partition_year": day.year,
+            "partition_month": day.month,
+            "partition_day": day.day,
+        }
+    return run_suite(
+        suite, frame, load_suite(suite_path(settings.expectations_dir, suite)), parameters
+    )
+
+
 def publish(lake: Lake, dataset: str, day: date, report: str) -> None:
     """Copy a passing raw partition to ``validated/`` atomically."""
     raw = Lake.partition("raw", dataset, day)
