@@ -5,7 +5,7 @@ written under a temporary name and renamed into place, so a reader never sees ha
 
 Layout (``D`` is an ISO date)::
 
-    raw/<dataset>/date=D/             data.parquet + _manifest.json
+    raw/<dataset>/date=D/version=N/   data.parquet + _manifest.json (a new version per change)
     validated/<dataset>/date=D/       partitions that passed validation
     quarantine/<dataset>/date=D/      partitions that failed, with their report
     reports/validation/date=D/        Great Expectations result JSON
@@ -30,7 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MANIFEST = "_manifest.json"
+CHUNK_ROWS = 65_536  # rows per row group and per hashed chunk
 _DATE_DIR = re.compile(r"date=(\d{4}-\d{2}-\d{2})$")
+_VERSION_DIR = re.compile(r"version=(\d+)$")
+
+
+class Discard(Exception):
+    """Raised inside ``Lake.staged_dir`` to drop the staged folder and leave the target as is."""
 
 
 def safe_run_key(run_id: str) -> str:
@@ -58,6 +64,22 @@ class Lake:
     @staticmethod
     def partition(stage: str, dataset: str, day: date) -> str:
         return f"{stage}/{dataset}/date={day.isoformat()}"
+
+    @staticmethod
+    def raw_version(dataset: str, day: date, version: int) -> str:
+        return f"raw/{dataset}/date={day.isoformat()}/version={version:04d}"
+
+    def raw_versions(self, dataset: str, day: date) -> list[int]:
+        """Complete versions of a raw partition, oldest first."""
+        folder = self.path(Lake.partition("raw", dataset, day))
+        if not self.fs.exists(folder):
+            return []
+        found = []
+        for entry in self.fs.ls(folder, detail=False):
+            match = _VERSION_DIR.search(entry.rstrip("/"))
+            if match and self.fs.exists(f"{entry.rstrip('/')}/{MANIFEST}"):
+                found.append(int(match.group(1)))
+        return sorted(found)
 
     @staticmethod
     def run_dir(run_id: str) -> str:
@@ -123,7 +145,8 @@ class Lake:
 
     @contextmanager
     def staged_dir(self, *parts: str) -> Iterator[str]:
-        """Yield a temporary folder: on success it replaces ``parts`` whole; on error it is gone."""
+        """Yield a temporary folder: on success it replaces ``parts`` whole; on error (or
+        ``Discard``) it is gone and ``parts`` is untouched."""
         target = self.path(*parts)
         parent = target.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)
@@ -131,6 +154,9 @@ class Lake:
         self.fs.makedirs(tmp, exist_ok=True)
         try:
             yield tmp
+        except Discard:
+            self.fs.rm(tmp, recursive=True)
+            return
         except BaseException:
             self.fs.rm(tmp, recursive=True)
             raise
@@ -157,14 +183,59 @@ def _json_bytes(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
 
 
+class PartitionWriter:
+    """Streams record batches into one parquet file, hashing the content as it goes.
+
+    Batches are re-cut into ``CHUNK_ROWS``-row chunks, each one row group and one step of the
+    hash, so the sha256 depends on the rows alone, not on how a source happened to batch them.
+    Memory holds at most one chunk plus one incoming batch.
+    """
+
+    def __init__(self, lake: Lake, path: str, schema: pa.Schema) -> None:
+        self.schema = schema.remove_metadata()
+        self.rows = 0
+        self._digest = hashlib.sha256(schema_fingerprint(self.schema).encode())
+        self._writer = pq.ParquetWriter(path, self.schema, filesystem=lake.fs)
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.schema.remove_metadata().equals(self.schema):
+            raise ValueError(f"batch schema {batch.schema} differs from {self.schema}")
+        self._pending.append(batch.replace_schema_metadata(None))
+        self._pending_rows += batch.num_rows
+        while self._pending_rows >= CHUNK_ROWS:
+            self._flush(CHUNK_ROWS)
+
+    def close(self) -> str:
+        """Finish the file; return the content sha256."""
+        if self._pending_rows or self.rows == 0:
+            self._flush(self._pending_rows)
+        self._writer.close()
+        return self._digest.hexdigest()
+
+    def _flush(self, rows: int) -> None:
+        table = pa.Table.from_batches(self._pending, self.schema)
+        chunk, rest = table.slice(0, rows).combine_chunks(), table.slice(rows)
+        self._writer.write_table(chunk)
+        _hash_chunk(self._digest, chunk)
+        self.rows += chunk.num_rows
+        self._pending, self._pending_rows = rest.to_batches(), rest.num_rows
+
+
+def _hash_chunk(digest: Any, chunk: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, chunk.schema) as writer:
+        writer.write_table(chunk)
+    digest.update(sink.getvalue().to_pybytes())
+
+
 def table_sha256(table: pa.Table) -> str:
-    """sha256 of a table's content (schema + values), independent of parquet encoding details."""
+    """sha256 of a table's content (schema + rows), as ``PartitionWriter`` computes it."""
     table = table.replace_schema_metadata(None)
     digest = hashlib.sha256(schema_fingerprint(table.schema).encode())
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table.combine_chunks())
-    digest.update(sink.getvalue().to_pybytes())
+    for start in range(0, max(table.num_rows, 1), CHUNK_ROWS):
+        _hash_chunk(digest, table.slice(start, CHUNK_ROWS).combine_chunks())
     return digest.hexdigest()
 
 

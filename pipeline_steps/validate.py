@@ -74,7 +74,7 @@ def validate(ctx: RunContext) -> dict[str, Any]:
 
     if failed:
         for dataset, verdict in verdicts.items():
-            raw = Lake.partition("raw", dataset, day)
+            raw = verdict["raw"]
             if not verdict["success"]:
                 with lake.staged_dir(Lake.partition("quarantine", dataset, day)) as tmp:
                     for name in ("data.parquet", MANIFEST):
@@ -85,7 +85,7 @@ def validate(ctx: RunContext) -> dict[str, Any]:
 
     for dataset, verdict in verdicts.items():
         if verdict["status"] != "cached":
-            publish(lake, dataset, day, verdict["report"])
+            publish(lake, verdict["raw"], dataset, day, verdict["report"])
     drift = drift_report(ctx)
     manifest = {
         "step": "validate",
@@ -167,9 +167,7 @@ def drift_report(ctx: RunContext) -> dict[str, Any]:
 
 def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, Any]:
     lake, settings = ctx.lake, ctx.settings.validation
-    raw = Lake.partition("raw", dataset, day)
-    if not lake.exists(raw, MANIFEST):
-        raise StepError(f"partition {lake.path(raw)} does not exist; run the ingest step first")
+    raw = raw_folder(ctx, dataset, day)
     raw_manifest = lake.read_json(raw, MANIFEST)
     reports = f"reports/validation/date={day.isoformat()}"
     report = lake.path(reports, f"{dataset}.json")
@@ -180,6 +178,7 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
             return {
                 "success": True,
                 "status": "cached",
+                "raw": raw,
                 "report": report,
                 "data_docs": None,
                 "evaluated": 0,
@@ -214,7 +213,7 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
         reports,
         f"{dataset}.json",
     )
-    return _verdict(lake.path(raw), outcome, report, docs)
+    return {**_verdict(lake.path(raw), outcome, report, docs), "raw": raw}
 
 
 def _verdict(
@@ -283,9 +282,19 @@ def check_file(
     )
 
 
-def publish(lake: Lake, dataset: str, day: date, report: str) -> None:
-    """Copy a passing raw partition to ``validated/`` atomically."""
-    raw = Lake.partition("raw", dataset, day)
+def raw_folder(ctx: RunContext, dataset: str, day: date) -> str:
+    """The raw version this run ingested, else the latest one."""
+    from pipeline_steps.ingest import latest_raw
+
+    if ctx.lake.exists(ctx.run_dir, "ingest.json"):
+        recorded = ctx.upstream("ingest")["datasets"].get(dataset, {})
+        if recorded.get("version") and recorded.get("date") == day.isoformat():
+            return Lake.raw_version(dataset, day, recorded["version"])
+    return latest_raw(ctx.lake, dataset, day)
+
+
+def publish(lake: Lake, raw: str, dataset: str, day: date, report: str) -> None:
+    """Copy a passing raw partition version to ``validated/`` atomically."""
     with lake.staged_dir(Lake.partition("validated", dataset, day)) as tmp:
         lake.fs.copy(lake.path(raw, "data.parquet"), f"{tmp}/data.parquet")
         lake.dump_json(

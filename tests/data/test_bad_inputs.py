@@ -18,7 +18,7 @@ from pipeline_steps.ingest import ingest
 from pipeline_steps.validate import validate
 from tests.conftest import FIRST_DAY
 
-RAW = f"raw/flights/date={FIRST_DAY}"
+RAW = f"raw/flights/date={FIRST_DAY}/version=0001"
 
 
 def _set(table: pa.Table, column: str, values: pa.Array) -> pa.Table:

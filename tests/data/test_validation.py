@@ -15,7 +15,7 @@ from pipeline_steps.ingest import ingest
 from pipeline_steps.validate import validate
 
 DAY = date(2013, 6, 1)
-RAW = "raw/flights/date=2013-06-01"
+RAW = "raw/flights/date=2013-06-01/version=0001"
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_row_count_is_judged_against_the_trailing_mean(lake_home, make_settings)
 
     ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
     ingest(ctx)
-    raw = f"raw/flights/date={FIRST_DAY}"
+    raw = f"raw/flights/date={FIRST_DAY}/version=0001"
     path = ctx.lake.path(raw, "data.parquet")
     table = pq.read_table(path)
     pq.write_table(table.slice(0, table.num_rows // 4), path)  # a quarter of a usual day

