@@ -71,15 +71,10 @@ class Lake:
 
     def raw_versions(self, dataset: str, day: date) -> list[int]:
         """Complete versions of a raw partition, oldest first."""
-        folder = self.path(Lake.partition("raw", dataset, day))
-        if not self.fs.exists(folder):
-            return []
-        found = []
-        for entry in self.fs.ls(folder, detail=False):
-            match = _VERSION_DIR.search(entry.rstrip("/"))
-            if match and self.fs.exists(f"{entry.rstrip('/')}/{MANIFEST}"):
-                found.append(int(match.group(1)))
-        return sorted(found)
+        found = self._complete_subfolders(
+            self.path(Lake.partition("raw", dataset, day)), _VERSION_DIR
+        )
+        return sorted(int(v) for v in found)
 
     @staticmethod
     def run_dir(run_id: str) -> str:
@@ -107,15 +102,19 @@ class Lake:
 
     def partition_dates(self, stage: str, dataset: str) -> list[date]:
         """Dates of the complete partitions (those with a manifest) of one stage, oldest first."""
-        folder = self.path(stage, dataset)
+        found = self._complete_subfolders(self.path(stage, dataset), _DATE_DIR)
+        return sorted(date.fromisoformat(d) for d in found)
+
+    def _complete_subfolders(self, folder: str, pattern: re.Pattern[str]) -> list[str]:
+        """The first group of ``pattern`` for each subfolder that matches and holds a manifest."""
         if not self.fs.exists(folder):
             return []
-        days = []
+        found = []
         for entry in self.fs.ls(folder, detail=False):
-            match = _DATE_DIR.search(entry.rstrip("/"))
+            match = pattern.search(entry.rstrip("/"))
             if match and self.fs.exists(f"{entry.rstrip('/')}/{MANIFEST}"):
-                days.append(date.fromisoformat(match.group(1)))
-        return sorted(days)
+                found.append(match.group(1))
+        return found
 
     # -- atomic writes ------------------------------------------------------------------------
     def write_bytes(self, data: bytes, *parts: str) -> str:
