@@ -47,6 +47,16 @@ def summarise(run: dict[str, dict[str, Any]]) -> list[str]:
     if "validate" in run:
         checks = sum(d["evaluated"] for d in run["validate"]["datasets"].values())
         lines.append(f"  validation           {run['validate']['verdict']} ({checks} expectations)")
+        drift = run["validate"].get("drift")
+        if drift:
+            verdict = (
+                ("detected on " + ", ".join(drift["crossed"]))
+                if drift["drift_detected"]
+                else "none above thresholds"
+            )
+            lines.append(
+                f"  drift                {verdict} ({drift['reference']}; {drift['report']})"
+            )
     else:
         lines.append("  validation           not passed (see reports/validation/)")
     if "features" in run:

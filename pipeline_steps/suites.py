@@ -8,9 +8,11 @@ A suite file is GX's own JSON form (``name``, ``expectations`` with ``type``, ``
 
 from __future__ import annotations
 
+import copy
 import json
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +49,18 @@ def suite_path(expectations_dir: str, name: str) -> Path:
 
 
 def load_suite(path: Path) -> ExpectationSuite:
-    """Read a suite file; errors name the file and the entry."""
+    """Read a suite file; errors name the file and the entry.
+
+    Parsed suites are kept per process while the file is unchanged (building GX expectation
+    objects takes about a second per suite); each call returns a fresh copy.
+    """
+    if not path.is_file():
+        raise StepError(f"expectation suite {path} does not exist")
+    return copy.deepcopy(_parsed_suite(path, path.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=32)
+def _parsed_suite(path: Path, mtime_ns: int) -> ExpectationSuite:
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +16,31 @@ RUN_TAG = "trainyard.run_id"
 
 def connect(settings: MlflowSettings) -> Any:
     """Point MLflow at the configured store, make sure the experiment exists, return a client."""
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
-    from mlflow import MlflowClient
 
-    if settings.tracking_uri.startswith("sqlite:///"):
-        Path(settings.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(
-            parents=True, exist_ok=True
-        )
+    client = _client(settings.tracking_uri, settings.experiment, settings.artifact_root)
     mlflow.set_tracking_uri(settings.tracking_uri)
     mlflow.set_registry_uri(settings.tracking_uri)
-    client = MlflowClient(settings.tracking_uri, settings.tracking_uri)
-    if client.get_experiment_by_name(settings.experiment) is None:
-        location = settings.artifact_root
+    mlflow.set_experiment(settings.experiment)
+    return client
+
+
+@cache
+def _client(tracking_uri: str, experiment: str, artifact_root: str) -> Any:
+    """One client per store and process: opening a store checks its schema, which takes a while."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow import MlflowClient
+
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri, tracking_uri)
+    if client.get_experiment_by_name(experiment) is None:
+        location = artifact_root
         if location and ":/" not in location:
             location = Path(location).resolve().as_uri()
         client.create_experiment(
-            settings.experiment,
-            artifact_location=f"{location}/{settings.experiment}" if location else None,
+            experiment, artifact_location=f"{location}/{experiment}" if location else None
         )
-    mlflow.set_experiment(settings.experiment)
     return client
 
 
