@@ -11,6 +11,7 @@ line through XCom. A step that cannot go on exits 2 with a readable message and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -29,33 +30,26 @@ STEPS = ("ingest", "validate", "features", "train", "evaluate", "promote")
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
 
 
+# Each step imports heavy libraries (GX, Feast, torch, MLflow) of its own: load only the one run.
+STEP_FUNCTIONS = {
+    "ingest": "pipeline_steps.ingest:ingest",
+    "validate": "pipeline_steps.validate:validate",
+    "features": "pipeline_steps.features:build_features",
+    "train": "pipeline_steps.train:train",
+    "evaluate": "pipeline_steps.evaluate:evaluate",
+    "promote": "pipeline_steps.promote:promote",
+}
+
+
 def step_function(name: str) -> Callable[[RunContext], dict[str, Any]]:
-    """Import a step lazily: each pulls heavy libraries (GX, Feast, torch, MLflow) of its own."""
-    if name == "ingest":
-        from pipeline_steps.ingest import ingest
-
-        return ingest
-    if name == "validate":
-        from pipeline_steps.validate import validate
-
-        return validate
-    if name == "features":
-        from pipeline_steps.features import build_features
-
-        return build_features
-    if name == "train":
-        from pipeline_steps.train import train
-
-        return train
-    if name == "evaluate":
-        from pipeline_steps.evaluate import evaluate
-
-        return evaluate
-    if name == "promote":
-        from pipeline_steps.promote import promote
-
-        return promote
-    raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
+    """The step's function, imported on demand."""
+    if name not in STEP_FUNCTIONS:
+        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
+    module, _, function = STEP_FUNCTIONS[name].partition(":")
+    step: Callable[[RunContext], dict[str, Any]] = getattr(
+        importlib.import_module(module), function
+    )
+    return step
 
 
 def _date(text: str) -> date:
