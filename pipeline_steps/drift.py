@@ -167,14 +167,15 @@ def measure(
             missing_ref = ref.missing / max(ref.rows, 1)
             missing_cur = cur.missing / max(cur.rows, 1)
             missing_delta = abs(missing_cur - missing_ref)
+            statistic = "psi" if kind == "numeric" else "js_distance"
             crossed = []
             if value > threshold:
-                crossed.append("psi" if kind == "numeric" else "js_distance")
+                crossed.append(statistic)
             if missing_delta > cfg.missing_threshold:
                 crossed.append("missing_share")
             features[name] = {
                 "kind": kind,
-                "statistic": "psi" if kind == "numeric" else "js_distance",
+                "statistic": statistic,
                 "value": round(value, 6),
                 "threshold": threshold,
                 "missing_reference": round(missing_ref, 6),

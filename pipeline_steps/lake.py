@@ -169,7 +169,7 @@ class Lake:
 
     def write_parquet(self, table: pa.Table, folder: str, name: str) -> str:
         path = f"{folder}/{name}"
-        pq.write_table(table, path, filesystem=self.fs, row_group_size=64_000)
+        pq.write_table(table, path, filesystem=self.fs, row_group_size=CHUNK_ROWS)
         return path
 
     def remove(self, *parts: str) -> None:

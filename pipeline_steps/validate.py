@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.lake import MANIFEST, Lake
+from pipeline_steps.lake import CHUNK_ROWS, MANIFEST, Lake
 from pipeline_steps.settings import ValidationSettings
 from pipeline_steps.suites import (
     SuiteOutcome,
@@ -74,18 +74,14 @@ def validate(ctx: RunContext) -> dict[str, Any]:
 
     if failed:
         for dataset, verdict in verdicts.items():
-            raw = verdict["raw"]
             if not verdict["success"]:
-                with lake.staged_dir(Lake.partition("quarantine", dataset, day)) as tmp:
-                    for name in ("data.parquet", MANIFEST):
-                        lake.fs.copy(lake.path(raw, name), f"{tmp}/{name}")
-                    lake.fs.copy(verdict["report"], f"{tmp}/validation.json")
+                copy_partition(lake, verdict["raw"], "quarantine", dataset, day, verdict["report"])
             lake.remove(Lake.partition("validated", dataset, day))
         raise StepError("validation failed\n" + "\n".join(failed))
 
     for dataset, verdict in verdicts.items():
         if verdict["status"] != "cached":
-            publish(lake, verdict["raw"], dataset, day, verdict["report"])
+            copy_partition(lake, verdict["raw"], "validated", dataset, day, verdict["report"])
     drift = drift_report(ctx)
     manifest = {
         "step": "validate",
@@ -244,18 +240,15 @@ def _verdict(
 
 
 def read_any(path: str, suite: str) -> pa.Table:
-    """Read a CSV or parquet file (local path or fsspec URL) as the ingest step would."""
+    """Read a CSV or parquet file (local path or fsspec URL) as the file source would."""
     import fsspec
 
-    from pipeline_steps.sources import SCHEMAS, read_csv_stream
+    from pipeline_steps.sources import open_file
 
     try:
         with fsspec.open(path, "rb", compression="infer") as fh:
-            if path.endswith(".parquet"):
-                import pyarrow.parquet as pq
-
-                return pq.read_table(fh)
-            return read_csv_stream(fh, SCHEMAS.get(suite))
+            schema, batches = open_file(fh, path, suite, CHUNK_ROWS)
+            return pa.Table.from_batches(list(batches), schema)
     except FileNotFoundError as exc:
         raise StepError(f"file {path} does not exist") from exc
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -293,10 +286,13 @@ def raw_folder(ctx: RunContext, dataset: str, day: date) -> str:
     return latest_raw(ctx.lake, dataset, day)
 
 
-def publish(lake: Lake, raw: str, dataset: str, day: date, report: str) -> None:
-    """Copy a passing raw partition version to ``validated/`` atomically."""
-    with lake.staged_dir(Lake.partition("validated", dataset, day)) as tmp:
+def copy_partition(lake: Lake, raw: str, stage: str, dataset: str, day: date, report: str) -> None:
+    """Copy a raw partition version to ``validated/`` or ``quarantine/`` atomically, its
+    manifest pointing at the validation report (kept beside it in quarantine)."""
+    with lake.staged_dir(Lake.partition(stage, dataset, day)) as tmp:
         lake.fs.copy(lake.path(raw, "data.parquet"), f"{tmp}/data.parquet")
         lake.dump_json(
             {**lake.read_json(raw, MANIFEST), "validation_report": report}, f"{tmp}/{MANIFEST}"
         )
+        if stage == "quarantine":
+            lake.fs.copy(report, f"{tmp}/validation.json")
