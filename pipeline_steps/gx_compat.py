@@ -1,9 +1,19 @@
-"""A narrow fix for Great Expectations 1.x, applied when suites are run.
+"""Narrow fixes for Great Expectations 1.x, applied when suites are run.
 
 ``expect_column_quantile_values_to_be_between`` returns numpy booleans in its result details;
 inside a Checkpoint the validation-results store serialises results with the standard JSON
 encoder, which rejects them (``TypeError: Object of type bool is not JSON serializable``). The
 patch converts numpy scalars in that expectation's result to Python values; nothing else changes.
+
+The pandas engine hands every column metric the whole batch frame, and its map metrics filter
+that frame by a boolean mask (``df[df[column].notnull()]``): each of a suite's ~200 metrics then
+copies every column of the partition. ``patch_column_domains`` narrows a column, column-pair or
+multi-column domain to the columns it names before that happens; the metrics read only those
+columns, so their values are unchanged.
+
+The pandas engine also fingerprints every batch below 1 GB by hashing all of it (about a sixth
+of a suite's time); ``skip_batch_fingerprint`` uses GX's own cut-off to skip that. A partition
+is already identified by the sha256 its ingest recorded.
 """
 
 from __future__ import annotations
@@ -41,3 +51,55 @@ def patch_quantile_expectation() -> None:
 
     _validate._trainyard_json_safe = True  # type: ignore[attr-defined]
     Quantile._validate = _validate  # type: ignore[method-assign]
+
+
+TABLE_KEYS = ("batch_id", "table")
+# GX's ``ignore_row_if`` values → the rows its pandas engine drops before a pair/multi-column metric
+DROP_MISSING: dict[str, str | None] = {
+    "neither": None,
+    "never": None,
+    "both_values_are_missing": "all",
+    "all_values_are_missing": "all",
+    "either_value_is_missing": "any",
+    "any_value_is_missing": "any",
+}
+
+
+def patch_column_domains() -> None:
+    """Give column-domain metrics of the pandas engine only their own columns (idempotent)."""
+    from great_expectations.execution_engine import PandasExecutionEngine
+
+    original = PandasExecutionEngine.get_domain_records
+    if getattr(original, "_trainyard_narrowed", False):
+        return
+
+    @wraps(original)
+    def get_domain_records(self: Any, domain_kwargs: dict[str, Any]) -> Any:
+        columns = domain_columns(domain_kwargs)
+        how = DROP_MISSING.get(domain_kwargs.get("ignore_row_if", "neither"), "invalid")
+        if not columns or domain_kwargs.get("row_condition") or how == "invalid":
+            return original(self, domain_kwargs)
+        table = original(self, {k: v for k, v in domain_kwargs.items() if k in TABLE_KEYS})
+        if not set(columns) <= set(table.columns) or len(columns) == table.shape[1]:
+            return original(self, domain_kwargs)
+        narrowed = table[columns]
+        return narrowed.dropna(how=how, subset=columns) if how else narrowed
+
+    get_domain_records._trainyard_narrowed = True  # type: ignore[attr-defined]
+    PandasExecutionEngine.get_domain_records = get_domain_records  # type: ignore[method-assign]
+
+
+def domain_columns(domain_kwargs: dict[str, Any]) -> list[str]:
+    """The columns a metric domain names; empty for a table domain."""
+    if "column" in domain_kwargs:
+        return [domain_kwargs["column"]]
+    if "column_A" in domain_kwargs and "column_B" in domain_kwargs:
+        return [domain_kwargs["column_A"], domain_kwargs["column_B"]]
+    return list(domain_kwargs.get("column_list") or [])
+
+
+def skip_batch_fingerprint() -> None:
+    """Set GX's size cut-off for hashing pandas batches to zero, so none are hashed."""
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    pandas_execution_engine.HASH_THRESHOLD = 0

@@ -132,6 +132,8 @@ class ValidationSettings:
     """Highest row count accepted, as a multiple of the trailing mean."""
     data_docs: bool = True
     """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
+    chunk_rows: int = 1_000_000
+    """Partitions with more rows are validated this many rows at a time (bounded memory)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.row_count_low < 1 < self.row_count_high:
@@ -140,6 +142,8 @@ class ValidationSettings:
             )
         if self.trailing_days < 1:
             raise SettingsError("validation.trailing_days must be at least 1")
+        if self.chunk_rows < 1:
+            raise SettingsError("validation.chunk_rows must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -105,8 +105,12 @@ def as_frame(table: pa.Table) -> pd.DataFrame:
         else f
         for f in table.schema
     )
-    frame: pd.DataFrame = table.cast(widened).to_pandas()
+    frame: pd.DataFrame = table.cast(widened).to_pandas(types_mapper=_arrow_strings)
     return frame
+
+
+def _arrow_strings(kind: pa.DataType) -> Any:
+    return pd.StringDtype("pyarrow") if pa.types.is_string(kind) else None
 
 
 def run_suite(
@@ -117,19 +121,41 @@ def run_suite(
     data_docs_dir: str | None = None,
 ) -> SuiteOutcome:
     """Validate ``frame`` with a Checkpoint; render Data Docs into ``data_docs_dir`` if given."""
-    import great_expectations as gx
     from great_expectations.checkpoint import UpdateDataDocsAction
+
+    context = gx_context(data_docs_dir)
+    actions = (
+        [UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])] if data_docs_dir else []
+    )
+    checkpoint = add_checkpoint(context, dataset, suite, actions)
+    outcome = checkpoint.run(
+        batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}
+    )
+    return suite_outcome(dataset, next(iter(outcome.run_results.values())), data_docs_dir)
+
+
+DOCS_SITE = "trainyard"
+
+
+def gx_context(data_docs_dir: str | None) -> Any:
+    """An ephemeral GX context, with a Data Docs site in ``data_docs_dir`` if given."""
+    import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    from pipeline_steps.gx_compat import patch_quantile_expectation, to_builtin
+    from pipeline_steps.gx_compat import (
+        patch_column_domains,
+        patch_quantile_expectation,
+        skip_batch_fingerprint,
+    )
 
     patch_quantile_expectation()
+    patch_column_domains()
+    skip_batch_fingerprint()
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    actions: list[Any] = []
     if data_docs_dir:
         context.add_data_docs_site(
-            site_name="trainyard",
+            site_name=DOCS_SITE,
             site_config={
                 "class_name": "SiteBuilder",
                 "store_backend": {
@@ -139,17 +165,22 @@ def run_suite(
                 "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
             },
         )
-        actions.append(UpdateDataDocsAction(name="data_docs", site_names=["trainyard"]))
+    return context
+
+
+def add_checkpoint(context: Any, dataset: str, suite: ExpectationSuite, actions: list[Any]) -> Any:
+    """One Checkpoint validating a whole dataframe (passed at run time) against ``suite``."""
+    import great_expectations as gx
+
     batch = (
         context.data_sources.add_pandas("lake")
         .add_dataframe_asset(dataset)
         .add_batch_definition_whole_dataframe("partition")
     )
-    suite = context.suites.add(suite)
     definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name=dataset, data=batch, suite=suite)
+        gx.ValidationDefinition(name=dataset, data=batch, suite=context.suites.add(suite))
     )
-    checkpoint = context.checkpoints.add(
+    return context.checkpoints.add(
         gx.Checkpoint(
             name=dataset,
             validation_definitions=[definition],
@@ -157,10 +188,13 @@ def run_suite(
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES},
         )
     )
-    outcome = checkpoint.run(
-        batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}
-    )
-    result = to_builtin(next(iter(outcome.run_results.values())).to_json_dict())
+
+
+def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> SuiteOutcome:
+    """A GX suite validation result, split into critical failures and warnings."""
+    from pipeline_steps.gx_compat import to_builtin
+
+    result = to_builtin(validation.to_json_dict())
     failures: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
     for item in result["results"]:

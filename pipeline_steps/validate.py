@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import math
 from datetime import date, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline_steps.context import RunContext, StepError
 from pipeline_steps.lake import CHUNK_ROWS, MANIFEST, Lake
@@ -27,6 +28,9 @@ from pipeline_steps.suites import (
     suite_path,
     temporary_docs_dir,
 )
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
 
 log = logging.getLogger(__name__)
 MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
@@ -182,16 +186,18 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
                 "warnings": [],
                 "message": "",
             }
-    try:
-        frame = as_frame(lake.read_table(raw, "data.parquet"))
-    except (pa.ArrowException, OSError) as exc:
-        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
     parameters = suite_parameters(lake, dataset, day, settings)
     docs = None
     with temporary_docs_dir() as tmp_docs:
-        outcome = run_suite(
-            dataset, frame, suite, parameters, tmp_docs if settings.data_docs else None
+        outcome = run_partition_suite(
+            lake,
+            raw,
+            dataset,
+            suite,
+            parameters,
+            tmp_docs if settings.data_docs else None,
+            settings.chunk_rows,
         )
         if settings.data_docs:
             docs = lake.path(reports, "data_docs", dataset)
@@ -210,6 +216,32 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> dict[str, An
         f"{dataset}.json",
     )
     return {**_verdict(lake.path(raw), outcome, report, docs), "raw": raw}
+
+
+def run_partition_suite(
+    lake: Lake,
+    raw: str,
+    dataset: str,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any],
+    data_docs_dir: str | None,
+    chunk_rows: int,
+) -> SuiteOutcome:
+    """Run the suite on the whole partition, or chunk by chunk when it has more rows."""
+    from pipeline_steps.suite_chunks import run_suite_chunked
+
+    path = lake.path(raw, "data.parquet")
+    try:
+        with lake.fs.open(path, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            if parquet.metadata.num_rows > chunk_rows:
+                return run_suite_chunked(
+                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows
+                )
+            frame = as_frame(parquet.read())
+    except (pa.ArrowException, OSError) as exc:
+        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
+    return run_suite(dataset, frame, suite, parameters, data_docs_dir)
 
 
 def _verdict(

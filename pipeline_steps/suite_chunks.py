@@ -1,0 +1,298 @@
+"""A suite run over a large parquet partition chunk by chunk, with bounded memory.
+
+Row-wise expectations (nulls, ranges, sets, types, clock times, lengths) run through one GX
+Checkpoint per chunk; their unexpected counts and examples are summed across chunks and
+``mostly`` is applied to the totals, so the verdict is the one a single frame would get.
+Expectations about the whole table cannot be judged per chunk; they are computed from
+aggregates gathered while streaming: the row count (parquet metadata), compound-key uniqueness
+(a 64-bit hash per row; rows under a repeated hash are read back for the examples) and column
+quantiles (the column's values, 8 bytes a row). The next chunk is read and converted in a
+background thread while GX validates the current one. The merged result has GX's own shape, so
+reports, Data Docs and failure messages read as for a single frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pandas.api.types import is_numeric_dtype
+
+from pipeline_steps.prefetch import prefetch
+from pipeline_steps.suites import (
+    DOCS_SITE,
+    EXAMPLES,
+    SuiteOutcome,
+    add_checkpoint,
+    as_frame,
+    gx_context,
+    suite_outcome,
+)
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+ROW_COUNT = "expect_table_row_count_to_be_between"
+UNIQUE_KEY = "expect_compound_columns_to_be_unique"
+QUANTILES = "expect_column_quantile_values_to_be_between"
+WHOLE_TABLE = (ROW_COUNT, UNIQUE_KEY, QUANTILES)
+COUNTS = ("element_count", "missing_count", "unexpected_count")
+
+
+def run_suite_chunked(
+    dataset: str,
+    parquet: pq.ParquetFile,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any],
+    data_docs_dir: str | None,
+    chunk_rows: int,
+) -> SuiteOutcome:
+    """Validate a parquet file ``chunk_rows`` rows at a time against ``suite``."""
+    from great_expectations.checkpoint import CheckpointResult, UpdateDataDocsAction
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    expectations = [(e, resolve(e.configuration.kwargs, parameters)) for e in suite.expectations]
+    whole = [(e, kw) for e, kw in expectations if e.expectation_type in WHOLE_TABLE]
+    rowwise = ExpectationSuite(
+        name=suite.name,
+        expectations=[_fresh(e) for e, _ in expectations if e.expectation_type not in WHOLE_TABLE],
+    )
+    context = gx_context(data_docs_dir)
+    checkpoint = add_checkpoint(context, dataset, rowwise, [])
+    aggregates = Aggregates.for_expectations(whole)
+    first: Any = None
+    merged: Any = None
+    for frame in prefetch(_chunks(parquet, chunk_rows)):  # the next chunk is read meanwhile
+        run = checkpoint.run(
+            batch_parameters={"dataframe": frame}, expectation_parameters=parameters
+        )
+        if first is None:
+            first = run
+        result = next(iter(run.run_results.values()))
+        merged = result if merged is None else _merge(merged, result, expectations)
+        aggregates.add(frame)
+
+    judged = iter(merged.results)
+    merged.results = [
+        _judge_whole(e, kw, aggregates, parquet)
+        if e.expectation_type in WHOLE_TABLE
+        else next(judged)
+        for e, kw in expectations
+    ]
+    _restate(merged)
+    if data_docs_dir:
+        identifier = next(iter(first.run_results))
+        context.suites.delete(suite.name)
+        context.suites.add(_fresh_suite(suite))
+        context.validation_results_store.set(identifier, merged)
+        UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE]).run(
+            CheckpointResult(
+                run_id=first.run_id,
+                run_results={identifier: merged},
+                checkpoint_config=checkpoint,
+            )
+        )
+    return suite_outcome(dataset, merged, data_docs_dir)
+
+
+def resolve(kwargs: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """Kwargs with ``{"$PARAMETER": name}`` replaced by the run's value."""
+    return {
+        k: parameters.get(v["$PARAMETER"]) if isinstance(v, dict) and "$PARAMETER" in v else v
+        for k, v in kwargs.items()
+    }
+
+
+def _fresh(expectation: Any) -> Any:
+    config = expectation.configuration
+    config.id = None
+    return config.to_domain_obj()
+
+
+def _fresh_suite(suite: ExpectationSuite) -> ExpectationSuite:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    return ExpectationSuite(name=suite.name, expectations=[_fresh(e) for e in suite.expectations])
+
+
+def _chunks(parquet: pq.ParquetFile, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    for batch in parquet.iter_batches(batch_size=chunk_rows):
+        yield as_frame(pa.Table.from_batches([batch]))
+
+
+def _merge(merged: Any, chunk: Any, expectations: list[tuple[Any, dict[str, Any]]]) -> Any:
+    """Fold one chunk's results into the running result (same row-wise expectations, in order)."""
+    kwargs = [kw for e, kw in expectations if e.expectation_type not in WHOLE_TABLE]
+    for total, part, kw in zip(merged.results, chunk.results, kwargs, strict=True):
+        if part.exception_info and part.exception_info.get("raised_exception"):
+            total.exception_info = part.exception_info
+        a, b = total.result, part.result
+        if "unexpected_count" in a and "unexpected_count" in b:
+            for key in COUNTS:
+                if key in a:
+                    a[key] += b.get(key, 0)
+            a["partial_unexpected_list"] = (
+                list(a.get("partial_unexpected_list") or [])
+                + list(b.get("partial_unexpected_list") or [])
+            )[:EXAMPLES]
+            a.pop("partial_unexpected_counts", None)
+            a.pop("partial_unexpected_index_list", None)
+            _percentages(a)
+            total.success = _mostly_met(a, kw.get("mostly"))
+        elif total.success and not part.success:
+            total.result, total.success = b, False
+    return merged
+
+
+def _percentages(result: dict[str, Any]) -> None:
+    elements = result.get("element_count", 0)
+    missing = result.get("missing_count", 0)
+    present = elements - missing
+    unexpected = result["unexpected_count"]
+    result["unexpected_percent"] = share(unexpected, present)
+    if "missing_count" in result:
+        result["missing_percent"] = share(missing, elements)
+        result["unexpected_percent_total"] = share(unexpected, elements)
+        result["unexpected_percent_nonmissing"] = share(unexpected, present)
+
+
+def share(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
+def _mostly_met(result: dict[str, Any], mostly: float | None) -> bool:
+    """GX's rule: the share of non-missing values that are expected reaches ``mostly``."""
+    present = result.get("element_count", 0) - result.get("missing_count", 0)
+    if present == 0:
+        return True
+    return (present - result["unexpected_count"]) / present >= (1.0 if mostly is None else mostly)
+
+
+def _restate(merged: Any) -> None:
+    results = merged.results
+    passed = sum(bool(r.success) for r in results)
+    merged.success = passed == len(results)
+    merged.statistics.update(
+        evaluated_expectations=len(results),
+        successful_expectations=passed,
+        unsuccessful_expectations=len(results) - passed,
+        success_percent=100.0 * passed / len(results) if results else None,
+    )
+
+
+@dataclass
+class Aggregates:
+    """What the whole-table expectations need, gathered chunk by chunk."""
+
+    keys: dict[tuple[str, ...], list[np.ndarray]] = field(default_factory=dict)
+    values: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    @classmethod
+    def for_expectations(cls, whole: list[tuple[Any, dict[str, Any]]]) -> Aggregates:
+        aggregates = cls()
+        for expectation, kw in whole:
+            if expectation.expectation_type == UNIQUE_KEY:
+                aggregates.keys[tuple(kw["column_list"])] = []
+            elif expectation.expectation_type == QUANTILES:
+                aggregates.values[kw["column"]] = []
+        return aggregates
+
+    def add(self, frame: pd.DataFrame) -> None:
+        for columns, hashes in self.keys.items():
+            if set(columns) <= set(frame.columns):
+                hashes.append(key_hashes(frame, columns))
+        for column, values in self.values.items():
+            if column in frame.columns:
+                values.append(frame[column].dropna().to_numpy())
+
+
+def key_hashes(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    """A 64-bit hash of each row's key, equal across chunks for equal keys.
+
+    Each column's distinct values are hashed once (numbers as float64, so a chunk holding
+    integers as floats hashes them alike) and the row's column hashes are mixed FNV-style."""
+    mixed = np.zeros(len(frame), np.uint64)
+    for name in columns:
+        codes, uniques = pd.factorize(frame[name], use_na_sentinel=False)
+        values = np.asarray(uniques, dtype=float if is_numeric_dtype(uniques) else object)
+        mixed = (mixed * FNV_PRIME) ^ pd.util.hash_array(values)[codes]
+    return mixed
+
+
+FNV_PRIME = np.uint64(1_099_511_628_211)
+
+
+def _judge_whole(
+    expectation: Any, kw: dict[str, Any], aggregates: Aggregates, parquet: pq.ParquetFile
+) -> Any:
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationValidationResult,
+    )
+
+    kind = expectation.expectation_type
+    if kind == ROW_COUNT:
+        rows = parquet.metadata.num_rows
+        low, high = kw.get("min_value"), kw.get("max_value")
+        success = (low is None or rows >= low) and (high is None or rows <= high)
+        result: dict[str, Any] = {"observed_value": rows}
+    elif kind == UNIQUE_KEY:
+        success, result = _unique_key(tuple(kw["column_list"]), aggregates, parquet)
+    else:
+        success, result = _quantiles(kw, aggregates)
+    return ExpectationValidationResult(
+        success=success,
+        expectation_config=expectation.configuration,
+        result=result,
+        exception_info={
+            "raised_exception": False,
+            "exception_message": None,
+            "exception_traceback": None,
+        },
+    )
+
+
+def _unique_key(
+    columns: tuple[str, ...], aggregates: Aggregates, parquet: pq.ParquetFile
+) -> tuple[bool, dict[str, Any]]:
+    parts = aggregates.keys.get(columns) or []
+    hashes = np.concatenate(parts) if parts else np.empty(0, np.uint64)
+    ordered = np.sort(hashes)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    unexpected = int(np.isin(hashes, repeated).sum()) if len(repeated) else 0
+    examples: list[dict[str, Any]] = []
+    if unexpected:
+        for batch in parquet.iter_batches(columns=list(columns), batch_size=65_536):
+            frame = as_frame(pa.Table.from_batches([batch]))
+            rows = frame[np.isin(key_hashes(frame, columns), repeated)]
+            examples += rows.head(EXAMPLES - len(examples)).to_dict("records")
+            if len(examples) >= EXAMPLES:
+                break
+    result = {
+        "element_count": len(hashes),
+        "unexpected_count": unexpected,
+        "unexpected_percent": 100.0 * unexpected / len(hashes) if len(hashes) else 0.0,
+        "partial_unexpected_list": examples,
+    }
+    return unexpected == 0, result
+
+
+def _quantiles(kw: dict[str, Any], aggregates: Aggregates) -> tuple[bool, dict[str, Any]]:
+    ranges = kw["quantile_ranges"]
+    parts = aggregates.values.get(kw["column"]) or []
+    values = np.concatenate(parts) if parts else np.empty(0)
+    if not len(values):
+        return False, {"observed_value": None}
+    observed = np.quantile(values, ranges["quantiles"], method="nearest").tolist()
+    details = [
+        (low is None or v >= low) and (high is None or v <= high)
+        for v, (low, high) in zip(observed, ranges["value_ranges"], strict=True)
+    ]
+    return all(details), {
+        "observed_value": {"quantiles": list(ranges["quantiles"]), "values": observed},
+        "details": {"success_details": details},
+    }
