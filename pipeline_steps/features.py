@@ -275,7 +275,7 @@ def build_features(ctx: RunContext) -> dict[str, Any]:
     with lake.staged_dir(out_dir) as tmp:
         for name, frame in sets.items():
             table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-            lake.write_parquet(table, tmp, f"{name}.parquet")
+            lake.write_parquet(table, tmp, f"{name}.parquet", settings.row_group_rows)
             summary[name] = {
                 "path": lake.path(out_dir, f"{name}.parquet"),
                 "rows": len(frame),

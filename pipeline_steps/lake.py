@@ -167,9 +167,11 @@ class Lake:
         if had_old:
             self.fs.rm(old, recursive=True)
 
-    def write_parquet(self, table: pa.Table, folder: str, name: str) -> str:
+    def write_parquet(
+        self, table: pa.Table, folder: str, name: str, row_group_rows: int = CHUNK_ROWS
+    ) -> str:
         path = f"{folder}/{name}"
-        pq.write_table(table, path, filesystem=self.fs, row_group_size=CHUNK_ROWS)
+        pq.write_table(table, path, filesystem=self.fs, row_group_size=row_group_rows)
         return path
 
     def remove(self, *parts: str) -> None:

@@ -44,3 +44,14 @@ def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[s
         "positive_rate": round(float(np.mean(y)), 6),
         "rows": len(y),
     }
+
+
+def binned_auc(positives: ArrayLike, negatives: ArrayLike) -> float:
+    """ROC AUC from score histograms of the two classes over the same ascending bins (ties in a
+    bin count half); what distributed ranks can sum. NaN if one class is absent."""
+    pos = np.asarray(positives, dtype=np.float64)
+    neg = np.asarray(negatives, dtype=np.float64)
+    if pos.sum() == 0 or neg.sum() == 0:
+        return float("nan")
+    below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
+    return float((pos * (below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))

@@ -2,7 +2,10 @@
 
 ``runtime: local``      a task that runs the step's argv as a subprocess, streaming its output into
                         the task log, and returns the step's JSON manifest (its last stdout line).
-``runtime: kubernetes`` a KubernetesPodOperator running the same argv in the step image.
+``runtime: kubernetes`` a KubernetesPodOperator running the same argv in the step image; with
+                        ``kubernetes.train_nodes`` > 1 the train step is an Indexed Job of that
+                        many pods (KubernetesJobOperator) between the creation and removal of the
+                        headless Service its torchrun rendezvous goes through.
 
 Kept light: DAG parsing imports this, so nothing heavy is imported at module level. This is the
 only module of the package that imports Airflow; the steps never do.
@@ -33,15 +36,32 @@ def step_argv(step: str, settings: Settings) -> list[str]:
     argv = ["trainyard", "step", step, "--run-id", RUN_ID, "--logical-date", LOGICAL_DATE]
     if step != "train":
         return argv
+    k8s = settings.kubernetes
+    on_gpus = settings.orchestration.runtime == "kubernetes" and k8s.train_gpus
+    processes = k8s.train_gpus if on_gpus else settings.train.nproc_per_node
+    if settings.orchestration.runtime == "kubernetes" and k8s.train_nodes > 1:
+        # Kubernetes expands $(VAR) from the container's environment (see multi_node_env).
+        endpoint = f"$(TRAINYARD_JOB_NAME)-0.{TRAIN_SERVICE}:{k8s.rendezvous_port}"
+        launch = [
+            f"--nnodes={k8s.train_nodes}",
+            "--node-rank=$(JOB_COMPLETION_INDEX)",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=$(TRAINYARD_JOB_NAME)",
+        ]
+    else:
+        launch = ["--standalone", "--nnodes=1"]
     return [
         "torchrun",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc-per-node={settings.train.nproc_per_node}",
+        *launch,
+        f"--nproc-per-node={processes}",
         f"--max-restarts={settings.train.max_restarts}",
         "--no-python",
         *argv,
     ]
+
+
+TRAIN_SERVICE = "trainyard-train"  # headless Service of a multi-node training Job
 
 
 def parse_manifest(lines: list[str]) -> dict[str, Any] | None:
@@ -138,14 +158,54 @@ def pod_environment(settings: Settings) -> dict[str, str]:
         "TRAINYARD_MLFLOW__TRACKING_URI": settings.mlflow.tracking_uri,
         "TRAINYARD_MLFLOW__ARTIFACT_ROOT": settings.mlflow.artifact_root,
         "TRAINYARD_TRAIN__NPROC_PER_NODE": str(settings.train.nproc_per_node),
+        "TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S": str(settings.train.collective_timeout_s),
+        # A failed NCCL collective aborts the process instead of leaving peers waiting.
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "PYTHONUNBUFFERED": "1",
     }
     return env
 
 
-def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOperator:
-    """A KubernetesPodOperator running the step's argv in the step image."""
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+def multi_node_env(settings: Settings) -> list[Any]:
+    """The pod environment of a multi-node Job: the settings, this Job's name and pod index."""
+    from kubernetes.client import models as k8s
+
+    def field(path: str) -> Any:
+        return k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path=path))
+
+    return [
+        *(k8s.V1EnvVar(name=k, value=v) for k, v in pod_environment(settings).items()),
+        k8s.V1EnvVar(name="TRAINYARD_JOB_NAME", value_from=field("metadata.labels['job-name']")),
+        k8s.V1EnvVar(
+            name="JOB_COMPLETION_INDEX",
+            value_from=field("metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+        ),
+    ]
+
+
+def headless_service(settings: Settings) -> dict[str, Any]:
+    """The Service giving the Job's pods stable DNS names (``<job>-<index>.trainyard-train``)."""
+    cfg = settings.kubernetes
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": TRAIN_SERVICE,
+            "namespace": cfg.namespace,
+            "labels": {"app.kubernetes.io/name": "trainyard"},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"app.kubernetes.io/name": "trainyard", "trainyard/step": "train"},
+            "ports": [{"name": "rendezvous", "port": cfg.rendezvous_port}],
+            # pods must resolve each other before they are ready: rendezvous comes first
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def pod_arguments(step: str, settings: Settings) -> dict[str, Any]:
+    """What a step's pod looks like, for a single pod and for the pods of a training Job."""
     from kubernetes.client import models as k8s
 
     cfg = settings.kubernetes
@@ -157,10 +217,13 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
     if step == "train" and cfg.train_gpus:
         limits["nvidia.com/gpu"] = str(cfg.train_gpus)
-    volumes, mounts = (
-        [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())],
-        [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")],
-    )
+    volumes = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())]
+    mounts = [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")]
+    if step == "train":  # shared memory for the data path and NCCL beyond the 64 MiB default
+        volumes.append(
+            k8s.V1Volume(name="shm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory"))
+        )
+        mounts.append(k8s.V1VolumeMount(name="shm", mount_path="/dev/shm"))
     if cfg.lake_pvc:
         volumes.append(
             k8s.V1Volume(
@@ -171,39 +234,99 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
             )
         )
         mounts.append(k8s.V1VolumeMount(name="lake", mount_path=cfg.lake_mount_path))
+    return {
+        "namespace": cfg.namespace,
+        "image": cfg.image,
+        "image_pull_policy": cfg.image_pull_policy,
+        "service_account_name": cfg.service_account,
+        "cmds": step_argv(step, settings),
+        "arguments": [],
+        "env_vars": pod_environment(settings),
+        "container_resources": k8s.V1ResourceRequirements(
+            requests={"cpu": cfg.cpu_request, "memory": cfg.memory_request}, limits=limits
+        ),
+        "node_selector": dict(cfg.node_selector) if step == "train" else None,
+        "tolerations": [k8s.V1Toleration(**t) for t in cfg.tolerations]
+        if step == "train"
+        else None,
+        "volumes": volumes,
+        "volume_mounts": mounts,
+        "security_context": k8s.V1PodSecurityContext(
+            run_as_non_root=True, run_as_user=10001, fs_group=10001
+        ),
+        "container_security_context": restricted,
+        "labels": {"app.kubernetes.io/name": "trainyard", "trainyard/step": step},
+        "get_logs": True,
+    }
+
+
+def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOperator:
+    """A KubernetesPodOperator running the step's argv in the step image."""
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    pod = pod_arguments(step, settings)
     return KubernetesPodOperator(
         task_id=step,
         name=f"trainyard-{step}",
-        namespace=cfg.namespace,
-        image=cfg.image,
-        image_pull_policy=cfg.image_pull_policy,
-        service_account_name=cfg.service_account,
-        cmds=step_argv(step, settings),
-        arguments=[],
-        env_vars=pod_environment(settings),
-        container_resources=k8s.V1ResourceRequirements(
-            requests={"cpu": cfg.cpu_request, "memory": cfg.memory_request}, limits=limits
-        ),
-        node_selector=dict(cfg.node_selector) if step == "train" else None,
-        tolerations=[k8s.V1Toleration(**t) for t in cfg.tolerations] if step == "train" else None,
-        volumes=volumes,
-        volume_mounts=mounts,
-        security_context=k8s.V1PodSecurityContext(
-            run_as_non_root=True, run_as_user=10001, fs_group=10001
-        ),
-        container_security_context=restricted,
-        xcom_sidecar_container_security_context=restricted,
-        labels={"app.kubernetes.io/name": "trainyard", "trainyard/step": step},
+        xcom_sidecar_container_security_context=pod["container_security_context"],
         do_xcom_push=True,
-        get_logs=True,
         on_finish_action="delete_pod",
+        **pod,
         **task_args,
     )
 
 
-def step_task(step: str, settings: Settings) -> BaseOperator:
-    """The task for one step under the configured runtime, with retries and backoff."""
+def multi_node_training(settings: Settings, **task_args: Any) -> Any:
+    """``train`` on several nodes: create the headless Service, run the Indexed Job (one pod per
+    node, torchrun in each), remove the Service whatever the outcome. Returns the task group."""
+    import yaml
+    from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+    from airflow.providers.cncf.kubernetes.operators.resource import (
+        KubernetesCreateResourceOperator,
+        KubernetesDeleteResourceOperator,
+    )
+    from airflow.sdk import TaskGroup
+    from kubernetes.client import models as k8s
+
+    cfg = settings.kubernetes
+    service = yaml.safe_dump(headless_service(settings))
+    pod = pod_arguments("train", settings) | {"env_vars": multi_node_env(settings)}
+    with TaskGroup(group_id="train", tooltip=f"training on {cfg.train_nodes} nodes") as group:
+        create = KubernetesCreateResourceOperator(
+            task_id="create_rendezvous_service", yaml_conf=service, namespace=cfg.namespace
+        )
+        job = KubernetesJobOperator(
+            task_id="job",
+            name="trainyard-train",
+            random_name_suffix=True,
+            completion_mode="Indexed",
+            completions=cfg.train_nodes,
+            parallelism=cfg.train_nodes,
+            backoff_limit=0,  # retries are torchrun restarts and Airflow task retries
+            wait_until_job_complete=True,
+            # pods named <job>-<index> resolve through the Service as <job>-<index>.<service>
+            full_pod_spec=k8s.V1Pod(spec=k8s.V1PodSpec(containers=[], subdomain=TRAIN_SERVICE)),
+            do_xcom_push=False,
+            on_finish_action="delete_pod",
+            **pod,
+            **task_args,
+        )
+        delete = KubernetesDeleteResourceOperator(
+            task_id="delete_rendezvous_service",
+            yaml_conf=service,
+            namespace=cfg.namespace,
+            trigger_rule="all_done",
+        )
+        create >> job >> delete
+    return group
+
+
+def step_task(step: str, settings: Settings) -> Any:
+    """The task for one step under the configured runtime, with retries and backoff (a task
+    group for training on several Kubernetes nodes)."""
     task_args = _retry_args(settings)
     if settings.orchestration.runtime == "kubernetes":
+        if step == "train" and settings.kubernetes.train_nodes > 1:
+            return multi_node_training(settings, **task_args)
         return kubernetes_step(step, settings, **task_args)
     return LocalStepOperator(task_id=step, step=step, argv=step_argv(step, settings), **task_args)

@@ -200,8 +200,13 @@ class FeatureSettings:
     """A flight is late (label 1) when it arrives more than this many minutes late."""
     cancelled_as_delayed: bool = True
     """Label flights with no arrival delay (cancelled or diverted) as late rather than drop them."""
+    row_group_rows: int = 4096
+    """Rows per parquet row group of the frozen training sets: the block that training ranks
+    shard and shuffle, so a set needs at least as many row groups as there are ranks."""
 
     def __post_init__(self) -> None:
+        if self.row_group_rows < 1:
+            raise SettingsError("features.row_group_rows must be at least 1")
         if self.window_days < 2:
             raise SettingsError("features.window_days must be at least 2 (training days + holdout)")
         if not 1 <= self.min_train_days < self.window_days:
@@ -211,23 +216,51 @@ class FeatureSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSettings:
     model: str = "mlp"
-    """Architecture: ``mlp`` (categorical embeddings + MLP)."""
+    """Architecture: ``mlp`` (categorical embeddings + MLP) or ``ft_transformer`` (feature
+    tokenizer + Transformer encoder, Gorishniy et al. 2021)."""
     epochs: int = 6
-    """Passes over the training set."""
+    """Most passes over the training set (early stopping may end sooner)."""
     batch_size: int = 512
-    """Examples per optimizer step on each process."""
+    """Examples per forward pass on each process."""
+    grad_accumulation: int = 1
+    """Batches whose gradients are summed per optimizer step."""
     learning_rate: float = 2e-3
-    """AdamW learning rate."""
+    """AdamW peak learning rate."""
     weight_decay: float = 1e-4
     """AdamW weight decay."""
+    warmup_fraction: float = 0.05
+    """Share of all optimizer steps with a linear warmup; a cosine decay to zero follows."""
+    grad_clip: float = 1.0
+    """Largest gradient norm; 0 disables clipping."""
+    amp: bool = True
+    """bfloat16 autocast on CUDA (ignored on CPU)."""
+    patience: int = 3
+    """Stop after this many epochs without a better validation loss; 0 never stops early."""
     hidden_dims: tuple[int, ...] = (128, 64)
-    """Widths of the hidden layers."""
+    """``mlp``: widths of the hidden layers."""
     embedding_dim: int = 8
-    """Width of each categorical embedding."""
+    """``mlp``: width of each categorical embedding."""
+    token_dim: int = 32
+    """``ft_transformer``: width of each feature token."""
+    transformer_layers: int = 2
+    """``ft_transformer``: encoder layers."""
+    attention_heads: int = 4
+    """``ft_transformer``: attention heads (must divide ``token_dim``)."""
     dropout: float = 0.1
-    """Dropout after each hidden layer."""
+    """Dropout in hidden layers (``mlp``) or encoder layers (``ft_transformer``)."""
     validation_fraction: float = 0.1
     """Share of the training days' rows held back for per-epoch validation loss."""
+    shuffle_buffer: int = 65_536
+    """Rows mixed by each process's seeded shuffle buffer."""
+    prefetch: int = 2
+    """Batches prepared ahead in a background thread."""
+    checkpoint_every: int = 200
+    """Optimizer steps between checkpoints (one is also written at each epoch end); 0: epoch
+    ends only."""
+    keep_checkpoints: int = 3
+    """Newest checkpoints kept."""
+    log_every: int = 50
+    """Optimizer steps between the training-loss points sent to MLflow (in one batch per epoch)."""
     seed: int = 13
     """Seed for weights, data order and dropout; the same seed gives the same model on CPU."""
     nproc_per_node: int = 1
@@ -236,17 +269,45 @@ class TrainSettings:
     """torchrun restarts of failed workers; workers resume from the last checkpoint."""
     device: str = "auto"
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
+    collective_timeout_s: int = 120
+    """Seconds a collective (all-reduce, barrier) may wait for a peer before the process fails,
+    so a dead rank ends the attempt quickly instead of hanging (PyTorch's default is 10-30 min)."""
 
     def __post_init__(self) -> None:
-        if self.model != "mlp":
-            raise SettingsError(f"train.model {self.model!r} is unknown; known: mlp")
-        for name in ("epochs", "batch_size", "embedding_dim", "nproc_per_node"):
+        if self.model not in ("mlp", "ft_transformer"):
+            raise SettingsError(
+                f"train.model {self.model!r} is unknown; known: mlp, ft_transformer"
+            )
+        for name in (
+            "epochs",
+            "batch_size",
+            "grad_accumulation",
+            "embedding_dim",
+            "token_dim",
+            "transformer_layers",
+            "attention_heads",
+            "shuffle_buffer",
+            "keep_checkpoints",
+            "log_every",
+            "nproc_per_node",
+        ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"train.{name} must be at least 1")
+        if self.collective_timeout_s < 1:
+            raise SettingsError("train.collective_timeout_s must be at least 1")
+        for name in ("patience", "prefetch", "checkpoint_every", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"train.{name} must not be negative")
+        if self.token_dim % self.attention_heads:
+            raise SettingsError("train.attention_heads must divide train.token_dim")
         if not self.hidden_dims or min(self.hidden_dims) < 1:
             raise SettingsError("train.hidden_dims must be a non-empty list of positive widths")
         if not 0.0 <= self.dropout < 1.0:
             raise SettingsError("train.dropout must be in [0, 1)")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise SettingsError("train.warmup_fraction must be in [0, 1)")
+        if self.grad_clip < 0:
+            raise SettingsError("train.grad_clip must not be negative")
         if not 0.0 < self.validation_fraction < 0.5:
             raise SettingsError("train.validation_fraction must be in (0, 0.5)")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -286,7 +347,12 @@ class KubernetesSettings:
     memory_limit: str = "8Gi"
     """Memory limit of a step pod."""
     train_gpus: int = 0
-    """GPUs requested by the training pod (``nvidia.com/gpu``)."""
+    """GPUs per training node (``nvidia.com/gpu``); torchrun starts one process per GPU."""
+    train_nodes: int = 1
+    """Training nodes. One: a pod running torchrun. More: an Indexed Job of that many pods with
+    a headless Service for torchrun's c10d rendezvous at pod 0, created and removed around it."""
+    rendezvous_port: int = 29500
+    """Port of the c10d rendezvous store on pod 0 of a multi-node training Job."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Node selector of the training pod."""
     tolerations: tuple[dict[str, str], ...] = ()
@@ -295,6 +361,12 @@ class KubernetesSettings:
     """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
     lake_mount_path: str = "/lake"
     """Mount path of the lake volume inside the pod."""
+
+    def __post_init__(self) -> None:
+        if self.train_nodes < 1 or self.train_gpus < 0:
+            raise SettingsError(
+                "kubernetes.train_nodes must be at least 1, train_gpus not negative"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

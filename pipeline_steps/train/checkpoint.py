@@ -1,4 +1,9 @@
-"""Checkpoints: written atomically (temp + rename), the last few kept, the newest valid loaded."""
+"""Checkpoints: written atomically (temp + rename), the last few kept, the newest valid loaded.
+
+A checkpoint is named by the optimizer step it was taken after (``step-00000123.pt``) and holds
+what an exact resume needs: model, optimizer, scheduler and scaler states, epoch, the batches of
+that epoch already consumed, early-stopping state, every rank's RNG states and the config hash.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +17,14 @@ import torch
 from pipeline_steps.lake import Lake
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"epoch-(\d+)\.pt$")
+_NAME = re.compile(r"step-(\d+)\.pt$")
 
 
-def save(lake: Lake, folder: str, epoch: int, state: dict[str, Any], keep: int = 3) -> str:
-    """Write ``<folder>/epoch-NNNN.pt`` atomically and prune all but the newest ``keep``."""
+def save(lake: Lake, folder: str, step: int, state: dict[str, Any], keep: int = 3) -> str:
+    """Write ``<folder>/step-NNNNNNNN.pt`` atomically and prune all but the newest ``keep``."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    target = lake.write_bytes(buffer.getvalue(), folder, f"epoch-{epoch:04d}.pt")
+    target = lake.write_bytes(buffer.getvalue(), folder, f"step-{step:08d}.pt")
     for stale in _checkpoints(lake, folder)[:-keep]:
         lake.fs.rm(stale)
     return target
@@ -44,6 +49,8 @@ def load_latest(lake: Lake, folder: str, config_hash: str) -> dict[str, Any] | N
         if state.get("config_hash") != config_hash:
             log.warning("checkpoint %s was written with other settings; ignoring it", path)
             continue
-        log.info("resuming from %s (epoch %d)", path, state["epoch"])
+        log.info(
+            "resuming from %s (epoch %d, batch %d)", path, state["epoch"], state["epoch_batches"]
+        )
         return state
     return None

@@ -1,8 +1,9 @@
 """Train step: the frozen training set → a PyTorch model, launched by torchrun.
 
-Reads top to bottom: detect DDP from torchrun's environment, load and preprocess the data, build
-the model, resume from the newest checkpoint, run the epochs, and (rank 0 only) log to MLflow,
-checkpoint and package the model.
+Reads top to bottom: detect DDP from torchrun's environment, stream the training set and fit the
+preprocessing, build the model, optimizer and schedule, resume from the newest checkpoint, run
+the epochs (accumulate, clip, step; checkpoint every N steps), validate and stop early, and
+(rank 0 only) log to MLflow and package the model.
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import random
 import tempfile
 import time
+from contextlib import nullcontext, suppress
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +27,27 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.metrics import roc_auc
+from pipeline_steps.metrics import binned_auc
+from pipeline_steps.prefetch import prefetch
 from pipeline_steps.train import checkpoint
-from pipeline_steps.train.data import Preprocessor, TensorSet, batches, tensor_set
-from pipeline_steps.train.models import build_model
+from pipeline_steps.train.data import (
+    Preprocessor,
+    TrainingTable,
+    epoch_batches,
+    validation_batches,
+)
+from pipeline_steps.train.models import build_model, model_config
 
 log = logging.getLogger(__name__)
-
-
-def _predict(
-    model: torch.nn.Module, data: TensorSet, device: torch.device, batch_size: int = 8192
-) -> np.ndarray:
-    model.eval()
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(data), batch_size):
-            part = data.take(torch.arange(start, min(start + batch_size, len(data))))
-            out.append(torch.sigmoid(model(part.codes.to(device), part.numeric.to(device))).cpu())
-    return torch.cat(out).numpy() if out else np.empty(0)
+AUC_BINS = 1024
 
 
 def train(ctx: RunContext) -> dict[str, Any]:
     """Train on ``training_sets/<run>/train.parquet``; return the step manifest (rank 0).
 
-    Raises ``StepError`` when the training set is missing or empty. Resumes from the newest
-    valid checkpoint of the same run and settings, so a retried task recomputes no finished epoch.
+    Raises ``StepError`` when the training set is missing, empty or too small for the ranks.
+    Resumes from the newest valid checkpoint of the same run, settings and world size, so a
+    restarted worker or a retried task recomputes no finished step.
     """
     cfg, lake = ctx.settings.train, ctx.lake
     features = ctx.upstream("features")
@@ -59,11 +60,32 @@ def train(ctx: RunContext) -> dict[str, Any]:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise StepError("train.device is 'cuda' but no CUDA device is visible")
     device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-    distributed = world_size > 1
-    # Same settings and training set as a finished run of this run id: nothing to recompute.
+    if use_cuda:
+        torch.cuda.set_device(device)
+    distributed, master = world_size > 1, rank == 0
+
+    # -- data: the frozen set, streamed by row groups --------------------------------------------
+    columns = [*features["categorical"], *features["numeric"], features["label"]]
+    path = features["sets"]["train"]["path"]
+    if not lake.fs.exists(path):
+        raise StepError(f"training set {path} does not exist; run the features step first")
+    table = TrainingTable(path, lake.fs, columns, cfg.seed, cfg.validation_fraction)
+    if table.rows == 0:
+        raise StepError(f"training set {path} has no rows")
+    if len(table.group_rows) < world_size:
+        raise StepError(
+            f"training set {path} has {len(table.group_rows)} row group(s), fewer than the "
+            f"{world_size} training processes; lower features.row_group_rows or the process count"
+        )
+    # Same settings, data layout and world size as a finished run of this run id: nothing to do.
     config_hash = hashlib.sha256(
         json.dumps(
-            [ctx.settings.to_dict()["train"], features["training_set_sha256"]],
+            [
+                ctx.settings.to_dict()["train"],
+                features["training_set_sha256"],
+                table.group_rows,
+                world_size,
+            ],
             sort_keys=True,
             default=list,
         ).encode()
@@ -72,108 +94,187 @@ def train(ctx: RunContext) -> dict[str, Any]:
         done = lake.read_json(ctx.run_dir, "train.json")
         if done.get("config_hash") == config_hash:
             log.info("run %s already trained with these settings and data: cached", ctx.run_id)
-            return {**done, "status": "cached"} if rank == 0 else {}
+            return {**done, "status": "cached"} if master else {}
     if distributed:
-        dist.init_process_group("nccl" if use_cuda else "gloo")
-    master = rank == 0
+        join_process_group(
+            "nccl" if use_cuda else "gloo", rank, world_size, cfg.collective_timeout_s
+        )
+    # Preprocessing is fitted on the fitting rows of the training window only.
+    everything = list(range(len(table.group_rows)))
+    pre = Preprocessor.fit(
+        table.frames(everything, validation=False), features["categorical"], features["numeric"]
+    )
+    label = features["label"]
 
-    # -- data: fit preprocessing on the training rows only ----------------------------------
-    frame = lake.read_table_at(features["sets"]["train"]["path"]).to_pandas()
-    if frame.empty:
-        raise StepError(f"training set {features['sets']['train']['path']} has no rows")
-    is_validation = np.random.default_rng(cfg.seed).random(len(frame)) < cfg.validation_fraction
-    pre = Preprocessor.fit(frame[~is_validation], features["categorical"], features["numeric"])
-    fit_set = tensor_set(frame[~is_validation], pre, features["label"])
-    val_set = tensor_set(frame[is_validation], pre, features["label"])
-
-    # -- model and optimizer ----------------------------------------------------------------
+    # -- model, optimizer, schedule ----------------------------------------------------------------
     torch.manual_seed(cfg.seed)
-    model_config = {
-        "cardinalities": pre.cardinalities,
-        "numeric_width": pre.numeric_width,
-        "embedding_dim": cfg.embedding_dim,
-        "hidden_dims": list(cfg.hidden_dims),
-        "dropout": cfg.dropout,
-    }
-    model = build_model(cfg.model, **model_config).to(device)
+    config = model_config(cfg, pre.cardinalities, pre.numeric_width)
+    model = build_model(cfg.model, **config).to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
     )
+    micro_batches = [
+        table.steps_per_epoch(e, cfg.batch_size, world_size)
+        // cfg.grad_accumulation
+        * cfg.grad_accumulation
+        for e in range(cfg.epochs)
+    ]
+    if micro_batches[0] == 0:
+        raise StepError(
+            f"training set {path} has too few rows per process for one step of "
+            f"train.batch_size={cfg.batch_size} x train.grad_accumulation={cfg.grad_accumulation}"
+        )
+    total_steps = sum(micro_batches) // cfg.grad_accumulation
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(round(cfg.warmup_fraction * total_steps), total_steps)
+    )
+    amp = use_cuda and cfg.amp
+    scaler = torch.amp.GradScaler("cuda", enabled=False)  # bfloat16 needs no loss scaling
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
-    # -- resume -------------------------------------------------------------------------------
-    checkpoints = f"{ctx.run_dir}/checkpoints"
-    start_epoch, history = 0, []
-    state = checkpoint.load_latest(lake, checkpoints, config_hash)
+    # -- resume -----------------------------------------------------------------------------------
+    folder = f"{ctx.run_dir}/checkpoints"
+    position = {"epoch": 0, "epoch_batches": 0, "step": 0}
+    history: list[dict[str, Any]] = []
+    stopping = {"best_val_loss": math.inf, "bad_epochs": 0, "stopped_early": False}
+    state = checkpoint.load_latest(lake, folder, config_hash)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        start_epoch, history = state["epoch"] + 1, state["history"]
-    ddp_model = DistributedDataParallel(model) if distributed else model
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        position = {k: state[k] for k in position}
+        history, stopping = state["history"], state["stopping"]
+        set_rng_state(state["rng"][rank])
+    resumed_from = dict(position) if state is not None else None
+    ddp_model: Any = (
+        DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+        if distributed
+        else model
+    )
 
-    run = None
-    if master:
-        run = _start_mlflow_run(ctx, features, world_size, resumed=state is not None)
-
-    # -- epochs -------------------------------------------------------------------------------
-    for epoch in range(start_epoch, cfg.epochs):
-        # Dropout noise depends only on (seed, epoch, rank): a resumed epoch replays exactly.
-        torch.manual_seed(cfg.seed + 1_000 * epoch + rank)
-        ddp_model.train()
-        started, seen, loss_sum = time.perf_counter(), 0, torch.zeros((), device=device)
-        for batch in batches(
-            fit_set, cfg.batch_size, seed=cfg.seed, epoch=epoch, rank=rank, world_size=world_size
-        ):
-            logits = ddp_model(batch.codes.to(device), batch.numeric.to(device))
-            loss = loss_fn(logits, batch.labels.to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            loss_sum += loss.detach() * len(batch)
-            seen += len(batch)
-        totals = torch.tensor([loss_sum.item(), float(seen)], device=device)
+    def save_checkpoint() -> None:
+        rng = [get_rng_state()] * world_size
         if distributed:
-            dist.all_reduce(totals)
-        elapsed = time.perf_counter() - started
-        probabilities = _predict(model, val_set, device)
-        labels = val_set.labels.numpy()
-        val_loss = float(
-            loss_fn(
-                torch.logit(torch.from_numpy(probabilities).clamp(1e-7, 1 - 1e-7)), val_set.labels
-            ).item()
-        )
-        metrics = {
-            "train_loss": float(totals[0] / totals[1]),
-            "val_loss": val_loss,
-            "val_auc": roc_auc(labels, probabilities),
-            "samples_per_s": float(totals[1]) / elapsed,
-        }
-        history.append({"epoch": epoch, **metrics})
+            dist.all_gather_object(rng, get_rng_state())
         if master:
-            import mlflow
-
-            mlflow.log_metrics(metrics, step=epoch)
             checkpoint.save(
                 lake,
-                checkpoints,
-                epoch,
+                folder,
+                position["step"],
                 {
-                    "epoch": epoch,
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    **position,
                     "history": history,
+                    "stopping": stopping,
+                    "rng": rng,
+                    "world_size": world_size,
                     "config_hash": config_hash,
                 },
+                keep=cfg.keep_checkpoints,
             )
-            log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
+
+    run = _start_mlflow_run(ctx, features, world_size, resumed_from) if master else None
+
+    # -- epochs -----------------------------------------------------------------------------------
+    while position["epoch"] < cfg.epochs and not stopping["stopped_early"]:
+        epoch = position["epoch"]
+        if position["epoch_batches"] == 0:
+            # Dropout noise depends only on (seed, epoch, rank); mid-epoch, the checkpoint's
+            # RNG states carry on instead.
+            torch.manual_seed(cfg.seed + 1_000 * epoch + rank)
+        ddp_model.train()
+        started, seen = time.perf_counter(), 0
+        loss_sum = torch.zeros((), device=device)
+        step_losses: list[tuple[int, float]] = []
+        stream = epoch_batches(
+            table,
+            pre,
+            label,
+            batch_size=cfg.batch_size,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+            shuffle_buffer=cfg.shuffle_buffer,
+            skip=position["epoch_batches"],
+        )
+        for batch in prefetch(stream, depth=cfg.prefetch):
+            if position["epoch_batches"] == micro_batches[epoch]:
+                break
+            batch = batch.pin_memory().to(device) if use_cuda else batch
+            stepping = (position["epoch_batches"] + 1) % cfg.grad_accumulation == 0
+            quiet = ddp_model.no_sync() if distributed and not stepping else nullcontext()
+            with quiet:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                    logits = ddp_model(batch.codes, batch.numeric)
+                loss = loss_fn(logits.float(), batch.labels)
+                (loss / cfg.grad_accumulation).backward()
+            loss_sum += loss.detach() * len(batch)
+            seen += len(batch)
+            position["epoch_batches"] += 1
+            if not stepping:
+                continue
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            position["step"] += 1
+            if position["step"] % cfg.log_every == 0:
+                step_losses.append((position["step"], float(loss.detach())))
+            mid_epoch = position["epoch_batches"] < micro_batches[epoch]
+            if cfg.checkpoint_every and position["step"] % cfg.checkpoint_every == 0 and mid_epoch:
+                save_checkpoint()
+        elapsed = time.perf_counter() - started
+
+        sums = torch.cat(
+            [
+                torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64),
+                _validate(model, table, pre, label, cfg.batch_size, device, amp, rank, world_size),
+            ]
+        )
         if distributed:
-            dist.barrier()
+            dist.all_reduce(sums)
+        train_loss, rows, val_loss, val_rows, *hist = sums.tolist()
+        metrics: dict[str, float] = {
+            "train_loss": train_loss / max(rows, 1.0),
+            "val_loss": val_loss / max(val_rows, 1.0),
+            "val_auc": binned_auc(hist[:AUC_BINS], hist[AUC_BINS:]),
+            "samples_per_s": rows / max(elapsed, 1e-9),
+            "learning_rate": float(scheduler.get_last_lr()[0]),
+        }
+        if use_cuda:
+            metrics |= gpu_metrics(device)
+        history.append({"epoch": epoch, **metrics})
+        if metrics["val_loss"] < stopping["best_val_loss"] - 1e-6:
+            stopping |= {"best_val_loss": metrics["val_loss"], "bad_epochs": 0}
+        else:
+            stopping["bad_epochs"] += 1
+            stopping["stopped_early"] = (
+                bool(cfg.patience) and stopping["bad_epochs"] >= cfg.patience
+            )
+        position = {"epoch": epoch + 1, "epoch_batches": 0, "step": position["step"]}
+        save_checkpoint()
+        if master:
+            _log_epoch(run, epoch, metrics, step_losses)
+            log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
 
     manifest: dict[str, Any] = {}
     if master:
         manifest = _finish(
-            ctx, run, model.cpu(), pre, model_config, features, history, world_size, config_hash
+            ctx,
+            run,
+            model.cpu(),
+            pre,
+            config,
+            features,
+            history,
+            world_size,
+            config_hash,
+            {"resumed_from": resumed_from, "steps": position["step"], **stopping},
         )
     if distributed:
         dist.barrier()
@@ -181,8 +282,126 @@ def train(ctx: RunContext) -> dict[str, Any]:
     return manifest
 
 
+def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int) -> None:
+    """Join the job's process group through torchrun's store, under a prefix per attempt.
+
+    After torchrun restarts the workers, the store still holds the previous attempt's keys
+    (the old workers' addresses); a fresh prefix keeps the new group from connecting to them.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=rank == 0 and not agent_store,
+        timeout=timeout,
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"trainyard/attempt-{attempt}", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
+
+
+def warmup_cosine(warmup: int, total: int) -> Any:
+    """Learning-rate factor per step: linear warmup to 1, then a cosine decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def _validate(
+    model: torch.nn.Module,
+    table: TrainingTable,
+    pre: Preprocessor,
+    label: str,
+    batch_size: int,
+    device: torch.device,
+    amp: bool,
+    rank: int,
+    world_size: int,
+) -> torch.Tensor:
+    """This rank's validation sums: [loss sum, rows, positive-score histogram, negative one]."""
+    model.eval()
+    loss_sum, rows = 0.0, 0
+    positives, negatives = (
+        torch.zeros(AUC_BINS, dtype=torch.float64),
+        torch.zeros(AUC_BINS, dtype=torch.float64),
+    )
+    with torch.no_grad():
+        for batch in validation_batches(
+            table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
+        ):
+            batch = batch.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(batch.codes, batch.numeric).float()
+            loss_sum += float(
+                torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, batch.labels, reduction="sum"
+                )
+            )
+            rows += len(batch)
+            bins = (torch.sigmoid(logits) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
+            is_positive = batch.labels.cpu() > 0.5
+            positives += torch.bincount(bins[is_positive], minlength=AUC_BINS)
+            negatives += torch.bincount(bins[~is_positive], minlength=AUC_BINS)
+    return torch.cat(
+        [torch.tensor([loss_sum, float(rows)], dtype=torch.float64), positives, negatives]
+    )
+
+
+def get_rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def gpu_metrics(device: torch.device) -> dict[str, float]:
+    """Peak memory this epoch and, where NVML is available, utilisation."""
+    metrics = {"gpu_memory_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    torch.cuda.reset_peak_memory_stats(device)
+    with suppress(Exception):  # without NVML: memory alone
+        metrics["gpu_utilization_pct"] = float(torch.cuda.utilization(device))
+    return metrics
+
+
+def _log_epoch(
+    run: Any, epoch: int, metrics: dict[str, float], step_losses: list[tuple[int, float]]
+) -> None:
+    """One MLflow request per epoch: the epoch's metrics and the sampled step losses."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    now = int(time.time() * 1000)
+    batch = [Metric(k, v, now, epoch) for k, v in metrics.items() if math.isfinite(v)]
+    batch += [Metric("train_loss_step", v, now, s) for s, v in step_losses]
+    MlflowClient().log_batch(run.info.run_id, metrics=batch)
+
+
 def _start_mlflow_run(
-    ctx: RunContext, features: dict[str, Any], world_size: int, resumed: bool
+    ctx: RunContext, features: dict[str, Any], world_size: int, resumed: dict[str, int] | None
 ) -> Any:
     import mlflow
 
@@ -200,7 +419,7 @@ def _start_mlflow_run(
             "trainyard.training_set_sha256": features["training_set_sha256"],
             "trainyard.train_first_day": features["train_days"][0],
             "trainyard.train_last_day": features["train_days"][-1],
-            "trainyard.resumed": str(resumed).lower(),
+            "trainyard.resumed": str(resumed is not None).lower(),
         },
     )
     params = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
@@ -226,6 +445,7 @@ def _finish(
     history: list[dict[str, Any]],
     world_size: int,
     config_hash: str,
+    progress: dict[str, Any],
 ) -> dict[str, Any]:
     """Package the model as an MLflow pyfunc, close the run, record the manifest."""
     import mlflow
@@ -263,6 +483,10 @@ def _finish(
         "train_rows": features["sets"]["train"]["rows"],
         "training_set_sha256": features["training_set_sha256"],
         "metrics": {k: round(v, 6) for k, v in final.items() if k != "epoch"},
+        "resumed_from": progress["resumed_from"],
+        "steps": progress["steps"],
+        "stopped_early": progress["stopped_early"],
+        "best_val_loss": round(progress["best_val_loss"], 6),
         "checkpoints": ctx.lake.path(ctx.run_dir, "checkpoints"),
     }
     return ctx.record("train", manifest)

@@ -1,4 +1,5 @@
-"""Training behaviour: it learns, it is deterministic on CPU, and it resumes from checkpoints."""
+"""Training behaviour: it learns with both architectures, it is deterministic on CPU, and it
+resumes from step checkpoints exactly."""
 
 import logging
 from pathlib import Path
@@ -8,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.context import RunContext, StepError
 from pipeline_steps.features import build_features
 from pipeline_steps.ingest import ingest
 from pipeline_steps.lake import Lake
@@ -18,14 +19,15 @@ from pipeline_steps.validate import validate
 from tests.conftest import FIRST_DAY
 
 pytestmark = pytest.mark.slow
+SMALL = ("train.epochs=3", "train.batch_size=128", "features.row_group_rows=256")
 
 
 @pytest.fixture
 def prepared(lake_home, make_settings):
-    """Contexts of runs whose features are built; call with a run id."""
-    settings = make_settings("train.epochs=3", home=lake_home)
+    """Contexts of runs whose features are built; call with a run id and setting overrides."""
 
-    def prepare(run_id: str) -> RunContext:
+    def prepare(run_id: str, *overrides: str) -> RunContext:
+        settings = make_settings(*SMALL, *overrides, home=lake_home)
         ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings)
         ingest(ctx)
         validate(ctx)
@@ -35,54 +37,93 @@ def prepared(lake_home, make_settings):
     return prepare
 
 
-def _weights(ctx: RunContext, epoch: int) -> dict[str, torch.Tensor]:
-    path = ctx.lake.path(ctx.run_dir, "checkpoints", f"epoch-{epoch:04d}.pt")
-    return torch.load(path, weights_only=False)["model"]
+def final_weights(ctx: RunContext) -> dict[str, torch.Tensor]:
+    """The model of the newest checkpoint (written at the last epoch's end)."""
+    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
+    newest = max(folder.glob("step-*.pt"))
+    return torch.load(newest, weights_only=False)["model"]
 
 
-def test_model_beats_a_constant_baseline_on_the_holdout(prepared) -> None:
-    ctx = prepared("learn")
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name, tensor in a.items():
+        assert torch.equal(tensor, b[name]), name
+
+
+@pytest.mark.parametrize("model", ["mlp", "ft_transformer"])
+def test_each_model_beats_a_constant_baseline_on_the_holdout(prepared, model: str) -> None:
+    ctx = prepared(f"learn-{model}", f"train.model={model}")
     manifest = train(ctx)
-    assert manifest["epochs"] == 3 and manifest["world_size"] == 1
+    assert manifest["epochs"] == 3 and manifest["world_size"] == 1 and manifest["steps"] > 0
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
     holdout = pd.read_parquet(ctx.upstream("features")["sets"]["holdout"]["path"])
-    model = mlflow.pyfunc.load_model(manifest["model_uri"])
-    probabilities = model.predict(holdout.drop(columns=["delayed"]))
+    # the registered pyfunc predicts from raw feature rows (preprocessing travels with it)
+    loaded = mlflow.pyfunc.load_model(manifest["model_uri"])
+    probabilities = loaded.predict(holdout.drop(columns=["delayed"]))
     assert probabilities.shape == (len(holdout),)
     assert ((probabilities > 0) & (probabilities < 1)).all()
     assert roc_auc(holdout["delayed"], probabilities) > 0.6  # a constant scores 0.5
+    run = mlflow.get_run(manifest["mlflow_run_id"])
+    assert run.data.params["world_size"] == "1" and run.data.params["train.model"] == model
+    assert {"train_loss", "val_loss", "val_auc", "samples_per_s"} <= run.data.metrics.keys()
 
 
 def test_same_data_and_seed_give_the_same_weights(prepared) -> None:
     first, second = prepared("a"), prepared("b")
     train(first)
     train(second)
-    for name, tensor in _weights(first, 2).items():
-        assert torch.equal(tensor, _weights(second, 2)[name]), name
+    assert_same_weights(final_weights(first), final_weights(second))
 
 
-def test_resume_recomputes_no_finished_epoch(prepared, caplog) -> None:
-    reference, interrupted = prepared("reference"), prepared("interrupted")
+def test_resume_mid_epoch_continues_exactly(prepared, caplog) -> None:
+    """Lose everything after a mid-epoch step checkpoint, as a killed worker would; the rerun
+    resumes from that batch and ends with the uninterrupted run's weights."""
+    extra = ("train.checkpoint_every=4", "train.keep_checkpoints=50", "train.grad_accumulation=2")
+    reference, interrupted = prepared("reference", *extra), prepared("interrupted", *extra)
     train(reference)
     train(interrupted)
-    # Lose the last epoch as a killed worker would: its checkpoint and the step's manifest.
-    interrupted.lake.remove(interrupted.run_dir, "checkpoints", "epoch-0002.pt")
+    folder = Path(interrupted.lake.path(interrupted.run_dir, "checkpoints"))
+    states = {p: torch.load(p, weights_only=False) for p in sorted(folder.glob("step-*.pt"))}
+    mid = next(p for p, s in states.items() if s["epoch"] == 1 and s["epoch_batches"] > 0)
+    for path in states:
+        if path > mid:
+            path.unlink()
     interrupted.lake.remove(interrupted.run_dir, "train.json")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pipeline_steps.train"):
         resumed = train(interrupted)
-    trained_epochs = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
-    assert [m.split(":")[0] for m in trained_epochs] == ["epoch 2"]
+    trained = [r.getMessage().split(":")[0] for r in caplog.records]
+    assert [m for m in trained if m.startswith("epoch ")] == ["epoch 1", "epoch 2"]
+    assert resumed["resumed_from"] == {
+        "epoch": 1,
+        "epoch_batches": states[mid]["epoch_batches"],
+        "step": states[mid]["step"],
+    }
     assert resumed["epochs"] == 3
-    for name, tensor in _weights(reference, 2).items():
-        assert torch.equal(tensor, _weights(interrupted, 2)[name]), name
+    assert_same_weights(final_weights(reference), final_weights(interrupted))
+
+
+def test_early_stopping_ends_training_after_patience(prepared) -> None:
+    # a learning rate this small barely moves the loss: no epoch improves on the first by 1e-6
+    ctx = prepared("patient", "train.epochs=6", "train.patience=1", "train.learning_rate=1e-12")
+    manifest = train(ctx)
+    assert manifest["stopped_early"] is True and manifest["epochs"] < 6
+
+
+def test_too_few_row_groups_for_the_ranks_is_a_clear_error(prepared, monkeypatch) -> None:
+    ctx = prepared("wide", "features.row_group_rows=100000")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(StepError, match=r"1 row group\(s\), fewer than the 2 training processes"):
+        train(ctx)
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
-    for epoch in range(3):
-        checkpoint.save(lake, "ck", epoch, {"epoch": epoch, "config_hash": "h"}, keep=2)
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch-0001.pt", "epoch-0002.pt"]
-    (tmp_path / "ck" / "epoch-0002.pt").write_bytes(b"torn write")
-    assert checkpoint.load_latest(lake, "ck", "h")["epoch"] == 1
+    for step in (10, 20, 30):
+        state = {"epoch": 0, "epoch_batches": step, "step": step, "config_hash": "h"}
+        checkpoint.save(lake, "ck", step, state, keep=2)
+    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert names == ["step-00000020.pt", "step-00000030.pt"]
+    (tmp_path / "ck" / "step-00000030.pt").write_bytes(b"torn write")
+    assert checkpoint.load_latest(lake, "ck", "h")["step"] == 20
     assert checkpoint.load_latest(lake, "ck", "other settings") is None

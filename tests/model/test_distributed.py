@@ -1,0 +1,188 @@
+"""DDP on CPU: two torchrun ranks (gloo) train together, match one rank with twice the batch,
+and survive a rank killed with SIGKILL mid-epoch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import psutil
+import pytest
+import torch
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.features import build_features
+from pipeline_steps.ingest import ingest
+from pipeline_steps.train import train
+from pipeline_steps.validate import validate
+from tests.conftest import FIRST_DAY, WINDOW
+from tests.model.test_training import assert_same_weights, final_weights
+
+pytestmark = pytest.mark.slow
+BASE = (
+    f"features.window_days={WINDOW}",
+    "validation.data_docs=false",
+    "features.row_group_rows=256",
+    "train.epochs=3",
+    "train.dropout=0",
+)
+
+
+@pytest.fixture
+def prepared(lake_home, make_settings):
+    def prepare(run_id: str, *overrides: str) -> RunContext:
+        settings = make_settings(*BASE, *overrides, home=lake_home)
+        ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings)
+        ingest(ctx)
+        validate(ctx)
+        build_features(ctx)
+        return ctx
+
+    return prepare
+
+
+def torchrun(ctx: RunContext, nproc: int, *overrides: str, max_restarts: int = 0) -> list[str]:
+    """The torchrun command of the train step for ``ctx`` (same settings, ``nproc`` ranks)."""
+    sets = [x for o in (*BASE, *overrides) for x in ("--set", o)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "pipeline_steps.cli",
+        "step",
+        "train",
+        "--run-id",
+        ctx.run_id,
+        "--logical-date",
+        FIRST_DAY.isoformat(),
+        *sets,
+    ]
+
+
+def environment(ctx: RunContext) -> dict[str, str]:
+    home = str(Path(ctx.settings.lake.root).parent)  # the lake is $TRAINYARD_HOME/lake
+    return {**os.environ, "TRAINYARD_HOME": home, "OMP_NUM_THREADS": "1"}
+
+
+def manifest_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def history(ctx: RunContext) -> list[dict]:
+    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
+    return torch.load(max(folder.glob("step-*.pt")), weights_only=False)["history"]
+
+
+def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
+    ctx = prepared("ddp", "train.batch_size=64")
+    done = subprocess.run(
+        torchrun(ctx, 2, "train.batch_size=64"),
+        env=environment(ctx),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifests = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and '"step"' in ln]
+    assert len(manifests) == 1  # rank 0 alone speaks for the step
+    manifest = manifest_of(done.stdout)
+    assert manifest["world_size"] == 2 and manifest["epochs"] == 3
+    mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
+    runs = mlflow.search_runs(
+        experiment_names=[ctx.settings.mlflow.experiment],
+        filter_string=f"tags.`trainyard.run_id` = '{ctx.run_id}'",
+        output_format="list",
+    )
+    assert len(runs) == 1 and runs[0].data.params["world_size"] == "2"
+    assert mlflow.pyfunc.load_model(manifest["model_uri"]) is not None
+
+
+def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared) -> None:
+    one = prepared("one-rank", "train.batch_size=128")
+    two = prepared("two-ranks", "train.batch_size=64")
+    single = train(one)
+    done = subprocess.run(
+        torchrun(two, 2, "train.batch_size=64"),
+        env=environment(two),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # about as many optimizer steps (a rank dealt fewer rows tops up from its own shard) ...
+    assert abs(single["steps"] - manifest_of(done.stdout)["steps"]) <= 0.15 * single["steps"]
+    # ... and the same loss curve, up to the different order of the same rows
+    for a, b in zip(history(one), history(two), strict=True):
+        for metric in ("train_loss", "val_loss"):
+            assert abs(a[metric] - b[metric]) / a[metric] < 0.03, (metric, a, b)
+
+
+def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared) -> None:
+    """SIGKILL one rank mid-epoch: torchrun restarts the workers, they resume from the newest
+    step checkpoint (no finished epoch recomputed) and end with the uninterrupted weights."""
+    slow = (
+        "train.batch_size=32",
+        "train.checkpoint_every=3",
+        "train.keep_checkpoints=100",
+        "train.model=ft_transformer",
+    )
+    reference, killed = prepared("steady", *slow), prepared("killed", *slow)
+    steady = subprocess.run(
+        torchrun(reference, 2, *slow),
+        env=environment(reference),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert steady.returncode == 0, steady.stderr[-3000:]
+
+    launcher = subprocess.Popen(
+        torchrun(killed, 2, *slow, max_restarts=1),
+        env=environment(killed),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    folder = Path(killed.lake.path(killed.run_dir, "checkpoints"))
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and time.monotonic() < deadline and launcher.poll() is None:
+        for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
+            try:
+                state = torch.load(path, weights_only=False)
+            except Exception:  # being renamed into place
+                continue
+            if state["epoch"] == 1 and state["epoch_batches"] > 0:
+                victim = _rank_process(launcher.pid, rank=1)
+                victim.send_signal(signal.SIGKILL)
+                killed_at = state["step"]
+                break
+        time.sleep(0.01)
+    stdout, stderr = launcher.communicate(timeout=600)
+    assert victim is not None, "no mid-epoch checkpoint of epoch 1 appeared"
+    assert launcher.returncode == 0, stderr[-3000:]
+    manifest = manifest_of(stdout)
+    resumed = manifest["resumed_from"]
+    assert resumed is not None and resumed["epoch"] == 1 and resumed["step"] >= killed_at
+    assert_same_weights(final_weights(reference), final_weights(killed))
+
+
+def _rank_process(launcher_pid: int, rank: int) -> psutil.Process:
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if child.environ().get("RANK") == str(rank) and "pipeline_steps.cli" in " ".join(
+                child.cmdline()
+            ):
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker process of rank {rank}")
