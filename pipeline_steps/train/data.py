@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
@@ -43,7 +45,8 @@ class Preprocessor:
         count = np.zeros(len(numeric))
         total = np.zeros(len(numeric))
         squares = np.zeros(len(numeric))
-        for frame in [frames] if isinstance(frames, pd.DataFrame) else frames:
+        for part in [frames] if isinstance(frames, pd.DataFrame) else frames:
+            frame = part.to_pandas() if isinstance(part, pa.Table) else part
             for c in categorical:
                 seen[c].update(frame[c].astype(str).unique().tolist())
             values = frame[numeric].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -82,12 +85,44 @@ class Preprocessor:
         for i, column in enumerate(self.categorical):
             codes[:, i] = self._indexes[column].get_indexer(frame[column].astype(str)) + 1
         values = frame[self.numeric].to_numpy(dtype=np.float64, na_value=np.nan)
-        means = np.array([self.means[c] for c in self.numeric])
-        stds = np.array([self.stds[c] for c in self.numeric])
-        is_missing = np.isnan(values)
-        scaled = np.where(is_missing, 0.0, (values - means) / stds)
-        numeric = np.concatenate([scaled, is_missing.astype(np.float64)], axis=1)
-        return torch.from_numpy(codes), torch.from_numpy(numeric.astype(np.float32))
+        return torch.from_numpy(codes), torch.from_numpy(self._scale(values))
+
+    def transform_arrow(self, table: pa.Table) -> tuple[torch.Tensor, torch.Tensor]:
+        """``transform`` for a pyarrow table, vectorised without pandas: only the distinct
+        values of each categorical chunk (its dictionary) are looked up."""
+        codes = np.empty((table.num_rows, len(self.categorical)), dtype=np.int64)
+        for i, column in enumerate(self.categorical):
+            data = table[column]
+            if not pa.types.is_dictionary(data.type):
+                data = pc.dictionary_encode(data)
+            data = data.unify_dictionaries()  # one dictionary for every chunk
+            lookup = np.array([OOV], dtype=np.int64)
+            offset = 0
+            for number, chunk in enumerate(data.chunks):
+                if number == 0:
+                    values = chunk.dictionary.cast(pa.string()).to_pandas()
+                    lookup = self._indexes[column].get_indexer(values) + 1  # -1 (unknown) → 0
+                    lookup = np.append(lookup, OOV)  # a missing category: out of vocabulary
+                indices = chunk.indices.fill_null(len(lookup) - 1)
+                end = offset + len(chunk)
+                codes[offset:end, i] = lookup[indices.to_numpy(zero_copy_only=False)]
+                offset = end
+        values = np.empty((table.num_rows, len(self.numeric)))
+        for j, column in enumerate(self.numeric):
+            values[:, j] = table[column].cast(pa.float64()).to_numpy()
+        return torch.from_numpy(codes), torch.from_numpy(self._scale(values))
+
+    def _scale(self, values: np.ndarray) -> np.ndarray:
+        """Standardised values (0 where missing) beside the missing flags, as float32."""
+        width = len(self.numeric)
+        out = np.empty((len(values), 2 * width), dtype=np.float32)
+        missing = np.isnan(values)
+        values -= np.array([self.means[c] for c in self.numeric])
+        values /= np.array([self.stds[c] for c in self.numeric])
+        values[missing] = 0.0
+        out[:, :width] = values
+        out[:, width:] = missing
+        return out
 
     @cached_property
     def _indexes(self) -> dict[str, pd.Index]:
@@ -149,9 +184,13 @@ class TensorSet:
         )
 
 
-def tensor_set(frame: pd.DataFrame, pre: Preprocessor, label: str) -> TensorSet:
-    codes, numeric = pre.transform(frame)
-    labels = torch.from_numpy(frame[label].to_numpy(dtype=np.float32))
+def tensor_set(rows: pd.DataFrame | pa.Table, pre: Preprocessor, label: str) -> TensorSet:
+    if isinstance(rows, pa.Table):
+        codes, numeric = pre.transform_arrow(rows)
+        labels = rows[label].cast(pa.float32()).to_numpy(zero_copy_only=False)
+        return TensorSet(codes, numeric, torch.from_numpy(np.array(labels, dtype=np.float32)))
+    codes, numeric = pre.transform(rows)
+    labels = torch.from_numpy(rows[label].to_numpy(dtype=np.float32))
     return TensorSet(codes, numeric, labels)
 
 
@@ -165,12 +204,20 @@ class TrainingTable:
     seed: int
     validation_fraction: float
     group_rows: list[int] = field(init=False)
+    strings: list[str] = field(init=False)  # read dictionary-encoded
 
     def __post_init__(self) -> None:
         with self.filesystem.open(self.path, "rb") as fh:
             metadata = pq.ParquetFile(fh).metadata
         sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
         object.__setattr__(self, "group_rows", sizes)
+        schema = metadata.schema.to_arrow_schema()
+        strings = [
+            c
+            for c in self.columns
+            if c in schema.names and pa.types.is_string(schema.field(c).type)
+        ]
+        object.__setattr__(self, "strings", strings)
 
     @property
     def rows(self) -> int:
@@ -185,18 +232,15 @@ class TrainingTable:
     def fit_rows(self) -> list[int]:
         return [n - int(self.is_validation(g).sum()) for g, n in enumerate(self.group_rows)]
 
-    def read(self, group: int) -> pd.DataFrame:
+    def frames(self, groups: list[int], validation: bool, per_read: int = 1) -> Iterator[pa.Table]:
+        """The fitting (or validation) rows of ``groups``, ``per_read`` row groups at a time."""
         with self.filesystem.open(self.path, "rb") as fh:
-            frame: pd.DataFrame = (
-                pq.ParquetFile(fh).read_row_group(group, columns=self.columns).to_pandas()
-            )
-        return frame
-
-    def frames(self, groups: list[int], validation: bool) -> Iterator[pd.DataFrame]:
-        """The fitting (or validation) rows of ``groups``, one row group at a time."""
-        for group in groups:
-            keep = self.is_validation(group)
-            yield self.read(group)[keep if validation else ~keep]
+            parquet = pq.ParquetFile(fh, read_dictionary=self.strings)
+            for start in range(0, len(groups), per_read):
+                chunk = groups[start : start + per_read]
+                keep = np.concatenate([self.is_validation(g) for g in chunk])
+                rows = parquet.read_row_groups(chunk, columns=self.columns)
+                yield rows.filter(pa.array(keep if validation else ~keep))
 
     def epoch_groups(self, epoch: int, rank: int, world_size: int) -> list[int]:
         """This rank's row groups for an epoch: a seeded permutation dealt round-robin."""
@@ -230,26 +274,31 @@ def epoch_batches(
     dropped, so a resumed epoch continues exactly where it stopped)."""
     steps = table.steps_per_epoch(epoch, batch_size, world_size)
     rng = torch.Generator().manual_seed(int(table.seed) * 1_000_003 + epoch * 101 + rank)
+    groups = table.epoch_groups(epoch, rank, world_size)
+    # Whole shuffle buffers are read and converted at once (fixed costs are per read).
+    per_read = max(1, shuffle_buffer * len(table.group_rows) // max(table.rows, 1))
     pending: list[TensorSet] = []
     held = made = 0
-    groups = table.epoch_groups(epoch, rank, world_size)
-    groups += groups  # the top-up: read only as far as ``steps`` needs
-    for last, frame in enumerate(table.frames(groups, validation=False), start=1):
-        pending.append(tensor_set(frame, pre, label))
-        held += len(frame)
-        if held < shuffle_buffer and last < len(groups):
-            continue
-        buffer = TensorSet.concat(pending)
-        buffer = buffer.take(torch.randperm(len(buffer), generator=rng))
-        whole = len(buffer) // batch_size * batch_size
-        for start in range(0, whole, batch_size):
-            if made == steps:
-                return
-            if made >= skip:
-                yield buffer.slice(start, start + batch_size)
-            made += 1
-        pending = [buffer.slice(whole, len(buffer))] if whole < len(buffer) else []
-        held = len(buffer) - whole
+    # The shard, then the top-up pass over it, read only as far as ``steps`` needs; the
+    # buffer is emptied between the two so every row of the shard comes before any repeat.
+    for shard_pass in (groups, groups):
+        reads = list(range(0, len(shard_pass), per_read))
+        for number, rows in enumerate(table.frames(shard_pass, False, per_read), start=1):
+            pending.append(tensor_set(rows, pre, label))
+            held += rows.num_rows
+            if held < shuffle_buffer and number < len(reads):
+                continue
+            buffer = TensorSet.concat(pending)
+            buffer = buffer.take(torch.randperm(len(buffer), generator=rng))
+            whole = len(buffer) // batch_size * batch_size
+            for start in range(0, whole, batch_size):
+                if made == steps:
+                    return
+                if made >= skip:
+                    yield buffer.slice(start, start + batch_size)
+                made += 1
+            pending = [buffer.slice(whole, len(buffer))] if whole < len(buffer) else []
+            held = len(buffer) - whole
 
 
 def validation_batches(

