@@ -282,11 +282,11 @@ def epoch_batches(
     # The shard, then the top-up pass over it, read only as far as ``steps`` needs; the
     # buffer is emptied between the two so every row of the shard comes before any repeat.
     for shard_pass in (groups, groups):
-        reads = list(range(0, len(shard_pass), per_read))
+        reads = -(-len(shard_pass) // per_read)
         for number, rows in enumerate(table.frames(shard_pass, False, per_read), start=1):
             pending.append(tensor_set(rows, pre, label))
             held += rows.num_rows
-            if held < shuffle_buffer and number < len(reads):
+            if held < shuffle_buffer and number < reads:
                 continue
             buffer = TensorSet.concat(pending)
             buffer = buffer.take(torch.randperm(len(buffer), generator=rng))

@@ -15,12 +15,9 @@ import pytest
 import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.features import build_features
-from pipeline_steps.ingest import ingest
 from pipeline_steps.train import train
-from pipeline_steps.validate import validate
 from tests.conftest import FIRST_DAY, WINDOW
-from tests.model.test_training import assert_same_weights, final_weights
+from tests.model.conftest import assert_same_weights, final_weights
 
 pytestmark = pytest.mark.slow
 BASE = (
@@ -33,16 +30,8 @@ BASE = (
 
 
 @pytest.fixture
-def prepared(lake_home, make_settings):
-    def prepare(run_id: str, *overrides: str) -> RunContext:
-        settings = make_settings(*BASE, *overrides, home=lake_home)
-        ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings)
-        ingest(ctx)
-        validate(ctx)
-        build_features(ctx)
-        return ctx
-
-    return prepare
+def prepared(prepare_run):
+    return lambda run_id, *overrides: prepare_run(run_id, *BASE, *overrides)
 
 
 def torchrun(ctx: RunContext, nproc: int, *overrides: str, max_restarts: int = 0) -> list[str]:
@@ -73,6 +62,19 @@ def environment(ctx: RunContext) -> dict[str, str]:
     return {**os.environ, "TRAINYARD_HOME": home, "OMP_NUM_THREADS": "1"}
 
 
+def run_torchrun(ctx: RunContext, nproc: int, *overrides: str) -> str:
+    """Train ``ctx`` under torchrun to the end; its stdout."""
+    done = subprocess.run(
+        torchrun(ctx, nproc, *overrides),
+        env=environment(ctx),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def manifest_of(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -84,17 +86,10 @@ def history(ctx: RunContext) -> list[dict]:
 
 def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
     ctx = prepared("ddp", "train.batch_size=64")
-    done = subprocess.run(
-        torchrun(ctx, 2, "train.batch_size=64"),
-        env=environment(ctx),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    manifests = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and '"step"' in ln]
+    stdout = run_torchrun(ctx, 2, "train.batch_size=64")
+    manifests = [ln for ln in stdout.splitlines() if ln.startswith("{") and '"step"' in ln]
     assert len(manifests) == 1  # rank 0 alone speaks for the step
-    manifest = manifest_of(done.stdout)
+    manifest = manifest_of(stdout)
     assert manifest["world_size"] == 2 and manifest["epochs"] == 3
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
     runs = mlflow.search_runs(
@@ -110,16 +105,9 @@ def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared) -> None:
     one = prepared("one-rank", "train.batch_size=128")
     two = prepared("two-ranks", "train.batch_size=64")
     single = train(one)
-    done = subprocess.run(
-        torchrun(two, 2, "train.batch_size=64"),
-        env=environment(two),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    stdout = run_torchrun(two, 2, "train.batch_size=64")
     # about as many optimizer steps (a rank dealt fewer rows tops up from its own shard) ...
-    assert abs(single["steps"] - manifest_of(done.stdout)["steps"]) <= 0.15 * single["steps"]
+    assert abs(single["steps"] - manifest_of(stdout)["steps"]) <= 0.15 * single["steps"]
     # ... and the same loss curve, up to the different order of the same rows
     for a, b in zip(history(one), history(two), strict=True):
         for metric in ("train_loss", "val_loss"):
@@ -136,14 +124,7 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
         "train.model=ft_transformer",
     )
     reference, killed = prepared("steady", *slow), prepared("killed", *slow)
-    steady = subprocess.run(
-        torchrun(reference, 2, *slow),
-        env=environment(reference),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert steady.returncode == 0, steady.stderr[-3000:]
+    run_torchrun(reference, 2, *slow)
 
     launcher = subprocess.Popen(
         torchrun(killed, 2, *slow, max_restarts=1),

@@ -9,45 +9,20 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.features import build_features
-from pipeline_steps.ingest import ingest
+from pipeline_steps.context import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.metrics import roc_auc
 from pipeline_steps.train import checkpoint, train
-from pipeline_steps.validate import validate
-from tests.conftest import FIRST_DAY
+from tests.model.conftest import assert_same_weights, final_weights
 
 pytestmark = pytest.mark.slow
 SMALL = ("train.epochs=3", "train.batch_size=128", "features.row_group_rows=256")
 
 
 @pytest.fixture
-def prepared(lake_home, make_settings):
+def prepared(prepare_run):
     """Contexts of runs whose features are built; call with a run id and setting overrides."""
-
-    def prepare(run_id: str, *overrides: str) -> RunContext:
-        settings = make_settings(*SMALL, *overrides, home=lake_home)
-        ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings)
-        ingest(ctx)
-        validate(ctx)
-        build_features(ctx)
-        return ctx
-
-    return prepare
-
-
-def final_weights(ctx: RunContext) -> dict[str, torch.Tensor]:
-    """The model of the newest checkpoint (written at the last epoch's end)."""
-    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-    newest = max(folder.glob("step-*.pt"))
-    return torch.load(newest, weights_only=False)["model"]
-
-
-def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for name, tensor in a.items():
-        assert torch.equal(tensor, b[name]), name
+    return lambda run_id, *overrides: prepare_run(run_id, *SMALL, *overrides)
 
 
 @pytest.mark.parametrize("model", ["mlp", "ft_transformer"])
