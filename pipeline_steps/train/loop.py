@@ -28,7 +28,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_steps.context import RunContext, StepError
 from pipeline_steps.metrics import binned_auc
-from pipeline_steps.prefetch import prefetch
 from pipeline_steps.train import checkpoint
 from pipeline_steps.train.data import (
     Preprocessor,
@@ -200,11 +199,13 @@ def train(ctx: RunContext) -> dict[str, Any]:
             world_size=world_size,
             shuffle_buffer=cfg.shuffle_buffer,
             skip=position["epoch_batches"],
+            prefetch_buffers=cfg.prefetch,
+            pin_memory=use_cuda,
         )
-        for batch in prefetch(stream, depth=cfg.prefetch):
+        for batch in stream:
             if position["epoch_batches"] == micro_batches[epoch]:
                 break
-            batch = batch.pin_memory().to(device) if use_cuda else batch
+            batch = batch.to(device) if use_cuda else batch
             stepping = (position["epoch_batches"] + 1) % cfg.grad_accumulation == 0
             quiet = ddp_model.no_sync() if distributed and not stepping else nullcontext()
             with quiet:  # gradients of a non-final accumulation batch stay local
