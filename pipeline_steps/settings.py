@@ -236,6 +236,8 @@ class TrainSettings:
     """bfloat16 autocast on CUDA (ignored on CPU)."""
     patience: int = 3
     """Stop after this many epochs without a better validation loss; 0 never stops early."""
+    restore_best: bool = True
+    """Register the weights of the epoch with the lowest validation loss, not the last epoch's."""
     hidden_dims: tuple[int, ...] = (128, 64)
     """``mlp``: widths of the hidden layers."""
     embedding_dim: int = 8
@@ -253,7 +255,7 @@ class TrainSettings:
     shuffle_buffer: int = 65_536
     """Rows mixed by each process's seeded shuffle buffer."""
     prefetch: int = 2
-    """Batches prepared ahead in a background thread."""
+    """Shuffle buffers read, converted and shuffled ahead in a background thread."""
     checkpoint_every: int = 200
     """Optimizer steps between checkpoints (one is also written at each epoch end); 0: epoch
     ends only."""

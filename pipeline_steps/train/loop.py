@@ -98,11 +98,19 @@ def train(ctx: RunContext) -> dict[str, Any]:
         join_process_group(
             "nccl" if use_cuda else "gloo", rank, world_size, cfg.collective_timeout_s
         )
-    # Preprocessing is fitted on the fitting rows of the training window only.
-    everything = list(range(len(table.group_rows)))
-    pre = Preprocessor.fit(
-        table.frames(everything, validation=False), features["categorical"], features["numeric"]
-    )
+    # Preprocessing is fitted on the fitting rows of the training window only, by rank 0 in
+    # one streaming pass; the other ranks receive it and read only their own shards.
+    fitted: list[Any] = [None]
+    if master:
+        everything = list(range(len(table.group_rows)))
+        fitted[0] = Preprocessor.fit(
+            table.frames(everything, validation=False),
+            features["categorical"],
+            features["numeric"],
+        ).to_dict()
+    if distributed:
+        dist.broadcast_object_list(fitted, src=0)
+    pre = Preprocessor.from_dict(fitted[0])
     label = features["label"]
 
     # -- model, optimizer, schedule ----------------------------------------------------------------
@@ -133,7 +141,13 @@ def train(ctx: RunContext) -> dict[str, Any]:
     folder = f"{ctx.run_dir}/checkpoints"
     position = {"epoch": 0, "epoch_batches": 0, "step": 0}
     history: list[dict[str, Any]] = []
-    stopping = {"best_val_loss": math.inf, "bad_epochs": 0, "stopped_early": False}
+    stopping = {
+        "best_val_loss": math.inf,
+        "best_epoch": -1,
+        "bad_epochs": 0,
+        "stopped_early": False,
+    }
+    best_weights: dict[str, torch.Tensor] | None = None  # the lowest validation loss's model
     state = checkpoint.load_latest(lake, folder, config_hash)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -142,6 +156,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
         scaler.load_state_dict(state["scaler"])
         position = {k: state[k] for k in position}
         history, stopping = state["history"], state["stopping"]
+        best_weights = state["best_model"]
         set_rng_state(state["rng"][rank])
     resumed_from = dict(position) if state is not None else None
     ddp_model: Any = (
@@ -167,6 +182,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
                     **position,
                     "history": history,
                     "stopping": stopping,
+                    "best_model": best_weights,
                     "rng": rng,
                     "world_size": world_size,
                     "config_hash": config_hash,
@@ -242,7 +258,8 @@ def train(ctx: RunContext) -> dict[str, Any]:
             metrics |= gpu_metrics(device)
         history.append({"epoch": epoch, **metrics})
         if metrics["val_loss"] < stopping["best_val_loss"] - 1e-6:
-            stopping |= {"best_val_loss": metrics["val_loss"], "bad_epochs": 0}
+            stopping |= {"best_val_loss": metrics["val_loss"], "best_epoch": epoch, "bad_epochs": 0}
+            best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
             stopping["bad_epochs"] += 1
             stopping["stopped_early"] = (
@@ -255,6 +272,11 @@ def train(ctx: RunContext) -> dict[str, Any]:
             log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
 
     manifest: dict[str, Any] = {}
+    model_epoch = history[-1]["epoch"]
+    if cfg.restore_best and best_weights is not None and stopping["best_epoch"] != model_epoch:
+        model.load_state_dict(best_weights)  # the registered model: the best epoch's
+        model_epoch = stopping["best_epoch"]
+        log.info("restored the weights of epoch %d (lowest val_loss)", model_epoch)
     if master:
         manifest = _finish(
             ctx,
@@ -266,7 +288,12 @@ def train(ctx: RunContext) -> dict[str, Any]:
             history,
             world_size,
             config_hash,
-            {"resumed_from": resumed_from, "steps": position["step"], **stopping},
+            {
+                "resumed_from": resumed_from,
+                "steps": position["step"],
+                "model_epoch": model_epoch,
+                **stopping,
+            },
         )
     if distributed:
         dist.barrier()
@@ -489,7 +516,8 @@ def _finish(
                 f"mlflow=={mlflow.__version__}",
             ],
         )
-    final = history[-1]
+    final = next(h for h in history if h["epoch"] == progress["model_epoch"])
+    mlflow.set_tag("trainyard.model_epoch", str(progress["model_epoch"]))
     mlflow.end_run()
     manifest = {
         "step": "train",
@@ -507,6 +535,8 @@ def _finish(
         "steps": progress["steps"],
         "stopped_early": progress["stopped_early"],
         "best_val_loss": round(progress["best_val_loss"], 6),
+        "best_epoch": progress["best_epoch"],
+        "model_epoch": progress["model_epoch"],
         "checkpoints": ctx.lake.path(ctx.run_dir, "checkpoints"),
     }
     return ctx.record("train", manifest)

@@ -12,7 +12,7 @@ import torch
 from pipeline_steps.context import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.metrics import roc_auc
-from pipeline_steps.train import checkpoint, train
+from pipeline_steps.train import checkpoint, loop, train
 from tests.model.conftest import assert_same_weights, final_weights
 
 pytestmark = pytest.mark.slow
@@ -83,6 +83,33 @@ def test_early_stopping_ends_training_after_patience(prepared) -> None:
     ctx = prepared("patient", "train.epochs=6", "train.patience=1", "train.learning_rate=1e-12")
     manifest = train(ctx)
     assert manifest["stopped_early"] is True and manifest["epochs"] < 6
+
+
+def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatch) -> None:
+    # validation losses scripted to 0.5, 0.4, 0.6, 0.7: epoch 1 is the best, patience 2 stops
+    # after epoch 3, and the registered model is epoch 1's, not the last epoch's
+    losses = iter([0.5, 0.4, 0.6, 0.7])
+    measured = loop._validate
+
+    def scripted(*args, **kwargs):
+        sums = measured(*args, **kwargs)
+        sums[0] = next(losses) * sums[1]  # the loss sum over the validation rows
+        return sums
+
+    monkeypatch.setattr(loop, "_validate", scripted)
+    ctx = prepared("best", "train.epochs=6", "train.patience=2", "train.checkpoint_every=0")
+    manifest = train(ctx)
+    assert manifest["stopped_early"] is True and manifest["epochs"] == 4
+    assert manifest["best_epoch"] == manifest["model_epoch"] == 1
+    assert manifest["metrics"]["val_loss"] == pytest.approx(0.4)
+    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
+    states = [torch.load(p, weights_only=False) for p in sorted(folder.glob("step-*.pt"))]
+    after_best = next(s["model"] for s in states if s["epoch"] == 2)  # written at epoch 1's end
+    mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
+    registered = mlflow.pyfunc.load_model(manifest["model_uri"]).unwrap_python_model()
+    assert_same_weights(registered.model.state_dict(), after_best)
+    last = final_weights(ctx)
+    assert any(not torch.equal(last[k], after_best[k]) for k in last)  # training went on
 
 
 def test_too_few_row_groups_for_the_ranks_is_a_clear_error(prepared, monkeypatch) -> None:
