@@ -27,12 +27,19 @@ def gate(
         op = ">=" if ok else "<"
         return ok, [f"no champion yet; challenger AUC {auc:.4f} {op} floor {settings.min_auc}"]
     floor = champion["auc"] - settings.max_auc_drop
-    ok = auc >= floor
-    op = ">=" if ok else "<"
-    return ok, [
-        f"challenger AUC {auc:.4f} {op} champion AUC {champion['auc']:.4f} "
-        f"- allowed drop {settings.max_auc_drop} = {floor:.4f}"
+    ranks = auc >= floor
+    reasons = [
+        f"challenger AUC {auc:.4f} {'>=' if ranks else '<'} champion AUC "
+        f"{champion['auc']:.4f} - allowed drop {settings.max_auc_drop} = {floor:.4f}"
     ]
+    ceiling = champion["log_loss"] + settings.max_log_loss_rise
+    calibrated = challenger["log_loss"] <= ceiling
+    reasons.append(
+        f"challenger log loss {challenger['log_loss']:.4f} {'<=' if calibrated else '>'} "
+        f"champion log loss {champion['log_loss']:.4f} + allowed rise "
+        f"{settings.max_log_loss_rise} = {ceiling:.4f}"
+    )
+    return ranks and calibrated, reasons
 
 
 def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | None:
@@ -86,6 +93,8 @@ def promote(ctx: RunContext) -> dict[str, Any]:
         "trainyard.challenger_auc": str(challenger["metrics"]["auc"]),
         "trainyard.champion_version": evaluated_against or "none",
         "trainyard.champion_auc": str(champion["metrics"]["auc"]) if champion else "none",
+        "trainyard.challenger_log_loss": str(challenger["metrics"]["log_loss"]),
+        "trainyard.champion_log_loss": str(champion["metrics"]["log_loss"]) if champion else "none",
         "trainyard.holdout_sha256": evaluation["holdout"]["sha256"],
     }
     for key, value in tags.items():

@@ -322,12 +322,17 @@ class GateSettings:
     """Absolute AUC floor a challenger must reach when there is no champion yet."""
     max_auc_drop: float = 0.005
     """How much lower than the champion's AUC a promoted challenger's AUC may be."""
+    max_log_loss_rise: float = 0.02
+    """How much higher than the champion's holdout log loss a promoted challenger's may be: a
+    model that ranks well but whose probabilities are off is not promoted."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
             raise SettingsError("gate.min_auc must be in [0, 1]")
         if self.max_auc_drop < 0:
             raise SettingsError("gate.max_auc_drop must not be negative")
+        if not self.max_log_loss_rise >= 0:
+            raise SettingsError("gate.max_log_loss_rise must not be negative")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

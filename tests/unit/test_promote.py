@@ -39,7 +39,7 @@ def _prepare(settings, run_id: str, auc: float, champion: dict | None) -> RunCon
             "challenger": {
                 "model_uri": info.model_uri,
                 "mlflow_run_id": run.info.run_id,
-                "metrics": {"auc": auc},
+                "metrics": {"auc": auc, "log_loss": 0.5},
             },
             "champion": champion,
         },
@@ -72,7 +72,10 @@ def test_first_passing_model_becomes_champion_and_a_retry_changes_nothing(settin
 def test_failing_gate_keeps_the_champion_and_records_why(settings) -> None:
     promote(_prepare(settings, "run-1", auc=0.7, champion=None))
     worse = _prepare(
-        settings, "run-2", auc=0.65, champion={"version": "1", "metrics": {"auc": 0.7}}
+        settings,
+        "run-2",
+        auc=0.65,
+        champion={"version": "1", "metrics": {"auc": 0.7, "log_loss": 0.5}},
     )
     decision = promote(worse)
     assert decision["decision"] == "rejected" and decision["version"] == "2"
