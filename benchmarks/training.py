@@ -130,6 +130,7 @@ def bench_step(path: Path, steps: int, model_name: str) -> dict[str, float]:
         if len(batches) == 50:
             break
     model, optimizer, scheduler = s["model"], s["optimizer"], s["scheduler"]
+    parameters = list(model.parameters())
     loss_fn = torch.nn.BCEWithLogitsLoss()
     # What a minimal loop writes: AdamW with its defaults (a for-loop over parameters on CPU).
     plain = torch.optim.AdamW(model.parameters(), lr=s["cfg"].learning_rate)
@@ -137,7 +138,7 @@ def bench_step(path: Path, steps: int, model_name: str) -> dict[str, float]:
     def ours() -> None:
         for i in range(steps):
             learn(model, loss_fn, batches[i % len(batches)], 1, amp=False)
-            apply_gradients(model, optimizer, scheduler, s["cfg"].grad_clip)
+            apply_gradients(parameters, optimizer, scheduler, s["cfg"].grad_clip)
 
     def minimal(opt: torch.optim.Optimizer) -> Any:
         def loop() -> None:
@@ -222,11 +223,12 @@ def bench_memory(path: Path) -> dict[str, float]:
 
     s = _setup(path)
     loss_fn = torch.nn.BCEWithLogitsLoss()
+    parameters = list(s["model"].parameters())
     started = time.perf_counter()
     rows = 0
     for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=BATCH, epoch=0):
         learn(s["model"], loss_fn, batch, 1, amp=False)
-        apply_gradients(s["model"], s["optimizer"], s["scheduler"], 1.0)
+        apply_gradients(parameters, s["optimizer"], s["scheduler"], 1.0)
         rows += len(batch)
     return {
         "rows": rows,

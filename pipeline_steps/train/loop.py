@@ -117,6 +117,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     config = model_config(cfg, pre.cardinalities, pre.numeric_width)
     model = build_model(cfg.model, **config).to(device)
+    parameters = list(model.parameters())
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     micro_batches = [
         table.steps_per_epoch(e, cfg.batch_size, world_size)
@@ -155,8 +156,8 @@ def train(ctx: RunContext) -> dict[str, Any]:
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         position = {k: state[k] for k in position}
-        history, stopping = state["history"], state["stopping"]
-        best_weights = state["best_model"]
+        history, stopping = state["history"], {**stopping, **state["stopping"]}
+        best_weights = state.get("best_model")
         set_rng_state(state["rng"][rank])
     resumed_from = dict(position) if state is not None else None
     ddp_model: Any = (
@@ -229,7 +230,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
             position["epoch_batches"] += 1
             if not stepping:
                 continue
-            apply_gradients(model, optimizer, scheduler, cfg.grad_clip)
+            apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip)
             position["step"] += 1
             if position["step"] % cfg.log_every == 0:
                 step_losses.append((position["step"], float(loss.detach())))
@@ -320,10 +321,13 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> to
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
 
 
-def apply_gradients(model: torch.nn.Module, optimizer: Any, scheduler: Any, clip: float) -> None:
-    """Clip the accumulated gradients, take an optimizer and a schedule step, clear them."""
+def apply_gradients(
+    parameters: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, clip: float
+) -> None:
+    """Clip the accumulated gradients of ``parameters`` (a list made once, not a module walk per
+    step), take an optimizer and a schedule step, clear the gradients."""
     if clip:  # the norm over all gradients in multi-tensor kernels, not one call per tensor
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
+        torch.nn.utils.clip_grad_norm_(parameters, clip, foreach=True)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
