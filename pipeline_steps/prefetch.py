@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 _DONE = object()
 
 
@@ -64,3 +67,23 @@ def _put(ready: queue.Queue[object], item: object, stop: threading.Event) -> boo
         except queue.Full:
             continue
     return False
+
+
+def map_ahead(fn: Callable[[T], R], items: Iterable[T], workers: int, depth: int) -> Iterator[R]:
+    """``fn`` over ``items`` in ``workers`` threads, results in the order of ``items``.
+
+    ``items`` is drawn in a background thread of its own (``prefetch``), so a sequential source
+    such as a file is read while earlier items are converted; at most ``workers + depth``
+    results are in flight or waiting. An exception in ``fn`` is raised here, in order.
+    """
+    pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="trainyard-map")
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in prefetch(items, depth=1):
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= max(1, workers) + depth:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -255,7 +255,10 @@ class TrainSettings:
     shuffle_buffer: int = 65_536
     """Rows mixed by each process's seeded shuffle buffer."""
     prefetch: int = 2
-    """Shuffle buffers read, converted and shuffled ahead in a background thread."""
+    """Shuffle buffers converted and shuffled ahead of the training loop, ready to slice."""
+    data_workers: int = 2
+    """Threads converting and shuffling buffers in parallel (pyarrow, numpy and torch release
+    the GIL); more than the spare cores only adds contention."""
     checkpoint_every: int = 200
     """Optimizer steps between checkpoints (one is also written at each epoch end); 0: epoch
     ends only."""
@@ -292,6 +295,7 @@ class TrainSettings:
             "keep_checkpoints",
             "log_every",
             "nproc_per_node",
+            "data_workers",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"train.{name} must be at least 1")

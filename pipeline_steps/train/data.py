@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from pipeline_steps.prefetch import prefetch
+from pipeline_steps.prefetch import map_ahead
 
 OOV = 0  # index 0 of every vocabulary: a category the training window never saw
 
@@ -302,14 +302,17 @@ def epoch_batches(
     shuffle_buffer: int = 65_536,
     skip: int = 0,
     prefetch_buffers: int = 2,
+    workers: int = 2,
     pin_memory: bool = False,
 ) -> Iterator[TensorSet]:
     """One rank's batches of one epoch, from batch ``skip`` on (the earlier ones are drawn and
     dropped, so a resumed epoch continues exactly where it stopped).
 
-    A background thread reads, converts and shuffles up to ``prefetch_buffers`` buffers ahead
-    of the caller (pinned with ``pin_memory``, so every batch cut from them copies to the GPU
-    without blocking); the caller only slices them into batches.
+    Background threads work ahead of the caller: one reads the row groups and draws each
+    buffer's permutation (in order, so the result does not depend on timing), ``workers``
+    convert and shuffle buffers (pyarrow, numpy and torch release the GIL), pinned with
+    ``pin_memory`` so every batch cut from them copies to the GPU without blocking. Up to
+    ``prefetch_buffers`` buffers wait ready; the caller only slices them into batches.
     """
     steps = table.steps_per_epoch(epoch, batch_size, world_size)
     rng = torch.Generator().manual_seed(int(table.seed) * 1_000_003 + epoch * 101 + rank)
@@ -317,7 +320,7 @@ def epoch_batches(
     # A shuffle buffer is one read of whole row groups (fixed costs are per read).
     per_read = max(1, round(shuffle_buffer * len(table.group_rows) / max(table.rows, 1)))
 
-    def shuffled() -> Iterator[TensorSet]:
+    def reads() -> Iterator[tuple[pa.Table, torch.Tensor]]:
         # The shard, then the top-up pass over it, read only as far as ``steps`` needs.
         wanted = steps * batch_size
         for shard_pass in (groups, groups):
@@ -327,10 +330,15 @@ def epoch_batches(
                 fitting = torch.from_numpy(np.flatnonzero(~is_validation))
                 order = fitting[torch.randperm(len(fitting), generator=rng)]
                 wanted -= len(order)
-                buffer = tensor_set(rows, pre, label).take(order)
-                yield buffer.pin_memory() if pin_memory else buffer
+                yield rows, order
 
-    batches = whole_batches(prefetch(shuffled(), depth=prefetch_buffers), batch_size)
+    def shuffled(read: tuple[pa.Table, torch.Tensor]) -> TensorSet:
+        rows, order = read
+        buffer = tensor_set(rows, pre, label).take(order)
+        return buffer.pin_memory() if pin_memory else buffer
+
+    buffers = map_ahead(shuffled, reads(), workers=workers, depth=prefetch_buffers)
+    batches = whole_batches(buffers, batch_size)
     for made in range(steps):
         batch = next(batches)
         if made >= skip:

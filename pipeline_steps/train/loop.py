@@ -215,6 +215,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
             shuffle_buffer=cfg.shuffle_buffer,
             skip=position["epoch_batches"],
             prefetch_buffers=cfg.prefetch,
+            workers=cfg.data_workers,
             pin_memory=use_cuda,
         )
         for batch in stream:

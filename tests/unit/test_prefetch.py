@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from pipeline_steps.prefetch import prefetch
+from pipeline_steps.prefetch import map_ahead, prefetch
 
 
 def test_items_arrive_in_order_and_complete() -> None:
@@ -51,3 +51,52 @@ def test_closing_early_stops_the_producer() -> None:
     assert next(items) == 0
     items.close()
     assert threading.active_count() == before
+
+
+def test_map_ahead_keeps_the_order_of_the_items_whatever_finishes_first() -> None:
+    def convert(i: int) -> int:
+        time.sleep(0.02 if i % 2 == 0 else 0.0)  # even items finish after their successors
+        return i * i
+
+    assert list(map_ahead(convert, range(20), workers=3, depth=2)) == [i * i for i in range(20)]
+    assert list(map_ahead(convert, range(3), workers=1, depth=0)) == [0, 1, 4]
+
+
+def test_map_ahead_converts_in_parallel_and_bounds_the_items_in_flight() -> None:
+    running, most, lock = 0, 0, threading.Lock()
+
+    def convert(i: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+        return i
+
+    drawn: list[int] = []
+
+    def source():
+        for i in range(100):
+            drawn.append(i)
+            yield i
+
+    results = map_ahead(convert, source(), workers=2, depth=1)
+    assert next(results) == 0
+    time.sleep(0.3)
+    assert most == 2  # two conversions at once
+    assert len(drawn) <= 2 + 1 + 1 + 2  # in flight + the reader's queue, not the whole source
+    results.close()
+
+
+def test_map_ahead_raises_a_conversion_error_in_order() -> None:
+    def convert(i: int) -> int:
+        if i == 2:
+            raise ValueError(f"buffer {i} is corrupt")
+        return i
+
+    results = map_ahead(convert, range(5), workers=2, depth=1)
+    assert [next(results), next(results)] == [0, 1]
+    with pytest.raises(ValueError, match="buffer 2 is corrupt"):
+        next(results)
