@@ -247,6 +247,7 @@ def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
     lake = Lake(str(path.parent))
     state = {
         "model": s["model"].state_dict(),
+        "best_model": {k: v.clone() for k, v in s["model"].state_dict().items()},
         "optimizer": s["optimizer"].state_dict(),
         "scheduler": s["scheduler"].state_dict(),
         "epoch": 0,

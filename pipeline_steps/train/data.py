@@ -321,10 +321,12 @@ def epoch_batches(
     per_read = max(1, round(shuffle_buffer * len(table.group_rows) / max(table.rows, 1)))
 
     def reads() -> Iterator[tuple[pa.Table, torch.Tensor]]:
-        # The shard, then the top-up pass over it, read only as far as ``steps`` needs.
+        # The shard, then top-up passes over it, read only as far as ``steps`` needs.
         wanted = steps * batch_size
-        for shard_pass in (groups, groups):
-            for rows, is_validation in table.reads(shard_pass, per_read):
+        while wanted > 0:
+            if not sum(table.fit_rows[g] for g in groups):
+                raise ValueError(f"rank {rank} was dealt row groups {groups} with no rows to fit")
+            for rows, is_validation in table.reads(groups, per_read):
                 if wanted <= 0:
                     return
                 fitting = torch.from_numpy(np.flatnonzero(~is_validation))

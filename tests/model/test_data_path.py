@@ -110,3 +110,30 @@ def test_ranks_read_disjoint_shards_that_cover_an_epoch(tmp_path: Path) -> None:
         table, pre, "delayed", batch_size=32, epoch=0, skip=5, shuffle_buffer=512
     )
     assert [int(v) for b in skipped for v in b.numeric[:, 0]] == one[5 * 32 :]
+
+
+def test_a_rank_dealt_a_small_row_group_tops_up_until_the_ranks_agree(tmp_path: Path) -> None:
+    frame = _frame(2100)
+    frame["distance"] = np.arange(len(frame), dtype=float)
+    table = _table(tmp_path, frame, group_rows=1000)  # row groups of 1000, 1000 and 100 rows
+    pre = Preprocessor(
+        categorical=CATEGORICAL,
+        numeric=NUMERIC,
+        vocabularies={"carrier": ["AA"], "origin": ["EWR"]},
+        means={"distance": 0.0, "temp": 0.0},
+        stds={"distance": 1.0, "temp": 1.0},
+    )
+    epoch = next(e for e in range(100) if table.epoch_groups(e, 1, 2) == [2])
+    steps = table.steps_per_epoch(epoch, 32, 2)
+    small = [
+        int(v)
+        for b in epoch_batches(
+            table, pre, "delayed", batch_size=32, epoch=epoch, rank=1, world_size=2
+        )
+        for v in b.numeric[:, 0]
+    ]
+    assert steps * 32 > 10 * table.fit_rows[2]  # far more than two passes over the shard
+    assert len(small) == steps * 32  # in step with rank 0
+    assert set(small) == set(range(2000, 2100)) - {
+        2000 + i for i in np.flatnonzero(table.is_validation(2))
+    }
