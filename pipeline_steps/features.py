@@ -36,7 +36,6 @@ NUMERIC = [
     "sched_dep_minute",
     "sched_arr_hour",
     "day_of_week",
-    "month",
     "temp",
     "dewp",
     "humid",
@@ -50,6 +49,9 @@ NUMERIC = [
     "engines",
     "seats",
 ]
+# No month or day of year: within a rolling window of a few weeks they only mark the newest
+# days, so a model learns that day's delays as a calendar effect and extrapolates it (+5 sigma
+# for a window holding one day of a new month).
 # Known only after the flight left: using them would leak the answer into the features.
 LEAKY = ("dep_delay", "dep_time", "arr_time", "air_time", "arr_delay")
 
@@ -110,7 +112,6 @@ def flight_rows(flights: pd.DataFrame, settings: Any) -> pd.DataFrame:
             "sched_dep_minute": (flights["sched_dep_time"] % 100).astype("float64"),
             "sched_arr_hour": (flights["sched_arr_time"] // 100).astype("float64"),
             "day_of_week": departure.dt.dayofweek.astype("float64"),
-            "month": flights["month"].astype("float64"),
             LABEL: label,
         }
     )
