@@ -42,7 +42,11 @@ def load_latest(lake: Lake, folder: str, config_hash: str) -> dict[str, Any] | N
     for path in reversed(_checkpoints(lake, folder)):
         try:
             with lake.fs.open(path, "rb") as fh:
-                state: dict[str, Any] = torch.load(io.BytesIO(fh.read()), weights_only=False)
+                # on the CPU: a state written on GPUs loads on any rank, or on a machine
+                # without one; load_state_dict moves each tensor to its parameter's device
+                state: dict[str, Any] = torch.load(
+                    io.BytesIO(fh.read()), map_location="cpu", weights_only=False
+                )
         except Exception as exc:  # a torn or corrupt file: fall back to the previous one
             log.warning("checkpoint %s is unreadable (%s); trying an older one", path, exc)
             continue

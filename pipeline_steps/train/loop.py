@@ -246,7 +246,8 @@ def train(ctx: RunContext) -> dict[str, Any]:
                 _validate(model, table, pre, label, cfg.batch_size, device, amp, rank, world_size),
             ]
         )
-        if distributed:
+        if distributed:  # nccl reduces GPU tensors only; gloo takes them where they are
+            sums = sums.to(device)
             dist.all_reduce(sums)
         train_loss, rows, val_loss, val_rows, *hist = sums.tolist()
         metrics: dict[str, float] = {
@@ -417,8 +418,10 @@ def get_rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # this process's own GPU only: reading every device's state would open a CUDA
+        # context on each GPU of the node from every rank
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -427,7 +430,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]
+        if isinstance(cuda, list):  # checkpoints that held every device's state
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            torch.cuda.set_rng_state(cuda)
 
 
 def gpu_metrics(device: torch.device) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """The CUDA paths of training: pinned buffers copied without blocking, bfloat16 autocast, the
-fused optimizer and RNG states on the GPU. Skipped where no CUDA device is visible."""
+fused optimizer, RNG states and checkpoints on the GPU. Skipped where no CUDA device is visible."""
 
 from datetime import date
 from pathlib import Path
@@ -11,8 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from pipeline_steps.lake import Lake
 from pipeline_steps.settings import TrainSettings
 from pipeline_steps.sources import read_nycflights13
+from pipeline_steps.train import checkpoint
 from pipeline_steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.train.loop import (
     apply_gradients,
@@ -96,10 +98,28 @@ def test_bfloat16_steps_track_float32_and_learn(table: TrainingTable, name: str)
 
 
 def test_rng_states_restore_the_gpu_generator() -> None:
-    torch.cuda.manual_seed_all(7)
+    torch.cuda.manual_seed(7)
+    torch.zeros(1, device="cuda")  # CUDA initialised, as it is once the model is on the GPU
     state = get_rng_state()
     assert "cuda" in state
     expected = torch.rand(4, device="cuda")
     torch.rand(100, device="cuda")
     set_rng_state(state)
     assert torch.equal(torch.rand(4, device="cuda"), expected)
+
+
+def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    model = torch.nn.Linear(4, 1).to("cuda")
+    checkpoint.save(
+        lake,
+        "ck",
+        1,
+        {"model": model.state_dict(), "config_hash": "h", "epoch": 0, "epoch_batches": 0},
+    )
+    state = checkpoint.load_latest(lake, "ck", "h")
+    assert state is not None
+    assert all(t.device.type == "cpu" for t in state["model"].values())
+    restored = torch.nn.Linear(4, 1).to("cuda")
+    restored.load_state_dict(state["model"])
+    assert torch.equal(restored.weight, model.weight)
