@@ -313,7 +313,7 @@ def learn(
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
         logits = model(batch.codes, batch.numeric)
     loss = loss_fn(logits.float(), batch.labels)
-    (loss / accumulation).backward()
+    (loss / accumulation if accumulation > 1 else loss).backward()
     return loss.detach()
 
 
@@ -328,11 +328,24 @@ def apply_gradients(
 ) -> None:
     """Clip the accumulated gradients of ``parameters`` (a list made once, not a module walk per
     step), take an optimizer and a schedule step, clear the gradients."""
-    if clip:  # the norm over all gradients in multi-tensor kernels, not one call per tensor
-        torch.nn.utils.clip_grad_norm_(parameters, clip, foreach=True)
+    if clip:
+        clip_grad_norm(parameters, clip)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> None:
+    """Scale the gradients so that their global L2 norm is at most ``max_norm``.
+
+    The formula and result of ``torch.nn.utils.clip_grad_norm_``, in four multi-tensor kernels
+    without its per-call grouping and checks: on a GPU a small model's step is bound by kernel
+    launches, and the library call cost up to a tenth of it.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads:
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
 
 
 def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int) -> None:

@@ -129,3 +129,23 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) ->
     (tmp_path / "ck" / "step-00000030.pt").write_bytes(b"torn write")
     assert checkpoint.load_latest(lake, "ck", "h")["step"] == 20
     assert checkpoint.load_latest(lake, "ck", "other settings") is None
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])
+def test_gradient_clipping_matches_torch(max_norm: float) -> None:
+    """Clipped (small bound) and untouched (large bound): the same gradients as torch's own."""
+    torch.manual_seed(0)
+    ours = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 1))
+    reference = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 1))
+    reference.load_state_dict(ours.state_dict())
+    x = torch.randn(32, 7)
+    for model in (ours, reference):
+        model(x).square().mean().backward()
+    before = [p.grad.clone() for p in ours.parameters()]
+    loop.clip_grad_norm(list(ours.parameters()), max_norm)
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, foreach=True)
+    for mine, theirs in zip(ours.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(mine.grad, theirs.grad)
+    after = list(ours.parameters())
+    changed = any(not torch.equal(p.grad, b) for p, b in zip(after, before, strict=True))
+    assert changed == (max_norm < 1)
