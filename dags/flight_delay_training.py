@@ -1,16 +1,17 @@
 """Daily retraining of the flight-delay model.
 
-ingest → validate → features → train → evaluate → promote, each a `trainyard step` run by the
-configured runtime (local subprocess or Kubernetes pod). The run for logical date D ingests D's
-flights, trains on the validated window before D, evaluates challenger and champion on D, and
-moves the MLflow `champion` alias only if the gate passes.
+ingest → validate → features → train → evaluate → promote (``STEPS``), each a
+`trainyard step` run by the configured runtime (local subprocess or Kubernetes pod). The run for
+logical date D ingests D's flights, trains on the validated window before D, evaluates challenger
+and champion on D, and moves the MLflow `champion` alias only if the gate passes.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, chain
 
+from pipeline_steps.manifests import STEPS
 from pipeline_steps.orchestration import step_task
 from pipeline_steps.settings import load_settings
 
@@ -27,8 +28,4 @@ with DAG(
     doc_md=__doc__,
     tags=["trainyard", "training"],
 ):
-    ingest, validate, features, train, evaluate, promote = (
-        step_task(step, settings)
-        for step in ("ingest", "validate", "features", "train", "evaluate", "promote")
-    )
-    ingest >> validate >> features >> train >> evaluate >> promote
+    chain(*(step_task(step, settings) for step in STEPS))

@@ -19,36 +19,37 @@ import sys
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any
 
-from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.context import RunContext
+from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import STEPS, Manifest, SeedSummary, StepOutput
 from pipeline_steps.report import SEED_PREFIX
 from pipeline_steps.settings import SettingsError, load_settings
 
-STEPS = ("ingest", "validate", "features", "train", "evaluate", "promote")
 # Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
 
 
 # Each step imports heavy libraries (GX, Feast, torch, MLflow) of its own: load only the one run.
 STEP_FUNCTIONS = {
-    "ingest": "pipeline_steps.ingest:ingest",
-    "validate": "pipeline_steps.validate:validate",
-    "features": "pipeline_steps.features:build_features",
-    "train": "pipeline_steps.train:train",
-    "evaluate": "pipeline_steps.evaluate:evaluate",
-    "promote": "pipeline_steps.promote:promote",
+    "ingest": "pipeline_steps.steps.ingest:ingest",
+    "validate": "pipeline_steps.steps.validate:validate",
+    "features": "pipeline_steps.steps.features:build_features",
+    "train": "pipeline_steps.steps.train:train",
+    "evaluate": "pipeline_steps.steps.evaluate:evaluate",
+    "promote": "pipeline_steps.steps.promote:promote",
 }
 
 
-def step_function(name: str) -> Callable[[RunContext], dict[str, Any]]:
+StepFunction = Callable[[RunContext], Manifest | None]
+
+
+def step_function(name: str) -> StepFunction:
     """The step's function, imported on demand."""
     if name not in STEP_FUNCTIONS:
         raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
     module, _, function = STEP_FUNCTIONS[name].partition(":")
-    step: Callable[[RunContext], dict[str, Any]] = getattr(
-        importlib.import_module(module), function
-    )
+    step: StepFunction = getattr(importlib.import_module(module), function)
     return step
 
 
@@ -87,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("validate", help="check a CSV or parquet file against a suite")
     check.add_argument("--path", required=True, help="file path or fsspec URL")
-    check.add_argument("--suite", default="flights", help="suite name (default: flights)")
+    check.add_argument(
+        "--suite", help="suite name: a dataset (default: the labelled one, flights in the example)"
+    )
     check.add_argument("--date", type=_date, help="partition date (default: the file's)")
     common(check)
 
@@ -97,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def emit(manifest: dict[str, Any]) -> None:
-    line = json.dumps(manifest, sort_keys=True, default=str)
+def emit(manifest: StepOutput) -> None:
+    """Print the manifest as one JSON line, last on stdout (and where the pod's XCom sidecar
+    reads it)."""
+    line = json.dumps(manifest.to_json(), sort_keys=True, default=str)
     if KPO_XCOM_FILE.parent.is_dir():
         KPO_XCOM_FILE.write_text(line)
     sys.stdout.flush()
@@ -107,18 +112,18 @@ def emit(manifest: dict[str, Any]) -> None:
 
 def run_step(
     name: str, run_id: str, logical_date: date, config: str | None, overrides: list[str]
-) -> dict[str, Any]:
+) -> Manifest | None:
     settings = load_settings(config, overrides)
     ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings)
     return step_function(name)(ctx)
 
 
-def seed(start: date, end: date, config: str | None, overrides: list[str]) -> dict[str, Any]:
+def seed(start: date, end: date, config: str | None, overrides: list[str]) -> SeedSummary:
     """Ingest and validate every date in [start, end] in one process."""
     if end < start:
         raise StepError(f"--end {end} is before --start {start}")
-    from pipeline_steps.ingest import ingest
-    from pipeline_steps.validate import validate
+    from pipeline_steps.steps.ingest import ingest
+    from pipeline_steps.steps.validate import validate
 
     settings = load_settings(config, overrides)
     days, rows = [], 0
@@ -127,27 +132,29 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> di
         ctx = RunContext(
             run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings
         )
-        rows += ingest(ctx)["rows"]
+        rows += ingest(ctx).rows
         validate(ctx)
         days.append(day.isoformat())
         print(f"seeded {day.isoformat()}", file=sys.stderr, flush=True)
         day += timedelta(days=1)
-    return {"step": "seed", "days": len(days), "first": days[0], "last": days[-1], "rows": rows}
+    return SeedSummary(days=len(days), first=days[0], last=days[-1], rows=rows)
 
 
 def check_file_command(args: argparse.Namespace) -> int:
     """Exit 0 when the file passes its suite, 1 with the readable report when it does not."""
-    from pipeline_steps.suites import describe
-    from pipeline_steps.validate import check_file
+    from pipeline_steps.domain import load_domain
+    from pipeline_steps.quality.file_check import check_file
+    from pipeline_steps.quality.suites import describe
 
-    settings = load_settings(args.config, args.set).validation
-    outcome = check_file(args.path, args.suite, settings, args.date)
+    settings = load_settings(args.config, args.set)
+    suite = args.suite or load_domain(settings.domain.module).labelled_dataset
+    outcome = check_file(args.path, suite, settings, args.date)
     if outcome.warnings:
         print(describe(f"file {args.path}", outcome.warnings, "warned on"))
     if outcome.failures:
         print(describe(f"file {args.path}", outcome.failures))
         return 1
-    print(f"file {args.path} passed suite {args.suite!r} ({outcome.evaluated} expectations)")
+    print(f"file {args.path} passed suite {suite!r} ({outcome.evaluated} expectations)")
     return 0
 
 
@@ -161,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     # GX narrates its own start-up at INFO; the step's own log says what matters.
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     try:
+        manifest: StepOutput | None
         if args.command == "step":
             manifest = run_step(args.name, args.run_id, args.logical_date, args.config, args.set)
         elif args.command == "seed":
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainyard {label} failed: {exc}", file=sys.stderr, flush=True)
         return 2
     # Under torchrun every rank runs this; rank 0 alone speaks for the step.
-    if os.environ.get("RANK", "0") == "0":
+    if manifest is not None and os.environ.get("RANK", "0") == "0":
         emit(manifest)
     return 0
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from pipeline_steps.domain import Domain, load_domain
+from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
+from pipeline_steps.manifests import Manifest, load_manifest
 from pipeline_steps.settings import Settings
 
-
-class StepError(RuntimeError):
-    """A step cannot go on; the message says what is wrong and where, for the task log."""
+M = TypeVar("M", bound=Manifest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,25 +28,53 @@ class RunContext:
     def lake(self) -> Lake:
         return Lake(self.settings.lake.root)
 
+    @cached_property
+    def domain(self) -> Domain:
+        """The data's domain (``domain.module``): datasets, label, entity rows, sources."""
+        return load_domain(self.settings.domain.module)
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        """The datasets of a run: ``ingest.datasets`` if set, else the domain's."""
+        return self.settings.ingest.datasets or self.domain.datasets
+
     @property
     def run_dir(self) -> str:
         return Lake.run_dir(self.run_id)
 
-    def record(self, step: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Store a step's manifest as ``runs/<run>/<step>.json`` and return it."""
-        stored = {
-            **manifest,
-            "run_id": self.run_id,
-            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        self.lake.write_json(stored, self.run_dir, f"{step}.json")
+    @overload
+    def record(self, step: M) -> M: ...
+    @overload
+    def record(self, step: str, manifest: dict[str, Any]) -> dict[str, Any]: ...
+    def record(self, step: Any, manifest: Any = None) -> Any:
+        """Store a step's manifest as ``runs/<run>/<step>.json`` with the run id and the time,
+        and return it as the step prints it (without those two)."""
+        recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
+        if isinstance(step, Manifest):
+            stored = replace(step, run_id=self.run_id, recorded_at=recorded_at)
+            self.lake.write_json(stored.to_json(), self.run_dir, f"{step.STEP}.json")
+            return step
+        self.lake.write_json(
+            {**manifest, "run_id": self.run_id, "recorded_at": recorded_at},
+            self.run_dir,
+            f"{step}.json",
+        )
         return manifest
 
-    def upstream(self, step: str) -> dict[str, Any]:
-        """The manifest an earlier step of this run recorded; a clear error when it has not run."""
-        if not self.lake.exists(self.run_dir, f"{step}.json"):
+    @overload
+    def upstream(self, step: type[M]) -> M: ...
+    @overload
+    def upstream(self, step: str) -> dict[str, Any]: ...
+    def upstream(self, step: Any) -> Any:
+        """The manifest an earlier step of this run recorded; a clear error when it has not run
+        or its manifest is not one this version reads."""
+        name: str = step.STEP if isinstance(step, type) and issubclass(step, Manifest) else step
+        if not self.lake.exists(self.run_dir, f"{name}.json"):
             raise StepError(
-                f"step {step!r} has not completed for run {self.run_id!r} "
-                f"(no {self.lake.path(self.run_dir, step + '.json')}); run it first"
+                f"step {name!r} has not completed for run {self.run_id!r} "
+                f"(no {self.lake.path(self.run_dir, name + '.json')}); run it first"
             )
-        return self.lake.read_json(self.run_dir, f"{step}.json")
+        payload = self.lake.read_json(self.run_dir, f"{name}.json")
+        if isinstance(step, type):
+            return load_manifest(step, payload, self.lake.path(self.run_dir, f"{name}.json"))
+        return payload

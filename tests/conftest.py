@@ -50,9 +50,9 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
 def seeded_home() -> Path:
     """A trainyard home whose lake holds the validated history days (built once, read-only)."""
     from pipeline_steps.context import RunContext
-    from pipeline_steps.ingest import ingest
     from pipeline_steps.settings import load_settings
-    from pipeline_steps.validate import validate
+    from pipeline_steps.steps.ingest import ingest
+    from pipeline_steps.steps.validate import validate
 
     home = _SESSION_HOME / "seeded"
     settings = load_settings(

@@ -5,7 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.orchestration import LocalStepOperator, parse_manifest, step_argv, step_task
+from pipeline_steps.orchestration.runners import (
+    LocalStepOperator,
+    parse_manifest,
+    step_argv,
+    step_task,
+)
 
 
 def test_manifest_is_the_last_json_line_with_a_step() -> None:

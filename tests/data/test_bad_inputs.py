@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.features import build_features
-from pipeline_steps.ingest import ingest
-from pipeline_steps.validate import validate
+from pipeline_steps.context import RunContext
+from pipeline_steps.errors import StepError
+from pipeline_steps.steps.features import build_features
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 
 RAW = f"raw/flights/date={FIRST_DAY}/version=0001"

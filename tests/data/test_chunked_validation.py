@@ -9,12 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.ingest import ingest
-from pipeline_steps.sources import read_nycflights13
-from pipeline_steps.suite_chunks import run_suite_chunked
-from pipeline_steps.suites import as_frame, load_suite, run_suite
-from pipeline_steps.validate import validate
+from pipeline_steps.context import RunContext
+from pipeline_steps.domain.flights import read_nycflights13
+from pipeline_steps.errors import StepError
+from pipeline_steps.quality.suite_chunks import run_suite_chunked
+from pipeline_steps.quality.suites import as_frame, load_suite, run_suite
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 
 DAY = date(2013, 6, 1)
 SUITE = Path(__file__).parents[2] / "expectations" / "flights.json"
@@ -140,8 +141,8 @@ def test_the_validate_step_chunks_large_partitions_and_renders_docs(make_setting
     ctx = RunContext(run_id="r1", logical_date=DAY, settings=settings)
     ingest(ctx)
     manifest = validate(ctx)
-    assert manifest["verdict"] == "passed"
-    docs = Path(manifest["datasets"]["flights"]["data_docs"])
+    assert manifest.verdict == "passed"
+    docs = Path(manifest.datasets["flights"].data_docs)
     page = next((docs.parent / "validations").rglob("*.html")).read_text()
     assert "expect_compound_columns_to_be_unique" in page or "unique" in page
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_steps.suites import load_suite, run_suite
+from pipeline_steps.quality.suites import load_suite, run_suite
 
 
 def _suite(tmp_path: Path, kind: str = "expect_column_values_to_be_valid_hhmm", **kwargs) -> Path:

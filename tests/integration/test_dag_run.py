@@ -39,6 +39,7 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     from mlflow import MlflowClient
 
     from pipeline_steps.context import RunContext
+    from pipeline_steps.manifests import EvaluateManifest, PromoteManifest
     from pipeline_steps.settings import load_settings
 
     settings = load_settings()
@@ -49,13 +50,13 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     second = RunContext(
         run_id=second_run, logical_date=FIRST_DAY + timedelta(days=1), settings=settings
     )
-    assert first.upstream("promote")["decision"] == "promoted"
-    assert first.upstream("evaluate")["champion"] is None
-    evaluation = second.upstream("evaluate")
-    assert evaluation["champion"]["version"] == "1"
-    assert evaluation["holdout"]["rows"] > 0
-    decision = second.upstream("promote")
-    assert decision["decision"] in ("promoted", "rejected") and decision["reasons"]
+    assert first.upstream(PromoteManifest).decision == "promoted"
+    assert first.upstream(EvaluateManifest).champion is None
+    evaluation = second.upstream(EvaluateManifest)
+    assert evaluation.champion.version == "1"
+    assert evaluation.holdout.rows > 0
+    decision = second.upstream(PromoteManifest)
+    assert decision.decision in ("promoted", "rejected") and decision.reasons
     assert first.lake.exists(second.run_dir, "lineage.json")
 
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
@@ -71,8 +72,8 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
         if "champion" in client.get_model_version("flight_delay", v.version).aliases
     ]
     assert len(champions) == 1
-    expected = "2" if decision["decision"] == "promoted" else "1"
+    expected = "2" if decision.decision == "promoted" else "1"
     assert str(champions[0].version) == expected
     tags = client.get_model_version("flight_delay", "2").tags
-    assert tags["trainyard.decision"] == decision["decision"]
+    assert tags["trainyard.decision"] == decision.decision
     assert tags["trainyard.champion_version"] == "1"

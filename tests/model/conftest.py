@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.features import build_features
-from pipeline_steps.ingest import ingest
-from pipeline_steps.validate import validate
+from pipeline_steps.steps.features import build_features
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipeline_steps.train.data import OOV, Preprocessor, TrainingTable, epoch_batches
+from pipeline_steps.steps.train.data import OOV, Preprocessor, TrainingTable, epoch_batches
 
 CATEGORICAL, NUMERIC = ["carrier", "origin"], ["distance", "temp"]
 

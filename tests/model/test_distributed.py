@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.train import train
+from pipeline_steps.steps.train import train
 from tests.conftest import FIRST_DAY, WINDOW
 from tests.model.conftest import assert_same_weights, final_weights
 

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_steps.context import StepError
+from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.metrics import roc_auc
-from pipeline_steps.train import checkpoint, loop, train
+from pipeline_steps.steps.train import checkpoint, loop, train
 from tests.model.conftest import assert_same_weights, final_weights
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def test_resume_mid_epoch_continues_exactly(prepared, caplog) -> None:
             path.unlink()
     interrupted.lake.remove(interrupted.run_dir, "train.json")
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="pipeline_steps.train"):
+    with caplog.at_level(logging.INFO, logger="pipeline_steps.steps.train"):
         resumed = train(interrupted)
     trained = [r.getMessage().split(":")[0] for r in caplog.records]
     assert [m for m in trained if m.startswith("epoch ")] == ["epoch 1", "epoch 2"]

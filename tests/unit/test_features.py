@@ -3,15 +3,18 @@ from datetime import date
 import pandas as pd
 import pytest
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.features import LEAKY, build_features, flight_rows
-from pipeline_steps.ingest import ingest
-from pipeline_steps.validate import validate
+from pipeline_steps.context import RunContext
+from pipeline_steps.domain.flights import DOMAIN, LEAKY
+from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import FeaturesManifest
+from pipeline_steps.steps.features import build_features
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY, HISTORY
 
 
 @pytest.fixture
-def features_run(lake_home, make_settings) -> tuple[RunContext, dict]:
+def features_run(lake_home, make_settings) -> tuple[RunContext, FeaturesManifest]:
     ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
     ingest(ctx)
     validate(ctx)
@@ -20,10 +23,10 @@ def features_run(lake_home, make_settings) -> tuple[RunContext, dict]:
 
 def test_training_set_is_point_in_time_and_leak_free(features_run) -> None:
     _, manifest = features_run
-    assert manifest["train_days"] == [d.isoformat() for d in HISTORY]
-    assert manifest["holdout_day"] == FIRST_DAY.isoformat()
-    train = pd.read_parquet(manifest["sets"]["train"]["path"])
-    holdout = pd.read_parquet(manifest["sets"]["holdout"]["path"])
+    assert manifest.train_days == [d.isoformat() for d in HISTORY]
+    assert manifest.holdout_day == FIRST_DAY.isoformat()
+    train = pd.read_parquet(manifest.sets.train.path)
+    holdout = pd.read_parquet(manifest.sets.holdout.path)
     assert set(train["flight_date"]) == {d.isoformat() for d in HISTORY}
     assert set(holdout["flight_date"]) == {FIRST_DAY.isoformat()}
     assert not set(LEAKY) & set(train.columns)
@@ -36,8 +39,8 @@ def test_training_set_is_point_in_time_and_leak_free(features_run) -> None:
 def test_rebuilding_with_the_same_inputs_is_cached(features_run) -> None:
     ctx, first = features_run
     again = build_features(ctx)
-    assert again["status"] == "cached"
-    assert again["training_set_sha256"] == first["training_set_sha256"]
+    assert again.status == "cached"
+    assert again.training_set_sha256 == first.training_set_sha256
 
 
 def test_window_without_history_says_how_to_seed(make_settings) -> None:
@@ -68,7 +71,9 @@ def test_cancelled_flights_are_labelled_late_or_dropped(make_settings) -> None:
             ),
         }
     )
-    kept = flight_rows(flights, make_settings().features)
+    kept = DOMAIN.entity_rows(flights, make_settings().features)
     assert kept["delayed"].tolist() == [0, 1, 1]
-    dropped = flight_rows(flights, make_settings("features.cancelled_as_delayed=false").features)
+    dropped = DOMAIN.entity_rows(
+        flights, make_settings("features.cancelled_as_delayed=false").features
+    )
     assert dropped["delayed"].tolist() == [0, 1]

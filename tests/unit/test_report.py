@@ -1,44 +1,61 @@
-from pipeline_steps.report import summarise
+from dataclasses import replace
+
+from pipeline_steps.manifests import (
+    DatasetVerdict,
+    DriftSummary,
+    PromoteManifest,
+    ScoredChampion,
+    ValidateManifest,
+)
+from pipeline_steps.report import RecordedRun, summarise
+from tests.manifests import (
+    evaluate_manifest,
+    features_manifest,
+    ingest_manifest,
+    scored,
+    train_manifest,
+)
 
 
 def test_summary_says_what_each_step_decided() -> None:
-    run = {
-        "ingest": {"run_id": "r1", "logical_date": "2013-06-02", "rows": 911},
-        "validate": {
-            "verdict": "passed",
-            "datasets": {"flights": {"evaluated": 53}},
-            "drift": {
-                "drift_detected": True,
-                "crossed": ["weather.temp"],
-                "reference": "champion training window",
-                "report": "d.html",
-            },
-        },
-        "features": {
-            "sets": {"train": {"rows": 100}, "holdout": {"rows": 10}},
-            "train_days": ["2013-06-01"],
-            "holdout_day": "2013-06-02",
-        },
-        "train": {
-            "epochs": 2,
-            "metrics": {"val_auc": 0.7, "val_loss": 0.4},
-            "mlflow_run_id": "abc",
-        },
-        "evaluate": {
-            "challenger": {"metrics": {"auc": 0.7, "log_loss": 0.4, "accuracy": 0.8}},
-            "champion": {
-                "version": "1",
-                "metrics": {"auc": 0.72, "log_loss": 0.4, "accuracy": 0.8},
-            },
-        },
-        "promote": {
-            "decision": "rejected",
-            "reasons": ["challenger AUC 0.7000 < floor"],
-            "registered_model": "flight_delay",
-            "version": "2",
-            "champion_after": "1",
-        },
-    }
+    day = "2013-06-02"
+    flights = DatasetVerdict(
+        success=True,
+        status="validated",
+        report="r.json",
+        data_docs=None,
+        evaluated=53,
+        failed=0,
+        warnings=[],
+    )
+    drift = DriftSummary(
+        drift_detected=True,
+        crossed=["weather.temp"],
+        reference="champion training window",
+        values={"weather.temp": 0.3},
+        report="d.html",
+    )
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.72))
+    run = RecordedRun(
+        ingest=replace(ingest_manifest(), run_id="r1", logical_date=day, rows=911),
+        validate=ValidateManifest(
+            logical_date=day, verdict="passed", datasets={"flights": flights}, drift=drift
+        ),
+        features=features_manifest(),
+        train=replace(
+            train_manifest("abc", "runs:/abc/model"), metrics={"val_auc": 0.7, "val_loss": 0.4}
+        ),
+        evaluate=evaluate_manifest("abc", "runs:/abc/model", 0.7, champion),
+        promote=PromoteManifest(
+            logical_date=day,
+            registered_model="flight_delay",
+            version="2",
+            decision="rejected",
+            reasons=["challenger AUC 0.7000 < floor"],
+            champion_before="1",
+            champion_after="1",
+        ),
+    )
     text = "\n".join(summarise(run))
     assert "rows ingested        911 flights" in text
     assert "drift                detected on weather.temp (champion training window" in text

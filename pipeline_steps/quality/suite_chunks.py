@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pandas.api.types import is_numeric_dtype
 
 from pipeline_steps.prefetch import prefetch
-from pipeline_steps.suites import (
+from pipeline_steps.quality.suites import (
     DOCS_SITE,
     EXAMPLES,
     SuiteOutcome,

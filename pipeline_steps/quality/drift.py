@@ -9,10 +9,11 @@ and memory is bounded by the batch size, the reference sample and the number of 
 from __future__ import annotations
 
 import html
+import logging
 import math
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
@@ -21,9 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline_steps.lake import Lake
+from pipeline_steps.context import RunContext
+from pipeline_steps.lake import MANIFEST, Lake
+from pipeline_steps.manifests import DriftSummary
 from pipeline_steps.settings import DriftSettings
 
+log = logging.getLogger(__name__)
 EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
 
 
@@ -194,10 +198,11 @@ def measure(
 
 
 def reference_days(
-    lake: Lake, day: date, cfg: DriftSettings, window: tuple[date, date] | None
+    lake: Lake, day: date, cfg: DriftSettings, window: tuple[date, date] | None, dataset: str
 ) -> tuple[list[date], str]:
-    """The champion's training window if known, else the trailing validated days before D."""
-    validated = lake.partition_dates("validated", "flights")
+    """The champion's training window if known, else the trailing validated days before D
+    (days on which the labelled ``dataset`` was validated)."""
+    validated = lake.partition_dates("validated", dataset)
     if window is not None:
         days = [d for d in validated if window[0] <= d <= window[1] and d < day]
         if days:
@@ -255,3 +260,60 @@ def _bars(labels: list[str], reference: list[int], current: list[int]) -> str:
             f"<text x='{x}' y='{height + 14}' font-size='9'>{html.escape(label[:8])}</text>"
         )
     return f"<svg width='{len(labels) * slot}' height='{height + 20}'>{''.join(parts)}</svg>"
+
+
+def champion_window(ctx: RunContext) -> tuple[date, date] | None:
+    """First and last training day of the current champion, as its MLflow run recorded them."""
+    from pipeline_steps.tracking import champion_version, connect
+
+    client = connect(ctx.settings.mlflow)
+    version = champion_version(client, ctx.settings.mlflow)
+    if version is None or not version.run_id:
+        return None
+    tags = client.get_run(version.run_id).data.tags
+    if "trainyard.train_first_day" not in tags:
+        return None
+    return (
+        date.fromisoformat(tags["trainyard.train_first_day"]),
+        date.fromisoformat(tags["trainyard.train_last_day"]),
+    )
+
+
+def drift_report(ctx: RunContext) -> DriftSummary:
+    """Measure drift of D's partitions and store ``reports/drift/date=D/drift.{json,html}``."""
+    lake, day, domain = ctx.lake, ctx.logical_date, ctx.domain
+    cfg = replace(
+        ctx.settings.drift,
+        numeric=ctx.settings.drift.numeric or domain.drift_numeric,
+        categorical=ctx.settings.drift.categorical or domain.drift_categorical,
+    )
+    days, source = reference_days(lake, day, cfg, champion_window(ctx), domain.labelled_dataset)
+    datasets = {name.split(".")[0] for name in (*cfg.numeric, *cfg.categorical)}
+    datasets &= set(ctx.datasets)
+    current = {d: lake.path(Lake.partition("validated", d, day), "data.parquet") for d in datasets}
+    reference = {
+        d: [
+            lake.path(Lake.partition("validated", d, r), "data.parquet")
+            for r in days
+            if lake.exists(Lake.partition("validated", d, r), MANIFEST)
+        ]
+        for d in datasets
+    }
+    measured = measure(lake, reference, current, cfg)
+    report = {
+        "logical_date": day.isoformat(),
+        "reference": {"source": source, "days": [d.isoformat() for d in days]},
+        **measured,
+    }
+    folder = f"reports/drift/date={day.isoformat()}"
+    lake.write_json(report, folder, "drift.json")
+    lake.write_bytes(report_html(report).encode(), folder, "drift.html")
+    if report["drift_detected"]:
+        log.warning("drift on %s: %s", day, ", ".join(report["crossed"]))
+    return DriftSummary(
+        drift_detected=report["drift_detected"],
+        crossed=report["crossed"],
+        reference=source,
+        values={n: f["value"] for n, f in report["features"].items()},
+        report=lake.path(folder, "drift.html"),
+    )

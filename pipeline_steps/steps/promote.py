@@ -7,36 +7,46 @@ compare-and-swap style: if the champion changed since evaluation, nothing is pro
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from pipeline_steps.context import RunContext
+from pipeline_steps.manifests import (
+    EvaluateManifest,
+    FeaturesManifest,
+    HoldoutMetrics,
+    IngestManifest,
+    Lineage,
+    PromoteManifest,
+    TrainManifest,
+    to_json,
+)
 from pipeline_steps.settings import GateSettings
 
 log = logging.getLogger(__name__)
 
 
 def gate(
-    challenger: dict[str, float], champion: dict[str, float] | None, settings: GateSettings
+    challenger: HoldoutMetrics, champion: HoldoutMetrics | None, settings: GateSettings
 ) -> tuple[bool, list[str]]:
     """Whether the challenger may replace the champion, and why (readable reasons)."""
-    auc = challenger["auc"]
+    auc = challenger.auc
     if auc != auc:  # NaN: the holdout held one class only
         return False, ["challenger AUC is undefined on this holdout (one class only)"]
     if champion is None:
         ok = auc >= settings.min_auc
         op = ">=" if ok else "<"
         return ok, [f"no champion yet; challenger AUC {auc:.4f} {op} floor {settings.min_auc}"]
-    floor = champion["auc"] - settings.max_auc_drop
+    floor = champion.auc - settings.max_auc_drop
     ranks = auc >= floor
     reasons = [
         f"challenger AUC {auc:.4f} {'>=' if ranks else '<'} champion AUC "
-        f"{champion['auc']:.4f} - allowed drop {settings.max_auc_drop} = {floor:.4f}"
+        f"{champion.auc:.4f} - allowed drop {settings.max_auc_drop} = {floor:.4f}"
     ]
-    ceiling = champion["log_loss"] + settings.max_log_loss_rise
-    calibrated = challenger["log_loss"] <= ceiling
+    ceiling = champion.log_loss + settings.max_log_loss_rise
+    calibrated = challenger.log_loss <= ceiling
     reasons.append(
-        f"challenger log loss {challenger['log_loss']:.4f} {'<=' if calibrated else '>'} "
-        f"champion log loss {champion['log_loss']:.4f} + allowed rise "
+        f"challenger log loss {challenger.log_loss:.4f} {'<=' if calibrated else '>'} "
+        f"champion log loss {champion.log_loss:.4f} + allowed rise "
         f"{settings.max_log_loss_rise} = {ceiling:.4f}"
     )
     return ranks and calibrated, reasons
@@ -47,7 +57,7 @@ def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | Non
     return versions[0] if versions else None
 
 
-def promote(ctx: RunContext) -> dict[str, Any]:
+def promote(ctx: RunContext) -> PromoteManifest:
     """Register the challenger, apply the gate, move ``champion`` if it passes.
 
     Returns the decision manifest. Idempotent: a retried promote reuses the registered version.
@@ -57,22 +67,21 @@ def promote(ctx: RunContext) -> dict[str, Any]:
     from pipeline_steps.tracking import RUN_TAG, champion_version, connect
 
     cfg = ctx.settings.mlflow
-    evaluation = ctx.upstream("evaluate")
+    evaluation = ctx.upstream(EvaluateManifest)
     client = connect(cfg)
-    challenger = evaluation["challenger"]
-    champion = evaluation["champion"]
+    challenger, champion = evaluation.challenger, evaluation.champion
 
-    version = _registered_version(client, cfg.registered_model, challenger["mlflow_run_id"])
+    version = _registered_version(client, cfg.registered_model, challenger.mlflow_run_id)
     if version is None:
         version = mlflow.register_model(
-            challenger["model_uri"], cfg.registered_model, tags={RUN_TAG: ctx.run_id}
+            challenger.model_uri, cfg.registered_model, tags={RUN_TAG: ctx.run_id}
         )
     passed, reasons = gate(
-        challenger["metrics"], champion and champion["metrics"], ctx.settings.gate
+        challenger.metrics, champion.metrics if champion else None, ctx.settings.gate
     )
 
     current = champion_version(client, cfg)
-    evaluated_against = champion["version"] if champion else None
+    evaluated_against = champion.version if champion else None
     current_version = str(current.version) if current else None
     if current_version == str(version.version):
         passed, reasons = True, [*reasons, "this version is already the champion"]
@@ -82,7 +91,7 @@ def promote(ctx: RunContext) -> dict[str, Any]:
             f"champion changed from {evaluated_against} to {current_version} since "
             "evaluation; not promoting over a model this run did not compare against"
         )
-    decision = "promoted" if passed else "rejected"
+    decision: Literal["promoted", "rejected"] = "promoted" if passed else "rejected"
     if passed and current_version != str(version.version):
         client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
 
@@ -90,43 +99,42 @@ def promote(ctx: RunContext) -> dict[str, Any]:
         "trainyard.decision": decision,
         "trainyard.reasons": " | ".join(reasons),
         "trainyard.logical_date": ctx.logical_date.isoformat(),
-        "trainyard.challenger_auc": str(challenger["metrics"]["auc"]),
+        "trainyard.challenger_auc": str(challenger.metrics.auc),
         "trainyard.champion_version": evaluated_against or "none",
-        "trainyard.champion_auc": str(champion["metrics"]["auc"]) if champion else "none",
-        "trainyard.challenger_log_loss": str(challenger["metrics"]["log_loss"]),
-        "trainyard.champion_log_loss": str(champion["metrics"]["log_loss"]) if champion else "none",
-        "trainyard.holdout_sha256": evaluation["holdout"]["sha256"],
+        "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
+        "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
+        "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
+        "trainyard.holdout_sha256": evaluation.holdout.sha256,
     }
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version.version, key, value)
     log.info("%s version %s: %s", decision, version.version, "; ".join(reasons))
-    manifest = {
-        "step": "promote",
-        "logical_date": ctx.logical_date.isoformat(),
-        "registered_model": cfg.registered_model,
-        "version": str(version.version),
-        "decision": decision,
-        "reasons": reasons,
-        "champion_before": current_version,
-        "champion_after": str(version.version) if passed else current_version,
-    }
-    ctx.lake.write_json(_lineage(ctx, manifest), ctx.run_dir, "lineage.json")
-    return ctx.record("promote", manifest)
+    manifest = PromoteManifest(
+        logical_date=ctx.logical_date.isoformat(),
+        registered_model=cfg.registered_model,
+        version=str(version.version),
+        decision=decision,
+        reasons=reasons,
+        champion_before=current_version,
+        champion_after=str(version.version) if passed else current_version,
+    )
+    ctx.lake.write_json(to_json(lineage(ctx, manifest)), ctx.run_dir, "lineage.json")
+    return ctx.record(manifest)
 
 
-def _lineage(ctx: RunContext, decision: dict[str, Any]) -> dict[str, Any]:
+def lineage(ctx: RunContext, decision: PromoteManifest) -> Lineage:
     """What this run used and produced, from partitions to the registered version."""
-    ingest, features = ctx.upstream("ingest"), ctx.upstream("features")
-    trained = ctx.upstream("train")
-    return {
-        "run_id": ctx.run_id,
-        "logical_date": ctx.logical_date.isoformat(),
-        "settings_fingerprint": ctx.settings.fingerprint(),
-        "raw_partitions": {k: v["sha256"] for k, v in ingest["datasets"].items()},
-        "training_inputs": features["inputs"],
-        "training_set_sha256": features["training_set_sha256"],
-        "mlflow_run_id": trained["mlflow_run_id"],
-        "model_uri": trained["model_uri"],
-        "registered_version": decision["version"],
-        "decision": decision["decision"],
-    }
+    ingest, features = ctx.upstream(IngestManifest), ctx.upstream(FeaturesManifest)
+    trained = ctx.upstream(TrainManifest)
+    return Lineage(
+        run_id=ctx.run_id,
+        logical_date=ctx.logical_date.isoformat(),
+        settings_fingerprint=ctx.settings.fingerprint(),
+        raw_partitions={k: v.sha256 for k, v in ingest.datasets.items()},
+        training_inputs=features.inputs,
+        training_set_sha256=features.training_set_sha256,
+        mlflow_run_id=trained.mlflow_run_id,
+        model_uri=trained.model_uri,
+        registered_version=decision.version,
+        decision=decision.decision,
+    )

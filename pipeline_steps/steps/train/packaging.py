@@ -10,8 +10,8 @@ import pandas as pd
 import torch
 from mlflow.pyfunc import PythonModel
 
-from pipeline_steps.train.data import Preprocessor
-from pipeline_steps.train.models import build_model
+from pipeline_steps.steps.train.data import Preprocessor
+from pipeline_steps.steps.train.models import build_model
 
 BUNDLE = "model_bundle"
 ENTRY_POINT = str(Path(__file__).with_name("pyfunc_entry.py"))

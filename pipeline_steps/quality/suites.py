@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pyarrow as pa
 
-from pipeline_steps.context import StepError
+from pipeline_steps.errors import StepError
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -66,7 +66,7 @@ def _parsed_suite(path: Path, mtime_ns: int) -> ExpectationSuite:
         ExpectationConfiguration,
     )
 
-    import pipeline_steps.expectations  # noqa: F401  (registers this project's expectations)
+    import pipeline_steps.quality.expectations  # noqa: F401  (registers this project's expectations)
 
     if not path.is_file():
         raise StepError(f"expectation suite {path} does not exist")
@@ -142,7 +142,7 @@ def gx_context(data_docs_dir: str | None) -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    from pipeline_steps.gx_compat import (
+    from pipeline_steps.quality.gx_compat import (
         patch_column_domains,
         patch_quantile_expectation,
         skip_batch_fingerprint,
@@ -192,7 +192,7 @@ def add_checkpoint(context: Any, dataset: str, suite: ExpectationSuite, actions:
 
 def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> SuiteOutcome:
     """A GX suite validation result, split into critical failures and warnings."""
-    from pipeline_steps.gx_compat import to_builtin
+    from pipeline_steps.quality.gx_compat import to_builtin
 
     result = to_builtin(validation.to_json_dict())
     failures: list[dict[str, Any]] = []

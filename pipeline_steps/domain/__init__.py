@@ -1,0 +1,124 @@
+"""The example's domain behind one small interface, so the steps stay generic.
+
+A domain says what the data is: its datasets and their column types, which dataset holds the
+labelled rows, how those rows become entity rows (keys, event time, label and the features known
+on the row itself), how the other datasets become the Feast offline sources, and which features
+drift is measured on. The feature columns of the model are the entity-row features plus the
+fields of the domain's Feast feature service. ``domain.module`` names the module that exposes it
+as ``DOMAIN``; the shipped example is :mod:`pipeline_steps.domain.flights`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+from pipeline_steps.errors import StepError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from pipeline_steps.lake import Lake
+    from pipeline_steps.settings import FeatureSettings
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FeatureColumns:
+    """The model's inputs, in order: categorical columns, then numeric ones."""
+
+    categorical: list[str]
+    numeric: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Domain(ABC):
+    """What the generic steps need to know about a family of datasets."""
+
+    name: str
+    """Short name, used in messages (e.g. ``flights``)."""
+    datasets: tuple[str, ...]
+    """Datasets ingested and validated per logical date (one suite each)."""
+    labelled_dataset: str
+    """The dataset whose rows are the examples; its validated dates make the window."""
+    schemas: Mapping[str, pa.Schema]
+    """Column types of the datasets the domain knows (sources cast to them)."""
+    feature_service: str
+    """Name of the Feast feature service joined to the entity rows."""
+    key: str
+    """Unique key column of an entity row."""
+    date_column: str
+    """Entity-row column holding the row's logical date (ISO): it splits off the holdout."""
+    label: str
+    """The 0/1 label column of an entity row."""
+    row_features: FeatureColumns
+    """Features computed on the entity row itself (not joined from Feast)."""
+    drift_numeric: tuple[str, ...] = ()
+    """``dataset.column`` numeric features whose drift is measured by default."""
+    drift_categorical: tuple[str, ...] = ()
+    """``dataset.column`` categorical features whose drift is measured by default."""
+
+    @abstractmethod
+    def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """Entity rows from the labelled dataset's validated rows: the key, ``event_timestamp``,
+        the date column, the join keys of the feature views, the row features and the label."""
+
+    @abstractmethod
+    def feature_sources(
+        self, lake: Lake, days: Sequence[date]
+    ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
+        """The Feast offline sources (name → frame) for a window of validated days, and the
+        partition hashes they were read from (dataset → date → sha256)."""
+
+    def empty_message(self, day: date, source: str) -> str:
+        """Why a day with no labelled rows cannot be trained on, for the user."""
+        return f"source {source} has no {self.labelled_dataset} for {day.isoformat()}"
+
+
+def load_domain(module: str) -> Domain:
+    """The ``DOMAIN`` object of ``module``; a clear error naming the setting when it is absent."""
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        raise StepError(f"domain.module {module!r} cannot be imported: {exc}") from exc
+    domain: Any = getattr(loaded, "DOMAIN", None)
+    if domain is None:
+        raise StepError(f"domain.module {module!r} defines no DOMAIN object")
+    return domain
+
+
+def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
+    """The model's feature columns: the domain's row features, then each field of the Feast
+    feature ``service`` in its order (strings are categorical, every other type numeric)."""
+    from feast.types import String
+
+    categorical, numeric = list(domain.row_features.categorical), list(domain.row_features.numeric)
+    for projection in service.feature_view_projections:
+        for field in projection.features:
+            (categorical if field.dtype == String else numeric).append(field.name)
+    return FeatureColumns(categorical=categorical, numeric=numeric)
+
+
+def read_validated(
+    lake: Lake, dataset: str, days: Sequence[date]
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The validated partitions of ``dataset`` on ``days`` as one frame, and each one's sha256
+    by date; days without a validated partition are skipped, none at all is an error."""
+    import pandas as pd
+
+    from pipeline_steps.lake import Lake
+
+    frames, hashes = [], {}
+    for day in days:
+        folder = Lake.partition("validated", dataset, day)
+        if not lake.exists(folder, "_manifest.json"):
+            continue
+        frames.append(lake.read_table(folder, "data.parquet").to_pandas())
+        hashes[day.isoformat()] = lake.partition_manifest(folder).sha256
+    if not frames:
+        raise StepError(f"no validated {dataset} partitions for {days[0]}..{days[-1]}")
+    return pd.concat(frames, ignore_index=True), hashes

@@ -1,0 +1,427 @@
+"""What the steps hand each other: one frozen dataclass per step manifest, and the one loader.
+
+A step records its manifest as ``runs/<run>/<step>.json`` and prints it as its last stdout line
+(the XCom value). The JSON keeps the shape it always had; in code it is typed, so a renamed field
+is a type error, not a ``KeyError`` three steps later. ``load_manifest`` (behind
+``RunContext.upstream``) checks the step name, every field's type and that no field is missing
+or unknown, and names the file and the field when a manifest is old or foreign.
+
+Only the standard library is imported: the runner factory reads manifests while DAGs parse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pipeline_steps.errors import StepError
+
+M = TypeVar("M", bound="Manifest")
+T = TypeVar("T")
+
+# A field carrying this metadata is left out of the JSON while it is None (it was never written
+# as null: the run envelope before recording, a step's optional additions).
+OMIT_NONE = {"omit_none": True}
+
+
+class ManifestError(StepError):
+    """A manifest is not what this version of trainyard reads; the message names file and field."""
+
+
+# -- the steps' manifests -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepOutput:
+    """What a ``trainyard`` command prints as its last line; ``step`` is the class's ``STEP``."""
+
+    STEP: ClassVar[str] = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: ``{"step": STEP, **fields}``."""
+        return {"step": self.STEP, **to_json(self)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest(StepOutput):
+    """Fields every step's manifest carries."""
+
+    logical_date: str
+    """The run's logical date D (ISO)."""
+    run_id: str | None = field(default=None, metadata=OMIT_NONE)
+    """Set when recorded under ``runs/<run>/`` (not part of the printed line)."""
+    recorded_at: str | None = field(default=None, metadata=OMIT_NONE)
+    """UTC time the manifest was recorded."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RawPartition:
+    """``raw/<dataset>/date=D/version=N/_manifest.json``; copied to ``validated/`` and
+    ``quarantine/`` with the validation report's path."""
+
+    dataset: str
+    date: str
+    version: int
+    rows: int
+    schema_fingerprint: str
+    sha256: str
+    """Content hash of the rows (schema + row-group chunks), whatever the source's batching."""
+    source: str
+    ingested_at: str
+    code_version: str
+    run_id: str
+    validation_report: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+IngestStatus = Literal["written", "new_version", "cached", "pinned"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IngestedPartition(RawPartition):
+    """One dataset's partition as this run's ingest left it."""
+
+    status: IngestStatus
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IngestManifest(Manifest):
+    STEP: ClassVar[str] = "ingest"
+    rows: int
+    """Rows of the labelled dataset."""
+    datasets: dict[str, IngestedPartition]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetVerdict:
+    """What the suite said about one dataset's partition."""
+
+    success: bool
+    status: Literal["validated", "cached"]
+    report: str
+    data_docs: str | None
+    evaluated: int
+    failed: int
+    warnings: list[str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DriftSummary:
+    """The day's drift verdict; the full report is ``report`` (HTML) beside its JSON."""
+
+    drift_detected: bool
+    crossed: list[str]
+    reference: str
+    values: dict[str, float]
+    report: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidateManifest(Manifest):
+    STEP: ClassVar[str] = "validate"
+    verdict: Literal["passed"]
+    datasets: dict[str, DatasetVerdict]
+    drift: DriftSummary
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FrozenSet:
+    """One frozen parquet file of a training set."""
+
+    path: str
+    rows: int
+    positive_rate: float | None
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingSets:
+    """The training days' rows and the holdout day's, frozen for this run."""
+
+    train: FrozenSet
+    holdout: FrozenSet
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimeRange:
+    """A half-open range of event times (ISO, UTC)."""
+
+    start: str
+    end: str
+    """Excluded."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FeaturesManifest(Manifest):
+    """``training_sets/<run>/_manifest.json`` too (without ``materialized``)."""
+
+    STEP: ClassVar[str] = "features"
+    status: Literal["built", "cached"]
+    train_days: list[str]
+    holdout_day: str
+    categorical: list[str]
+    numeric: list[str]
+    label: str
+    key: str
+    sets: TrainingSets
+    inputs: dict[str, Any]
+    """What the set was built from: partition hashes per dataset and date, the feature
+    settings and the Feast repository's fingerprint (lineage; hashed into ``input_sha256``)."""
+    input_sha256: str
+    training_set_sha256: str
+    materialized: TimeRange | None = field(default=None, metadata=OMIT_NONE)
+    """The event-time range written to the online store (absent when the set was cached)."""
+
+    @property
+    def feature_columns(self) -> list[str]:
+        return [*self.categorical, *self.numeric]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopPosition:
+    """Where a training loop stands: the epoch, the batches of it consumed, optimizer steps."""
+
+    epoch: int = 0
+    epoch_batches: int = 0
+    step: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainManifest(Manifest):
+    STEP: ClassVar[str] = "train"
+    status: Literal["trained", "cached"]
+    config_hash: str
+    mlflow_run_id: str
+    model_uri: str
+    world_size: int
+    epochs: int
+    train_rows: int
+    training_set_sha256: str
+    metrics: dict[str, float]
+    """The registered epoch's metrics (train/val loss, val AUC, throughput, learning rate)."""
+    resumed_from: LoopPosition | None
+    steps: int
+    stopped_early: bool
+    best_val_loss: float
+    best_epoch: int
+    model_epoch: int
+    checkpoints: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HoldoutMetrics:
+    """One model's metrics on the holdout (``positive_rate`` and ``rows`` are the holdout's)."""
+
+    auc: float
+    log_loss: float
+    accuracy: float
+    positive_rate: float
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HoldoutRef:
+    """The frozen holdout both models were scored on."""
+
+    path: str
+    sha256: str
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoredModel:
+    """A model's scores on the frozen holdout."""
+
+    model_uri: str
+    """What ``mlflow.pyfunc.load_model`` loads it from."""
+    metrics: HoldoutMetrics
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoredChallenger(ScoredModel):
+    """This run's model, by the MLflow run that trained it."""
+
+    mlflow_run_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoredChampion(ScoredModel):
+    """The production model this run was compared against, by its registry version."""
+
+    version: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluateManifest(Manifest):
+    """Also ``runs/<run>/evaluation.json``."""
+
+    STEP: ClassVar[str] = "evaluate"
+    holdout: HoldoutRef
+    challenger: ScoredChallenger
+    champion: ScoredChampion | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PromoteManifest(Manifest):
+    STEP: ClassVar[str] = "promote"
+    registered_model: str
+    version: str
+    decision: Literal["promoted", "rejected"]
+    reasons: list[str]
+    champion_before: str | None
+    champion_after: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lineage:
+    """``runs/<run>/lineage.json``: what a run used and produced, partitions to model version."""
+
+    run_id: str
+    logical_date: str
+    settings_fingerprint: str
+    raw_partitions: dict[str, str]
+    training_inputs: dict[str, Any]
+    training_set_sha256: str
+    mlflow_run_id: str
+    model_uri: str
+    registered_version: str
+    decision: Literal["promoted", "rejected"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SeedSummary(StepOutput):
+    """What ``trainyard seed`` prints: the history it ingested and validated."""
+
+    STEP: ClassVar[str] = "seed"
+    days: int
+    first: str
+    last: str
+    rows: int
+
+
+STEP_MANIFESTS: dict[str, type[Manifest]] = {
+    m.STEP: m
+    for m in (
+        IngestManifest,
+        ValidateManifest,
+        FeaturesManifest,
+        TrainManifest,
+        EvaluateManifest,
+        PromoteManifest,
+    )
+}
+STEPS: tuple[str, ...] = tuple(STEP_MANIFESTS)
+"""The pipeline's steps in run order."""
+
+
+# -- JSON form ------------------------------------------------------------------------------------
+
+
+def to_json(value: Any) -> Any:
+    """A manifest (or any value inside one) as plain JSON data; ``OMIT_NONE`` fields left out
+    while None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
+        }
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+def load_manifest(cls: type[M], payload: object, where: str) -> M:
+    """``payload`` (parsed JSON) as a ``cls``; ``where`` names its file in errors.
+
+    Raises ``ManifestError`` naming the file and field when the step differs, a field is
+    missing, unknown or of the wrong type: a manifest of another step, or one written by
+    another version of trainyard.
+    """
+    if not isinstance(payload, dict):
+        raise ManifestError(f"{where}: a manifest is a JSON object, got {type(payload).__name__}")
+    step = payload.get("step")
+    if step != cls.STEP:
+        raise ManifestError(
+            f"{where}: expected the {cls.STEP!r} step's manifest, got step {step!r}"
+        )
+    fields = {k: v for k, v in payload.items() if k != "step"}
+    return _build(cls, fields, where, "")
+
+
+def load_record(cls: type[T], payload: object, where: str) -> T:
+    """``payload`` as a record dataclass that is not a step manifest (a partition's
+    ``_manifest.json``, ``lineage.json``); errors as ``load_manifest``'s."""
+    if not isinstance(payload, dict):
+        raise ManifestError(f"{where}: expected a JSON object, got {type(payload).__name__}")
+    return _build(cls, payload, where, "")
+
+
+def _build(cls: type[T], values: dict[str, Any], where: str, path: str) -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(fields))
+    missing = sorted(
+        name
+        for name, f in fields.items()
+        if name not in values
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    )
+    if missing or unknown:
+        problems = [f"missing {', '.join(path + m for m in missing)}"] if missing else []
+        problems += [f"unknown {', '.join(path + u for u in unknown)}"] if unknown else []
+        raise ManifestError(
+            f"{where}: not a {cls.__name__} this version of trainyard reads "
+            f"({'; '.join(problems)}); re-run the step that wrote it"
+        )
+    kwargs = {k: _convert(v, hints[k], where, path + k) for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _convert(value: Any, annotation: Any, where: str, path: str) -> Any:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if value is not None and len(options) == 1:
+            return _convert(value, options[0], where, path)
+        raise _wrong(value, annotation, where, path)
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ManifestError(f"{where}: {path} must be one of {list(args)}, got {value!r}")
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise _wrong(value, f"a {annotation.__name__} object", where, path)
+        return _build(annotation, value, where, path + ".")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(value, "an object", where, path)
+        return {k: _convert(v, args[1], where, f"{path}.{k}") for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, list):
+            raise _wrong(value, "a list", where, path)
+        return [_convert(v, args[0], where, f"{path}[{i}]") for i, v in enumerate(value)]
+    if annotation is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise _wrong(value, "a number", where, path)
+    if annotation in (int, str, bool):
+        if isinstance(value, annotation) and not (annotation is int and isinstance(value, bool)):
+            return value
+        raise _wrong(value, annotation.__name__, where, path)
+    raise ManifestError(f"{where}: {path} has a type the loader does not know: {annotation}")
+
+
+def _wrong(value: Any, expected: Any, where: str, path: str) -> ManifestError:
+    return ManifestError(f"{where}: {path} must be {expected}, got {value!r}")

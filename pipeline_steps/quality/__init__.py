@@ -1,0 +1,1 @@
+"""Data quality: Great Expectations suites, chunked validation, custom expectations, drift."""

@@ -1,0 +1,228 @@
+"""Validate step: each dataset's GX suite, run by a Checkpoint, on the day's raw partition.
+
+Passing partitions are published to ``validated/``; failing ones go to ``quarantine/`` with their
+report, any earlier validated copy of that date is withdrawn, and the step fails with a message
+naming the partition, the failed expectations, the columns and example values. Results (JSON)
+and Data Docs (HTML) are kept under ``reports/validation/date=D/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.errors import StepError
+from pipeline_steps.lake import MANIFEST, Lake
+from pipeline_steps.manifests import DatasetVerdict, IngestManifest, ValidateManifest
+from pipeline_steps.quality.drift import drift_report
+from pipeline_steps.quality.suites import (
+    SuiteOutcome,
+    as_frame,
+    describe,
+    load_suite,
+    run_suite,
+    suite_path,
+    temporary_docs_dir,
+)
+from pipeline_steps.settings import ValidationSettings
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+log = logging.getLogger(__name__)
+MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
+
+
+def suite_parameters(
+    lake: Lake, dataset: str, day: date, settings: ValidationSettings
+) -> dict[str, Any]:
+    """Run-time values the suites refer to: the partition date and row-count bounds."""
+    history = [
+        d
+        for d in lake.partition_dates("validated", dataset)
+        if day - timedelta(days=settings.trailing_days) <= d < day
+    ]
+    low, high = 0, 10**12
+    if len(history) >= MIN_HISTORY:
+        counts = [
+            lake.partition_manifest(Lake.partition("validated", dataset, d)).rows for d in history
+        ]
+        mean = sum(counts) / len(counts)
+        low, high = (
+            math.floor(mean * settings.row_count_low),
+            math.ceil(mean * settings.row_count_high),
+        )
+    return {
+        "partition_year": day.year,
+        "partition_month": day.month,
+        "partition_day": day.day,
+        "row_count_min": low,
+        "row_count_max": high,
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartitionVerdict:
+    """One dataset's partition judged: the raw version read, what the manifest records, and the
+    readable failures (empty when it passed)."""
+
+    raw: str
+    verdict: DatasetVerdict
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        return self.verdict.success
+
+
+def validate(ctx: RunContext) -> ValidateManifest:
+    """Validate every dataset's raw partition of the logical date.
+
+    Returns the step manifest (verdict, warnings and report paths per dataset). Raises
+    ``StepError`` when a partition is missing, unreadable or fails a critical expectation;
+    nothing reaches ``validated/`` then.
+    """
+    lake, day = ctx.lake, ctx.logical_date
+    verdicts = {d: validate_partition(ctx, d, day) for d in ctx.datasets}
+    failed = [v.message for v in verdicts.values() if not v.success]
+
+    if failed:
+        for dataset, judged in verdicts.items():
+            if not judged.success:
+                lake.publish(judged.raw, "quarantine", dataset, day, judged.verdict.report)
+            lake.remove(Lake.partition("validated", dataset, day))
+        raise StepError("validation failed\n" + "\n".join(failed))
+
+    for dataset, judged in verdicts.items():
+        if judged.verdict.status != "cached":
+            lake.publish(judged.raw, "validated", dataset, day, judged.verdict.report)
+    manifest = ValidateManifest(
+        logical_date=day.isoformat(),
+        verdict="passed",
+        datasets={dataset: judged.verdict for dataset, judged in verdicts.items()},
+        drift=drift_report(ctx),
+    )
+    return ctx.record(manifest)
+
+
+def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVerdict:
+    """Run the dataset's suite on the partition this run ingested (cached when the validated
+    copy has the same content) and keep its report and Data Docs."""
+    lake, settings = ctx.lake, ctx.settings.validation
+    raw = raw_folder(ctx, dataset, day)
+    raw_manifest = lake.partition_manifest(raw)
+    reports = f"reports/validation/date={day.isoformat()}"
+    report = lake.path(reports, f"{dataset}.json")
+    validated = Lake.partition("validated", dataset, day)
+    published = lake.exists(validated, MANIFEST) and lake.partition_manifest(validated)
+    if published and published.sha256 == raw_manifest.sha256:
+        cached = DatasetVerdict(
+            success=True,
+            status="cached",
+            report=report,
+            data_docs=None,
+            evaluated=0,
+            failed=0,
+            warnings=[],
+        )
+        return PartitionVerdict(raw=raw, verdict=cached)
+    suite = load_suite(suite_path(settings.expectations_dir, dataset))
+    parameters = suite_parameters(lake, dataset, day, settings)
+    docs = None
+    with temporary_docs_dir() as tmp_docs:
+        outcome = run_partition_suite(
+            lake,
+            raw,
+            dataset,
+            suite,
+            parameters,
+            tmp_docs if settings.data_docs else None,
+            settings.chunk_rows,
+        )
+        if settings.data_docs:
+            docs = lake.path(reports, "data_docs", dataset)
+            lake.remove(reports, "data_docs", dataset)
+            lake.fs.put(f"{tmp_docs}/", docs, recursive=True)
+    lake.write_json(
+        {
+            "partition": lake.path(raw),
+            "sha256": raw_manifest.sha256,
+            "parameters": parameters,
+            "failures": outcome.failures,
+            "warnings": outcome.warnings,
+            "result": outcome.result,
+        },
+        reports,
+        f"{dataset}.json",
+    )
+    return _verdict(raw, lake.path(raw), outcome, report, docs)
+
+
+def run_partition_suite(
+    lake: Lake,
+    raw: str,
+    dataset: str,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any],
+    data_docs_dir: str | None,
+    chunk_rows: int,
+) -> SuiteOutcome:
+    """Run the suite on the whole partition, or chunk by chunk when it has more rows."""
+    from pipeline_steps.quality.suite_chunks import run_suite_chunked
+
+    path = lake.path(raw, "data.parquet")
+    try:
+        with lake.fs.open(path, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            if parquet.metadata.num_rows > chunk_rows:
+                return run_suite_chunked(
+                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows
+                )
+            frame = as_frame(parquet.read())
+    except (pa.ArrowException, OSError) as exc:
+        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
+    return run_suite(dataset, frame, suite, parameters, data_docs_dir)
+
+
+def _verdict(
+    raw: str, partition: str, outcome: SuiteOutcome, report: str, docs: str | None
+) -> PartitionVerdict:
+    log.info(
+        "validate %s: %d expectations, %d failed, %d warnings",
+        partition,
+        outcome.evaluated,
+        len(outcome.failures),
+        len(outcome.warnings),
+    )
+    if outcome.warnings:
+        log.warning("%s", describe(f"partition {partition}", outcome.warnings, "warned on"))
+    verdict = DatasetVerdict(
+        success=outcome.success,
+        status="validated",
+        report=report,
+        data_docs=f"{docs}/index.html" if docs else None,
+        evaluated=outcome.evaluated,
+        failed=len(outcome.failures),
+        warnings=[
+            w["expectation"] + (f" ({w['column']})" if w["column"] else "")
+            for w in outcome.warnings
+        ],
+    )
+    message = describe(f"partition {partition}", outcome.failures) if outcome.failures else ""
+    return PartitionVerdict(raw=raw, verdict=verdict, message=message)
+
+
+def raw_folder(ctx: RunContext, dataset: str, day: date) -> str:
+    """The raw version this run ingested, else the latest one."""
+    if ctx.lake.exists(ctx.run_dir, f"{IngestManifest.STEP}.json"):
+        recorded = ctx.upstream(IngestManifest).datasets.get(dataset)
+        if recorded is not None and recorded.date == day.isoformat():
+            return Lake.raw_version(dataset, day, recorded.version)
+    return ctx.lake.latest_raw(dataset, day)

