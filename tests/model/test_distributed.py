@@ -104,7 +104,7 @@ def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
 def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared) -> None:
     one = prepared("one-rank", "train.batch_size=128")
     two = prepared("two-ranks", "train.batch_size=64")
-    single = train(one)
+    single = train(one).to_json()
     stdout = run_torchrun(two, 2, "train.batch_size=64")
     # about as many optimizer steps (a rank dealt fewer rows tops up from its own shard) ...
     assert abs(single["steps"] - manifest_of(stdout)["steps"]) <= 0.15 * single["steps"]

@@ -28,7 +28,7 @@ def prepared(prepare_run):
 @pytest.mark.parametrize("model", ["mlp", "ft_transformer"])
 def test_each_model_beats_a_constant_baseline_on_the_holdout(prepared, model: str) -> None:
     ctx = prepared(f"learn-{model}", f"train.model={model}")
-    manifest = train(ctx)
+    manifest = train(ctx).to_json()
     assert manifest["epochs"] == 3 and manifest["world_size"] == 1 and manifest["steps"] > 0
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
     holdout = pd.read_parquet(ctx.upstream("features")["sets"]["holdout"]["path"])
@@ -66,7 +66,7 @@ def test_resume_mid_epoch_continues_exactly(prepared, caplog) -> None:
     interrupted.lake.remove(interrupted.run_dir, "train.json")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pipeline_steps.steps.train"):
-        resumed = train(interrupted)
+        resumed = train(interrupted).to_json()
     trained = [r.getMessage().split(":")[0] for r in caplog.records]
     assert [m for m in trained if m.startswith("epoch ")] == ["epoch 1", "epoch 2"]
     assert resumed["resumed_from"] == {
@@ -81,7 +81,7 @@ def test_resume_mid_epoch_continues_exactly(prepared, caplog) -> None:
 def test_early_stopping_ends_training_after_patience(prepared) -> None:
     # a learning rate this small barely moves the loss: no epoch improves on the first by 1e-6
     ctx = prepared("patient", "train.epochs=6", "train.patience=1", "train.learning_rate=1e-12")
-    manifest = train(ctx)
+    manifest = train(ctx).to_json()
     assert manifest["stopped_early"] is True and manifest["epochs"] < 6
 
 
@@ -98,7 +98,7 @@ def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatc
 
     monkeypatch.setattr(loop, "_validate", scripted)
     ctx = prepared("best", "train.epochs=6", "train.patience=2", "train.checkpoint_every=0")
-    manifest = train(ctx)
+    manifest = train(ctx).to_json()
     assert manifest["stopped_early"] is True and manifest["epochs"] == 4
     assert manifest["best_epoch"] == manifest["model_epoch"] == 1
     assert manifest["metrics"]["val_loss"] == pytest.approx(0.4)

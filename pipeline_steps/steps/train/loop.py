@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import LoopPosition, TrainManifest, load_manifest
 from pipeline_steps.metrics import binned_auc
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import (
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 AUC_BINS = 1024
 
 
-def train(ctx: RunContext) -> dict[str, Any]:
+def train(ctx: RunContext) -> TrainManifest | None:
     """Train on ``training_sets/<run>/train.parquet``; return the step manifest (rank 0).
 
     Raises ``StepError`` when the training set is missing, empty or too small for the ranks.
@@ -94,7 +95,12 @@ def train(ctx: RunContext) -> dict[str, Any]:
         done = lake.read_json(ctx.run_dir, "train.json")
         if done.get("config_hash") == config_hash:
             log.info("run %s already trained with these settings and data: cached", ctx.run_id)
-            return {**done, "status": "cached"} if master else {}
+            where = lake.path(ctx.run_dir, "train.json")
+            return (
+                load_manifest(TrainManifest, {**done, "status": "cached"}, where)
+                if master
+                else None
+            )
     if distributed:
         join_process_group(
             "nccl" if use_cuda else "gloo", rank, world_size, cfg.collective_timeout_s
@@ -275,7 +281,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
             _log_epoch(run, epoch, metrics, step_losses)
             log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
 
-    manifest: dict[str, Any] = {}
+    manifest: TrainManifest | None = None
     model_epoch = history[-1]["epoch"]
     if cfg.restore_best and best_weights is not None and stopping["best_epoch"] != model_epoch:
         model.load_state_dict(best_weights)  # the registered model: the best epoch's
@@ -519,7 +525,7 @@ def _finish(
     world_size: int,
     config_hash: str,
     progress: dict[str, Any],
-) -> dict[str, Any]:
+) -> TrainManifest:
     """Package the model as an MLflow pyfunc, close the run, record the manifest."""
     import mlflow
 
@@ -545,24 +551,25 @@ def _finish(
     final = next(h for h in history if h["epoch"] == progress["model_epoch"])
     mlflow.set_tag("trainyard.model_epoch", str(progress["model_epoch"]))
     mlflow.end_run()
-    manifest = {
-        "step": "train",
-        "status": "trained",
-        "config_hash": config_hash,
-        "logical_date": ctx.logical_date.isoformat(),
-        "mlflow_run_id": run.info.run_id,
-        "model_uri": info.model_uri,
-        "world_size": world_size,
-        "epochs": len(history),
-        "train_rows": features["sets"]["train"]["rows"],
-        "training_set_sha256": features["training_set_sha256"],
-        "metrics": {k: round(v, 6) for k, v in final.items() if k != "epoch"},
-        "resumed_from": progress["resumed_from"],
-        "steps": progress["steps"],
-        "stopped_early": progress["stopped_early"],
-        "best_val_loss": round(progress["best_val_loss"], 6),
-        "best_epoch": progress["best_epoch"],
-        "model_epoch": progress["model_epoch"],
-        "checkpoints": ctx.lake.path(ctx.run_dir, "checkpoints"),
-    }
-    return ctx.record("train", manifest)
+    manifest = TrainManifest(
+        status="trained",
+        config_hash=config_hash,
+        logical_date=ctx.logical_date.isoformat(),
+        mlflow_run_id=run.info.run_id,
+        model_uri=info.model_uri,
+        world_size=world_size,
+        epochs=len(history),
+        train_rows=features["sets"]["train"]["rows"],
+        training_set_sha256=features["training_set_sha256"],
+        metrics={k: round(v, 6) for k, v in final.items() if k != "epoch"},
+        resumed_from=(
+            None if progress["resumed_from"] is None else LoopPosition(**progress["resumed_from"])
+        ),
+        steps=progress["steps"],
+        stopped_early=progress["stopped_early"],
+        best_val_loss=round(progress["best_val_loss"], 6),
+        best_epoch=progress["best_epoch"],
+        model_epoch=progress["model_epoch"],
+        checkpoints=ctx.lake.path(ctx.run_dir, "checkpoints"),
+    )
+    return ctx.record(manifest)
