@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 import pyarrow as pa
@@ -28,14 +28,37 @@ EXAMPLES = 5
 SEVERITIES = ("critical", "warning")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UnmetExpectation:
+    """One expectation a frame did not meet, as the validation report stores it."""
+
+    expectation: str
+    severity: Literal["critical", "warning"]
+    column: str | list[str] | None
+    kwargs: dict[str, Any]
+    unexpected_count: int | None
+    examples: list[Any]
+    """Up to ``EXAMPLES`` of the unexpected values."""
+    observed_value: Any
+    mismatched: dict[str, list[str]] | None
+    """Schema expectations: the missing or unexpected columns, by kind."""
+    error: str | None
+    """The exception GX raised while evaluating it, if any."""
+
+    @property
+    def label(self) -> str:
+        """The expectation and its column, as manifests list warnings."""
+        return self.expectation + (f" ({self.column})" if self.column else "")
+
+
 @dataclass(frozen=True)
 class SuiteOutcome:
     """What one suite said about one frame."""
 
     dataset: str
     evaluated: int
-    failures: list[dict[str, Any]]  # critical: the partition must not be used
-    warnings: list[dict[str, Any]]  # reported, the run continues
+    failures: list[UnmetExpectation]  # critical: the partition must not be used
+    warnings: list[UnmetExpectation]  # reported, the run continues
     result: dict[str, Any] = field(repr=False)
     data_docs: str | None = None  # folder with the rendered Data Docs site
 
@@ -195,13 +218,13 @@ def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> S
     from pipeline_steps.quality.gx_compat import to_builtin
 
     result = to_builtin(validation.to_json_dict())
-    failures: list[dict[str, Any]] = []
-    warnings: list[dict[str, Any]] = []
+    failures: list[UnmetExpectation] = []
+    warnings: list[UnmetExpectation] = []
     for item in result["results"]:
         if item["success"]:
             continue
         entry = _describe(item)
-        (warnings if entry["severity"] == "warning" else failures).append(entry)
+        (warnings if entry.severity == "warning" else failures).append(entry)
     return SuiteOutcome(
         dataset=dataset,
         evaluated=len(result["results"]),
@@ -212,23 +235,23 @@ def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> S
     )
 
 
-def _describe(item: dict[str, Any]) -> dict[str, Any]:
+def _describe(item: dict[str, Any]) -> UnmetExpectation:
     config = item["expectation_config"]
     kwargs = {k: v for k, v in config["kwargs"].items() if k != "batch_id"}
     detail = item.get("result") or {}
     mismatched = (detail.get("details") or {}).get("mismatched")
     severity = str(config.get("severity", "critical")).lower().rsplit(".", 1)[-1]
-    return {
-        "expectation": config["type"],
-        "severity": severity,
-        "column": kwargs.get("column") or kwargs.get("column_list"),
-        "kwargs": kwargs,
-        "unexpected_count": detail.get("unexpected_count"),
-        "examples": (detail.get("partial_unexpected_list") or [])[:EXAMPLES],
-        "observed_value": None if mismatched else detail.get("observed_value"),
-        "mismatched": mismatched,
-        "error": _exception_message(item.get("exception_info")),
-    }
+    return UnmetExpectation(
+        expectation=config["type"],
+        severity="warning" if severity == "warning" else "critical",
+        column=kwargs.get("column") or kwargs.get("column_list"),
+        kwargs=kwargs,
+        unexpected_count=detail.get("unexpected_count"),
+        examples=(detail.get("partial_unexpected_list") or [])[:EXAMPLES],
+        observed_value=None if mismatched else detail.get("observed_value"),
+        mismatched=mismatched,
+        error=_exception_message(item.get("exception_info")),
+    )
 
 
 def _exception_message(info: dict[str, Any] | None) -> str | None:
@@ -241,21 +264,21 @@ def _exception_message(info: dict[str, Any] | None) -> str | None:
     return next((m for m in messages if m), None)
 
 
-def describe(subject: str, entries: list[dict[str, Any]], what: str = "failed") -> str:
+def describe(subject: str, entries: list[UnmetExpectation], what: str = "failed") -> str:
     """Readable lines: the subject, then per expectation the column and what was seen."""
     lines = [f"{subject} {what} {len(entries)} expectation(s):"]
     for f in entries:
-        where = f" on column {f['column']!r}" if f["column"] else ""
+        where = f" on column {f.column!r}" if f.column else ""
         seen = []
-        if f["unexpected_count"]:
-            seen.append(f"{f['unexpected_count']} unexpected value(s), e.g. {f['examples']}")
-        for kind, columns in (f.get("mismatched") or {}).items():
+        if f.unexpected_count:
+            seen.append(f"{f.unexpected_count} unexpected value(s), e.g. {f.examples}")
+        for kind, columns in (f.mismatched or {}).items():
             seen.append(f"{kind} column(s) {columns}")
-        if f["observed_value"] is not None:
-            seen.append(f"observed {f['observed_value']!r}")
-        if f["error"]:
-            seen.append(f["error"].splitlines()[0])
-        lines.append(f"  - {f['expectation']}{where}: {'; '.join(seen) or f['kwargs']}")
+        if f.observed_value is not None:
+            seen.append(f"observed {f.observed_value!r}")
+        if f.error:
+            seen.append(f.error.splitlines()[0])
+        lines.append(f"  - {f.expectation}{where}: {'; '.join(seen) or f.kwargs}")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import MANIFEST, Lake
-from pipeline_steps.manifests import DatasetVerdict, IngestManifest, ValidateManifest
+from pipeline_steps.manifests import DatasetVerdict, IngestManifest, ValidateManifest, to_json
 from pipeline_steps.quality.drift import drift_report
 from pipeline_steps.quality.suites import (
     SuiteOutcome,
@@ -155,8 +155,8 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
             "partition": lake.path(raw),
             "sha256": raw_manifest.sha256,
             "parameters": parameters,
-            "failures": outcome.failures,
-            "warnings": outcome.warnings,
+            "failures": to_json(outcome.failures),
+            "warnings": to_json(outcome.warnings),
             "result": outcome.result,
         },
         reports,
@@ -210,10 +210,7 @@ def _verdict(
         data_docs=f"{docs}/index.html" if docs else None,
         evaluated=outcome.evaluated,
         failed=len(outcome.failures),
-        warnings=[
-            w["expectation"] + (f" ({w['column']})" if w["column"] else "")
-            for w in outcome.warnings
-        ],
+        warnings=[w.label for w in outcome.warnings],
     )
     message = describe(f"partition {partition}", outcome.failures) if outcome.failures else ""
     return PartitionVerdict(raw=raw, verdict=verdict, message=message)

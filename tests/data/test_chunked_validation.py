@@ -47,12 +47,12 @@ def _seen(outcome) -> list[tuple]:
 
     return sorted(
         (
-            f["severity"],
-            f["expectation"],
-            str(f["column"]),
-            f["unexpected_count"],
-            json.dumps(plain(f["examples"]), sort_keys=True).replace(".0", ""),
-            json.dumps(plain(f["observed_value"]), sort_keys=True).replace(".0", ""),
+            f.severity,
+            f.expectation,
+            str(f.column),
+            f.unexpected_count,
+            json.dumps(plain(f.examples), sort_keys=True).replace(".0", ""),
+            json.dumps(plain(f.observed_value), sort_keys=True).replace(".0", ""),
         )
         for f in [*outcome.failures, *outcome.warnings]
     )
@@ -101,8 +101,8 @@ def test_row_count_comes_from_the_whole_partition(tmp_path: Path) -> None:
     bounds = {**PARAMETERS, "row_count_min": 10, "row_count_max": 300}
     single, chunked = _both(table, tmp_path / "d.parquet", chunk_rows=200, parameters=bounds)
     assert _seen(chunked) == _seen(single)
-    [failure] = [f for f in chunked.failures if f["expectation"].startswith("expect_table_row")]
-    assert failure["observed_value"] == table.num_rows
+    [failure] = [f for f in chunked.failures if f.expectation.startswith("expect_table_row")]
+    assert failure.observed_value == table.num_rows
 
 
 @pytest.mark.parametrize("margin", [-0.01, 0.01])

@@ -71,8 +71,8 @@ def test_narrowed_domains_keep_row_conditions_and_missing_rules(tmp_path) -> Non
         )
     )
     outcome = run_suite("s", frame, load_suite(suite))
-    found = {f["expectation"]: f for f in outcome.failures}
+    found = {f.expectation: f for f in outcome.failures}
     # only late rows are judged: 90 is below 100 (120 passes, the missing one is skipped)
-    assert found["expect_column_values_to_be_between"]["examples"] == [90.0]
+    assert found["expect_column_values_to_be_between"].examples == [90.0]
     # the all-missing pair is dropped before uniqueness; (2, 3) repeats
-    assert found["expect_compound_columns_to_be_unique"]["unexpected_count"] == 2
+    assert found["expect_compound_columns_to_be_unique"].unexpected_count == 2
