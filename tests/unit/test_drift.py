@@ -20,7 +20,24 @@ def test_psi_and_js_known_values() -> None:
     expected = (0.9 - 0.5) * math.log(0.9 / 0.5) + (0.1 - 0.5) * math.log(0.1 / 0.5)
     assert psi(np.array([50, 50]), np.array([90, 10])) == pytest.approx(expected)
     assert js_distance({"a": 5, "b": 5}, {"a": 1, "b": 1}) == 0.0
-    assert js_distance({"a": 1}, {"b": 1}) == pytest.approx(1.0)
+    assert js_distance({"a": 1}, {"b": 1}) == pytest.approx(1.0)  # base 2: disjoint is 1
+    assert js_distance({}, {}) == 0.0 and js_distance({"a": 3}, {}) == 1.0
+
+
+def test_js_distance_is_the_base_2_formula_and_never_nan() -> None:
+    rng = np.random.default_rng(0)
+    carriers = [f"c{i}" for i in range(16)]
+    for _ in range(50):
+        ref = dict(zip(carriers, rng.integers(0, 5000, 16).tolist(), strict=True))
+        cur = dict(zip(carriers, rng.integers(0, 5000, 16).tolist(), strict=True))
+        p = np.array(list(ref.values())) / sum(ref.values())
+        q = np.array(list(cur.values())) / sum(cur.values())
+        m = (p + q) / 2
+        kl = [float(np.sum(a[a > 0] * np.log2(a[a > 0] / m[a > 0]))) for a in (p, q)]
+        assert js_distance(ref, cur) == pytest.approx(math.sqrt(sum(kl) / 2), rel=1e-9)
+    # nearly equal large counts: the divergence is rounding noise, the distance stays a number
+    ref = {"a": 57_000_000, "b": 6_000_000}
+    assert js_distance(ref, {**ref, "a": 57_000_001}) == 0.0
 
 
 def _write(tmp: Path, name: str, x: np.ndarray, c: list[str | None]) -> str:
