@@ -1,37 +1,47 @@
-"""Binary-classification metrics, in numpy so every step computes them the same way."""
+"""Binary-classification metrics, so every step computes them the same way (scikit-learn's)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
+from sklearn import metrics
 
 
 def roc_auc(labels: ArrayLike, scores: ArrayLike) -> float:
-    """Area under the ROC curve (Mann-Whitney U with average ranks for ties); NaN if one class."""
+    """Area under the ROC curve, tied scores counting half; NaN when only one class is present.
+
+    scikit-learn rejects non-finite scores. AUC depends only on the order of the scores, so a
+    model that produced ±inf or NaN is scored on their ranks in numpy's sort order (NaN above
+    +inf, all NaNs tied) rather than failing the step.
+    """
     y = np.asarray(labels, dtype=np.int8)
     s = np.asarray(scores, dtype=np.float64)
-    positives, negatives = int(y.sum()), int(len(y) - y.sum())
-    if positives == 0 or negatives == 0:
+    positives = int(y.sum())
+    if positives == 0 or positives == len(y):
         return float("nan")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s), dtype=np.float64)
-    sorted_scores = s[order]
-    # Average ranks over tied scores.
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    average = first + (counts + 1) / 2.0
-    ranks[order] = np.repeat(average, counts)
-    return float((ranks[y == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    if not np.isfinite(s).all():
+        s = np.unique(s, return_inverse=True)[1].astype(np.float64)
+    return float(metrics.roc_auc_score(y, s))
 
 
 def log_loss(labels: ArrayLike, probabilities: ArrayLike, eps: float = 1e-7) -> float:
-    y = np.asarray(labels, dtype=np.float64)
+    """Mean binary cross-entropy; NaN if any probability is NaN.
+
+    Probabilities are clipped to [eps, 1 - eps] first (scikit-learn clips only at machine
+    epsilon), so one confidently wrong row adds at most -log(eps) to the sum.
+    """
+    y = np.asarray(labels, dtype=np.int8)
     p = np.clip(np.asarray(probabilities, dtype=np.float64), eps, 1 - eps)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    if np.isnan(p).any():
+        return float("nan")
+    return float(metrics.log_loss(y, p, labels=[0, 1]))
 
 
 def accuracy(labels: ArrayLike, probabilities: ArrayLike, threshold: float = 0.5) -> float:
+    """Share of rows whose probability ≥ ``threshold`` agrees with the label (NaN counts as 0)."""
     y = np.asarray(labels, dtype=np.int8)
-    return float(np.mean((np.asarray(probabilities) >= threshold).astype(np.int8) == y))
+    predicted = (np.asarray(probabilities, dtype=np.float64) >= threshold).astype(np.int8)
+    return float(metrics.accuracy_score(y, predicted))
 
 
 def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[str, float]:
@@ -48,10 +58,19 @@ def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[s
 
 def binned_auc(positives: ArrayLike, negatives: ArrayLike) -> float:
     """ROC AUC from score histograms of the two classes over the same ascending bins (ties in a
-    bin count half); what distributed ranks can sum. NaN if one class is absent."""
+    bin count half); what distributed ranks can sum. NaN if one class is absent.
+
+    Each bin is one score per class, weighted by its count.
+    """
     pos = np.asarray(positives, dtype=np.float64)
     neg = np.asarray(negatives, dtype=np.float64)
     if pos.sum() == 0 or neg.sum() == 0:
         return float("nan")
-    below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
-    return float((pos * (below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
+    bins = np.arange(len(pos), dtype=np.float64)
+    return float(
+        metrics.roc_auc_score(
+            np.r_[np.ones(len(pos)), np.zeros(len(neg))],
+            np.r_[bins, bins],
+            sample_weight=np.r_[pos, neg],
+        )
+    )

@@ -8,19 +8,21 @@ and memory is bounded by the batch size, the reference sample and the number of 
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import date
+from functools import cache
 from typing import Any
 
+import jinja2
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from scipy.spatial.distance import jensenshannon
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.lake import MANIFEST, Lake
@@ -92,20 +94,20 @@ def psi(reference: np.ndarray, current: np.ndarray) -> float:
 
 
 def js_distance(reference: dict[str, int], current: dict[str, int]) -> float:
-    """Jensen-Shannon distance (base 2, in [0, 1]) of two category count maps."""
+    """Jensen-Shannon distance (base 2, in [0, 1]) of two category count maps.
+
+    0 when both are empty, 1 when only one is (SciPy would answer NaN for either).
+    """
     keys = sorted(set(reference) | set(current))
     p = np.array([reference.get(k, 0) for k in keys], dtype=np.float64)
     q = np.array([current.get(k, 0) for k in keys], dtype=np.float64)
     if p.sum() == 0 or q.sum() == 0:
         return 0.0 if p.sum() == q.sum() else 1.0
-    p, q = p / p.sum(), q / q.sum()
-    m = (p + q) / 2
-
-    def kl(a: np.ndarray, b: np.ndarray) -> float:
-        mask = a > 0
-        return float(np.sum(a[mask] * np.log2(a[mask] / b[mask])))
-
-    return math.sqrt(max(0.0, (kl(p, m) + kl(q, m)) / 2))
+    # For nearly equal distributions rounding can leave the divergence a hair below zero,
+    # whose square root SciPy returns as NaN: that is a distance of 0.
+    with np.errstate(invalid="ignore"):
+        distance = float(jensenshannon(p, q, base=2))
+    return 0.0 if math.isnan(distance) else distance
 
 
 def _reference_edges(lake: Lake, paths: list[str], column: str, cfg: DriftSettings) -> np.ndarray:
@@ -212,54 +214,50 @@ def reference_days(
 
 
 def report_html(report: dict[str, Any]) -> str:
-    """A page with the per-feature table and a bar chart per feature (inline SVG)."""
-    rows, charts = [], []
+    """A page with the per-feature table and a bar chart per feature (inline SVG), rendered
+    from ``templates/drift.html.j2``; names and categories from the data are escaped."""
+    charts = {}
     for name, f in report["features"].items():
-        flag = "DRIFT" if f["drifted"] else "ok"
-        rows.append(
-            f"<tr class='{flag.lower()}'><td>{html.escape(name)}</td><td>{f['statistic']}</td>"
-            f"<td>{f['value']:.4f}</td><td>{f['threshold']}</td>"
-            f"<td>{f['missing_reference']:.3f} → {f['missing_current']:.3f}</td>"
-            f"<td>{flag}</td></tr>"
-        )
-        labels = f.get("categories") or [f"≤{e:g}" for e in f["edges"]] + ["more"]
-        charts.append(f"<h3>{html.escape(name)}</h3>" + _bars(labels, f["reference"], f["current"]))
-    reference = report["reference"]
-    return f"""<!doctype html><html><head><meta charset="utf-8">
-<title>Drift {report["logical_date"]}</title>
-<style>body{{font-family:sans-serif;margin:2em}}
-td,th{{padding:4px 10px;border-bottom:1px solid #ddd}}
-tr.drift{{background:#fde2e1}} .ref{{fill:#8aa8c8}} .cur{{fill:#e0883c}}</style></head><body>
-<h1>Drift report — {report["logical_date"]}</h1>
-<p>Reference: {html.escape(reference["source"])}, {len(reference["days"])} day(s)
-{html.escape(", ".join(reference["days"][:1] + reference["days"][-1:]))}.
-Drift detected: <b>{"yes" if report["drift_detected"] else "no"}</b>
-{("(" + html.escape(", ".join(report["crossed"])) + ")") if report["crossed"] else ""}</p>
-<table><tr><th>feature</th><th>statistic</th><th>value</th><th>threshold</th>
-<th>missing share</th><th></th></tr>{"".join(rows)}</table>
-<p><svg width="12" height="12"><rect class="ref" width="12" height="12"/></svg> reference
-<svg width="12" height="12"><rect class="cur" width="12" height="12"/></svg> current</p>
-{"".join(charts)}</body></html>"""
+        if f["kind"] == "categorical":
+            labels = f["categories"]
+        else:
+            labels = [f"≤{e:g}" for e in f["edges"]] + ["more"]
+        charts[name] = _chart(labels, f["reference"], f["current"])
+    return _template().render(report=report, charts=charts)
 
 
-def _bars(labels: list[str], reference: list[int], current: list[int]) -> str:
+@cache
+def _template() -> jinja2.Template:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("pipeline_steps.quality", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return environment.get_template("drift.html.j2")
+
+
+def _chart(labels: list[str], reference: list[int], current: list[int]) -> dict[str, Any]:
+    """Bars of the reference and current shares per bin, scaled to the tallest share."""
     ref = np.array(reference, dtype=float) / max(sum(reference), 1)
     cur = np.array(current, dtype=float) / max(sum(current), 1)
     top = max(ref.max(initial=0), cur.max(initial=0), 1e-9)
     width, height, slot = 40, 120, 44
-    parts = []
+    slots = []
     for i, label in enumerate(labels):
-        x = i * slot
+        bars = []
         for offset, share, css in ((0, ref[i], "ref"), (width / 2, cur[i], "cur")):
             h = height * share / top
-            parts.append(
-                f"<rect class='{css}' x='{x + offset:.0f}' y='{height - h:.1f}' "
-                f"width='{width / 2 - 2:.0f}' height='{h:.1f}'/>"
-            )
-        parts.append(
-            f"<text x='{x}' y='{height + 14}' font-size='9'>{html.escape(label[:8])}</text>"
-        )
-    return f"<svg width='{len(labels) * slot}' height='{height + 20}'>{''.join(parts)}</svg>"
+            bars.append({"css": css, "x": i * slot + offset, "y": height - h, "height": h})
+        slots.append({"x": i * slot, "label": label[:8], "bars": bars})
+    return {
+        "width": len(labels) * slot,
+        "height": height + 20,
+        "bar_width": width / 2 - 2,
+        "label_y": height + 14,
+        "slots": slots,
+    }
 
 
 def champion_window(ctx: RunContext) -> tuple[date, date] | None:

@@ -9,10 +9,16 @@ aggregates gathered while streaming: the row count (parquet metadata), compound-
 quantiles (the column's values, 8 bytes a row). The next chunk is read and converted in a
 background thread while GX validates the current one. The merged result has GX's own shape, so
 reports, Data Docs and failure messages read as for a single frame.
+
+Merging and the whole-table verdicts copy GX's rules (``mostly``, percentages, ``ignore_row_if``,
+strict bounds, quantile interpolation and tolerance) of the version pinned in ``pyproject.toml``;
+``tests/data/test_suite_chunks_rules.py`` runs each through GX and through here and names the
+rule that no longer matches.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -161,8 +167,9 @@ def _percentages(result: dict[str, Any]) -> None:
         result["unexpected_percent_nonmissing"] = share(unexpected, present)
 
 
-def share(part: int, whole: int) -> float:
-    return 100.0 * part / whole if whole else 0.0
+def share(part: int, whole: int) -> float | None:
+    """A percentage as GX computes it; None without a denominator."""
+    return part / whole * 100 if whole else None
 
 
 def _mostly_met(result: dict[str, Any], mostly: float | None) -> bool:
@@ -185,11 +192,16 @@ def _restate(merged: Any) -> None:
     )
 
 
+# A uniqueness expectation's key columns and its ``ignore_row_if``
+Key = tuple[tuple[str, ...], str]
+
+
 @dataclass
 class Aggregates:
     """What the whole-table expectations need, gathered chunk by chunk."""
 
-    keys: dict[tuple[str, ...], list[np.ndarray]] = field(default_factory=dict)
+    keys: dict[Key, list[np.ndarray]] = field(default_factory=dict)
+    skipped: dict[Key, int] = field(default_factory=dict)
     values: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     @classmethod
@@ -197,18 +209,33 @@ class Aggregates:
         aggregates = cls()
         for expectation, kw in whole:
             if expectation.expectation_type == UNIQUE_KEY:
-                aggregates.keys[tuple(kw["column_list"])] = []
+                key = unique_key(kw)
+                aggregates.keys[key], aggregates.skipped[key] = [], 0
             elif expectation.expectation_type == QUANTILES:
                 aggregates.values[kw["column"]] = []
         return aggregates
 
     def add(self, frame: pd.DataFrame) -> None:
-        for columns, hashes in self.keys.items():
+        for (columns, ignore_row_if), hashes in self.keys.items():
             if set(columns) <= set(frame.columns):
-                hashes.append(key_hashes(frame, columns))
+                keys = considered_rows(frame[list(columns)], ignore_row_if)
+                hashes.append(key_hashes(keys, columns))
+                self.skipped[columns, ignore_row_if] += len(frame) - len(keys)
         for column, values in self.values.items():
             if column in frame.columns:
                 values.append(frame[column].dropna().to_numpy())
+
+
+def unique_key(kw: dict[str, Any]) -> Key:
+    """The key columns and GX's default ``ignore_row_if`` for compound uniqueness."""
+    return tuple(kw["column_list"]), kw.get("ignore_row_if") or "all_values_are_missing"
+
+
+def considered_rows(keys: pd.DataFrame, ignore_row_if: str) -> pd.DataFrame:
+    """GX's rule: rows whose key is all (or any) missing are left out of uniqueness."""
+    if ignore_row_if not in ("all_values_are_missing", "any_value_is_missing"):
+        return keys
+    return keys.dropna(how="all" if ignore_row_if == "all_values_are_missing" else "any")
 
 
 def key_hashes(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
@@ -238,10 +265,12 @@ def _judge_whole(
     if kind == ROW_COUNT:
         rows = parquet.metadata.num_rows
         low, high = kw.get("min_value"), kw.get("max_value")
-        success = (low is None or rows >= low) and (high is None or rows <= high)
+        above = low is None or (rows > low if kw.get("strict_min") else rows >= low)
+        below = high is None or (rows < high if kw.get("strict_max") else rows <= high)
+        success = above and below
         result: dict[str, Any] = {"observed_value": rows}
     elif kind == UNIQUE_KEY:
-        success, result = _unique_key(tuple(kw["column_list"]), aggregates, parquet)
+        success, result = _unique_key(kw, aggregates, parquet)
     else:
         success, result = _quantiles(kw, aggregates)
     return ExpectationValidationResult(
@@ -257,9 +286,12 @@ def _judge_whole(
 
 
 def _unique_key(
-    columns: tuple[str, ...], aggregates: Aggregates, parquet: pq.ParquetFile
+    kw: dict[str, Any], aggregates: Aggregates, parquet: pq.ParquetFile
 ) -> tuple[bool, dict[str, Any]]:
-    parts = aggregates.keys.get(columns) or []
+    """Rows whose key repeats, among the rows GX considers; ``mostly`` as GX applies it."""
+    key = unique_key(kw)
+    columns, ignore_row_if = key
+    parts = aggregates.keys.get(key) or []
     hashes = np.concatenate(parts) if parts else np.empty(0, np.uint64)
     ordered = np.sort(hashes)
     repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
@@ -267,29 +299,39 @@ def _unique_key(
     examples: list[dict[str, Any]] = []
     if unexpected:
         for batch in parquet.iter_batches(columns=list(columns), batch_size=65_536):
-            frame = as_frame(pa.Table.from_batches([batch]))
+            frame = considered_rows(as_frame(pa.Table.from_batches([batch])), ignore_row_if)
             rows = frame[np.isin(key_hashes(frame, columns), repeated)]
             examples += rows.head(EXAMPLES - len(examples)).to_dict("records")
             if len(examples) >= EXAMPLES:
                 break
-    result = {
-        "element_count": len(hashes),
+    skipped = aggregates.skipped.get(key, 0)
+    result: dict[str, Any] = {
+        "element_count": len(hashes) + skipped,
         "unexpected_count": unexpected,
-        "unexpected_percent": 100.0 * unexpected / len(hashes) if len(hashes) else 0.0,
         "partial_unexpected_list": examples,
+        "missing_count": skipped,
     }
-    return unexpected == 0, result
+    _percentages(result)
+    return _mostly_met(result, kw.get("mostly")), result
 
 
 def _quantiles(kw: dict[str, Any], aggregates: Aggregates) -> tuple[bool, dict[str, Any]]:
+    """GX's rule: pandas quantiles ("nearest" unless ``allow_relative_error`` names another
+    interpolation), each within its range or within a relative 1e-4 of a bound."""
+    from great_expectations.util import isclose
+
     ranges = kw["quantile_ranges"]
     parts = aggregates.values.get(kw["column"]) or []
-    values = np.concatenate(parts) if parts else np.empty(0)
-    if not len(values):
-        return False, {"observed_value": None}
-    observed = np.quantile(values, ranges["quantiles"], method="nearest").tolist()
+    values = pd.Series(np.concatenate(parts)) if parts else pd.Series([], dtype=float)
+    interpolation = kw.get("allow_relative_error") or "nearest"
+    observed = values.quantile(ranges["quantiles"], interpolation=interpolation).tolist()
     details = [
-        (low is None or v >= low) and (high is None or v <= high)
+        not math.isnan(v)
+        and (
+            (low is not None and isclose(v, low, rtol=1e-4))
+            or (high is not None and isclose(v, high, rtol=1e-4))
+            or ((low is None or v >= low) and (high is None or v <= high))
+        )
         for v, (low, high) in zip(observed, ranges["value_ranges"], strict=True)
     ]
     return all(details), {

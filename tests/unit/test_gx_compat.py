@@ -1,9 +1,19 @@
+import hashlib
+import importlib
+import inspect
 import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from pipeline_steps.quality.gx_compat import domain_columns, patch_quantile_expectation, to_builtin
+from pipeline_steps.quality.gx_compat import (
+    domain_columns,
+    patch_column_domains,
+    patch_quantile_expectation,
+    skip_batch_fingerprint,
+    to_builtin,
+)
 
 
 def test_numpy_values_become_json_serialisable() -> None:
@@ -76,3 +86,133 @@ def test_narrowed_domains_keep_row_conditions_and_missing_rules(tmp_path) -> Non
     assert found["expect_column_values_to_be_between"].examples == [90.0]
     # the all-missing pair is dropped before uniqueness; (2, 3) repeats
     assert found["expect_compound_columns_to_be_unique"].unexpected_count == 2
+
+
+# Guards: gx_compat patches Great Expectations internals of the pinned minor version
+# (pyproject.toml). When an upgrade moves one of them, these fail and name what to re-check.
+
+
+def _gx_says(symbol: str, what: str) -> str:
+    import great_expectations
+
+    return (
+        f"great_expectations {great_expectations.__version__}: {symbol} {what}; "
+        "pipeline_steps/quality/gx_compat.py patches it - re-check the patch against this "
+        "version before widening the pin in pyproject.toml"
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "parameters"),
+    [
+        (
+            "great_expectations.execution_engine:PandasExecutionEngine",
+            "get_domain_records",
+            ["self", "domain_kwargs"],
+        ),
+        (
+            "great_expectations.expectations:ExpectColumnQuantileValuesToBeBetween",
+            "_validate",
+            ["self", "metrics", "runtime_configuration", "execution_engine"],
+        ),
+    ],
+)
+def test_patched_methods_keep_their_names_and_signatures(
+    owner: str, name: str, parameters: list[str]
+) -> None:
+    module, cls = owner.split(":")
+    target = getattr(importlib.import_module(module), cls)
+    symbol = f"{module}.{cls}.{name}"
+    assert hasattr(target, name), _gx_says(symbol, "no longer exists")
+    original = inspect.unwrap(getattr(target, name))
+    found = list(inspect.signature(original).parameters)
+    assert found == parameters, _gx_says(symbol, f"now takes {found}, not {parameters}")
+
+
+# sha256 of GX's own get_domain_records source: patch_column_domains (and DROP_MISSING) mirror
+# how it filters rows for each domain kind, so any change to it needs a reading.
+GET_DOMAIN_RECORDS_SHA256 = "4691281d9a24f31f802390bdb751e118f7fc4c3a35555177f9939679f1cf5528"
+
+
+def test_the_row_filtering_the_narrowed_domains_mirror_is_unchanged() -> None:
+    from great_expectations.execution_engine import PandasExecutionEngine
+
+    source = inspect.getsource(inspect.unwrap(PandasExecutionEngine.get_domain_records))
+    assert hashlib.sha256(source.encode()).hexdigest() == GET_DOMAIN_RECORDS_SHA256, _gx_says(
+        "PandasExecutionEngine.get_domain_records",
+        "has changed (source hash differs); patch_column_domains mirrors its row filtering by "
+        "domain kind and ignore_row_if - read the new source, align the patch, then record "
+        "the new hash in GET_DOMAIN_RECORDS_SHA256",
+    )
+
+
+FRAME = pd.DataFrame(
+    {
+        "a": [1.0, None, 2.0, None, 5.0],
+        "b": [1.0, None, None, 3.0, 5.0],
+        "c": ["x", "y", None, "z", "x"],
+        "other": [0, 1, 2, 3, 4],
+    }
+)
+DOMAINS = [
+    {"column": "a"},
+    {"column_A": "a", "column_B": "b", "ignore_row_if": "neither"},
+    {"column_A": "a", "column_B": "b", "ignore_row_if": "both_values_are_missing"},
+    {"column_A": "a", "column_B": "b", "ignore_row_if": "either_value_is_missing"},
+    {"column_list": ["a", "b", "c"], "ignore_row_if": "never"},
+    {"column_list": ["a", "b", "c"], "ignore_row_if": "all_values_are_missing"},
+    {"column_list": ["a", "b", "c"], "ignore_row_if": "any_value_is_missing"},
+]
+
+
+@pytest.mark.parametrize("domain", DOMAINS, ids=lambda d: "-".join(map(str, d.values())))
+def test_narrowed_domain_records_are_great_expectations_own_rows(domain: dict) -> None:
+    """The patched engine returns GX's own rows for the domain, only fewer columns."""
+    from great_expectations.execution_engine import PandasExecutionEngine
+
+    patch_column_domains()
+    engine = PandasExecutionEngine()
+    engine.load_batch_data("partition", FRAME)
+    kwargs = {"batch_id": "partition", **domain}
+    theirs = inspect.unwrap(PandasExecutionEngine.get_domain_records)(engine, dict(kwargs))
+    narrowed = PandasExecutionEngine.get_domain_records(engine, dict(kwargs))
+    columns = domain_columns(domain)
+    assert list(narrowed.columns) == columns
+    try:
+        pd.testing.assert_frame_equal(narrowed, theirs[columns])
+    except AssertionError as exc:
+        raise AssertionError(
+            _gx_says("PandasExecutionEngine.get_domain_records", f"returns other rows for {domain}")
+        ) from exc
+
+
+def test_the_size_cut_off_still_decides_whether_a_batch_is_fingerprinted(monkeypatch) -> None:
+    from great_expectations.core.batch_spec import RuntimeDataBatchSpec
+    from great_expectations.execution_engine import PandasExecutionEngine, pandas_execution_engine
+
+    symbol = "great_expectations.execution_engine.pandas_execution_engine.HASH_THRESHOLD"
+    assert hasattr(pandas_execution_engine, "HASH_THRESHOLD"), _gx_says(symbol, "is gone")
+    engine = PandasExecutionEngine()
+    monkeypatch.setattr(pandas_execution_engine, "HASH_THRESHOLD", 1e9)  # GX's own value
+    _, markers = engine.get_batch_data_and_markers(RuntimeDataBatchSpec(batch_data=FRAME))
+    assert "pandas_data_fingerprint" in markers, _gx_says(symbol, "no longer gates hashing")
+    skip_batch_fingerprint()
+    _, markers = engine.get_batch_data_and_markers(RuntimeDataBatchSpec(batch_data=FRAME))
+    assert "pandas_data_fingerprint" not in markers, _gx_says(symbol, "no longer gates hashing")
+
+
+def test_quantile_results_are_json_safe_after_the_patch() -> None:
+    from great_expectations.expectations import ExpectColumnQuantileValuesToBeBetween
+
+    patch_quantile_expectation()
+    expectation = ExpectColumnQuantileValuesToBeBetween(
+        column="a", quantile_ranges={"quantiles": [0.5], "value_ranges": [[0, 2]]}
+    )
+    result = expectation._validate(metrics={"column.quantile_values": [1.0]})
+    assert json.loads(json.dumps(result)) == {
+        "success": True,
+        "result": {
+            "observed_value": {"quantiles": [0.5], "values": [1.0]},
+            "details": {"success_details": [True]},
+        },
+    }, _gx_says("ExpectColumnQuantileValuesToBeBetween._validate", "returns another result")
