@@ -16,14 +16,9 @@ from pipeline_steps.lake import Lake
 from pipeline_steps.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
-from pipeline_steps.steps.train.loop import (
-    apply_gradients,
-    get_rng_state,
-    learn,
-    make_optimizer,
-    set_rng_state,
-)
+from pipeline_steps.steps.train.loop import get_rng_state, set_rng_state
 from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.step import apply_gradients, learn, make_optimizer
 
 pytestmark = [
     pytest.mark.gpu,

@@ -12,7 +12,7 @@ import torch
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.metrics import roc_auc
-from pipeline_steps.steps.train import checkpoint, loop, train
+from pipeline_steps.steps.train import checkpoint, loop, step, train
 from tests.model.conftest import assert_same_weights, final_weights
 
 pytestmark = pytest.mark.slow
@@ -89,14 +89,14 @@ def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatc
     # validation losses scripted to 0.5, 0.4, 0.6, 0.7: epoch 1 is the best, patience 2 stops
     # after epoch 3, and the registered model is epoch 1's, not the last epoch's
     losses = iter([0.5, 0.4, 0.6, 0.7])
-    measured = loop._validate
+    measured = step.validation_sums
 
     def scripted(*args, **kwargs):
         sums = measured(*args, **kwargs)
         sums[0] = next(losses) * sums[1]  # the loss sum over the validation rows
         return sums
 
-    monkeypatch.setattr(loop, "_validate", scripted)
+    monkeypatch.setattr(loop, "validation_sums", scripted)
     ctx = prepared("best", "train.epochs=6", "train.patience=2", "train.checkpoint_every=0")
     manifest = train(ctx)
     assert manifest["stopped_early"] is True and manifest["epochs"] == 4
@@ -121,9 +121,9 @@ def test_too_few_row_groups_for_the_ranks_is_a_clear_error(prepared, monkeypatch
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
-    for step in (10, 20, 30):
-        state = {"epoch": 0, "epoch_batches": step, "step": step, "config_hash": "h"}
-        checkpoint.save(lake, "ck", step, state, keep=2)
+    for at_step in (10, 20, 30):
+        state = {"epoch": 0, "epoch_batches": at_step, "step": at_step, "config_hash": "h"}
+        checkpoint.save(lake, "ck", at_step, state, keep=2)
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["step-00000020.pt", "step-00000030.pt"]
     (tmp_path / "ck" / "step-00000030.pt").write_bytes(b"torn write")
@@ -142,7 +142,7 @@ def test_gradient_clipping_matches_torch(max_norm: float) -> None:
     for model in (ours, reference):
         model(x).square().mean().backward()
     before = [p.grad.clone() for p in ours.parameters()]
-    loop.clip_grad_norm(list(ours.parameters()), max_norm)
+    step.clip_grad_norm(list(ours.parameters()), max_norm)
     torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, foreach=True)
     for mine, theirs in zip(ours.parameters(), reference.parameters(), strict=True):
         assert torch.equal(mine.grad, theirs.grad)

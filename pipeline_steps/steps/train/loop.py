@@ -16,7 +16,7 @@ import os
 import random
 import tempfile
 import time
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,16 +30,19 @@ from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.metrics import binned_auc
 from pipeline_steps.steps.train import checkpoint
-from pipeline_steps.steps.train.data import (
-    Preprocessor,
-    TrainingTable,
-    epoch_batches,
-    validation_batches,
-)
+from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.step import (
+    AUC_BINS,
+    apply_gradients,
+    gpu_metrics,
+    learn,
+    make_optimizer,
+    make_schedule,
+    validation_sums,
+)
 
 log = logging.getLogger(__name__)
-AUC_BINS = 1024
 
 
 def train(ctx: RunContext) -> dict[str, Any]:
@@ -132,9 +135,7 @@ def train(ctx: RunContext) -> dict[str, Any]:
             f"train.batch_size={cfg.batch_size} x train.grad_accumulation={cfg.grad_accumulation}"
         )
     total_steps = sum(micro_batches) // cfg.grad_accumulation
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(round(cfg.warmup_fraction * total_steps), total_steps)
-    )
+    scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
     amp = use_cuda and cfg.amp
     scaler = torch.amp.GradScaler("cuda", enabled=False)  # bfloat16 needs no loss scaling
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -244,7 +245,9 @@ def train(ctx: RunContext) -> dict[str, Any]:
         sums = torch.cat(
             [
                 torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64),
-                _validate(model, table, pre, label, cfg.batch_size, device, amp, rank, world_size),
+                validation_sums(
+                    model, table, pre, label, cfg.batch_size, device, amp, rank, world_size
+                ),
             ]
         )
         if distributed:  # nccl reduces GPU tensors only; gloo takes them where they are
@@ -305,50 +308,6 @@ def train(ctx: RunContext) -> dict[str, Any]:
     return manifest
 
 
-def learn(
-    model: torch.nn.Module, loss_fn: torch.nn.Module, batch: Any, accumulation: int, amp: bool
-) -> torch.Tensor:
-    """Forward and backward of one batch, its gradients added to the accumulated ones (scaled
-    by ``1 / accumulation``); returns the batch's mean loss."""
-    device = batch.labels.device
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-        logits = model(batch.codes, batch.numeric)
-    loss = loss_fn(logits.float(), batch.labels)
-    (loss / accumulation if accumulation > 1 else loss).backward()
-    return loss.detach()
-
-
-def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW, fused: one kernel updates every parameter (on the CPU too), instead of a few
-    small operations per parameter tensor."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
-
-
-def apply_gradients(
-    parameters: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, clip: float
-) -> None:
-    """Clip the accumulated gradients of ``parameters`` (a list made once, not a module walk per
-    step), take an optimizer and a schedule step, clear the gradients."""
-    if clip:
-        clip_grad_norm(parameters, clip)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> None:
-    """Scale the gradients so that their global L2 norm is at most ``max_norm``.
-
-    The formula and result of ``torch.nn.utils.clip_grad_norm_``, in four multi-tensor kernels
-    without its per-call grouping and checks: on a GPU a small model's step is bound by kernel
-    launches, and the library call cost up to a tenth of it.
-    """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if grads:
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-
-
 def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int) -> None:
     """Join the job's process group through torchrun's store, under a prefix per attempt.
 
@@ -371,58 +330,6 @@ def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int)
         rank=rank,
         world_size=world_size,
         timeout=timeout,
-    )
-
-
-def warmup_cosine(warmup: int, total: int) -> Any:
-    """Learning-rate factor per step: linear warmup to 1, then a cosine decay to 0 at ``total``."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
-def _validate(
-    model: torch.nn.Module,
-    table: TrainingTable,
-    pre: Preprocessor,
-    label: str,
-    batch_size: int,
-    device: torch.device,
-    amp: bool,
-    rank: int,
-    world_size: int,
-) -> torch.Tensor:
-    """This rank's validation sums: [loss sum, rows, positive-score histogram, negative one]."""
-    model.eval()
-    loss_sum, rows = 0.0, 0
-    positives, negatives = (
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-    )
-    with torch.no_grad():
-        for batch in validation_batches(
-            table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
-        ):
-            batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(batch.codes, batch.numeric).float()
-            loss_sum += float(
-                torch.nn.functional.binary_cross_entropy_with_logits(
-                    logits, batch.labels, reduction="sum"
-                )
-            )
-            rows += len(batch)
-            bins = (torch.sigmoid(logits) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
-            is_positive = batch.labels.cpu() > 0.5
-            positives += torch.bincount(bins[is_positive], minlength=AUC_BINS)
-            negatives += torch.bincount(bins[~is_positive], minlength=AUC_BINS)
-    return torch.cat(
-        [torch.tensor([loss_sum, float(rows)], dtype=torch.float64), positives, negatives]
     )
 
 
@@ -449,15 +356,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
             torch.cuda.set_rng_state_all(cuda)
         else:
             torch.cuda.set_rng_state(cuda)
-
-
-def gpu_metrics(device: torch.device) -> dict[str, float]:
-    """Peak memory this epoch and, where NVML is available, utilisation."""
-    metrics = {"gpu_memory_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30}
-    torch.cuda.reset_peak_memory_stats(device)
-    with suppress(Exception):  # without NVML: memory alone
-        metrics["gpu_utilization_pct"] = float(torch.cuda.utilization(device))
-    return metrics
 
 
 def _log_epoch(
