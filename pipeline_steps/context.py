@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
-from typing import Any, TypeVar, overload
+from typing import TypeVar
 
 from pipeline_steps.domain import Domain, load_domain
 from pipeline_steps.errors import StepError
@@ -42,39 +42,22 @@ class RunContext:
     def run_dir(self) -> str:
         return Lake.run_dir(self.run_id)
 
-    @overload
-    def record(self, step: M) -> M: ...
-    @overload
-    def record(self, step: str, manifest: dict[str, Any]) -> dict[str, Any]: ...
-    def record(self, step: Any, manifest: Any = None) -> Any:
+    def record(self, manifest: M) -> M:
         """Store a step's manifest as ``runs/<run>/<step>.json`` with the run id and the time,
         and return it as the step prints it (without those two)."""
         recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
-        if isinstance(step, Manifest):
-            stored = replace(step, run_id=self.run_id, recorded_at=recorded_at)
-            self.lake.write_json(stored.to_json(), self.run_dir, f"{step.STEP}.json")
-            return step
-        self.lake.write_json(
-            {**manifest, "run_id": self.run_id, "recorded_at": recorded_at},
-            self.run_dir,
-            f"{step}.json",
-        )
+        stored = replace(manifest, run_id=self.run_id, recorded_at=recorded_at)
+        self.lake.write_json(stored.to_json(), self.run_dir, f"{manifest.STEP}.json")
         return manifest
 
-    @overload
-    def upstream(self, step: type[M]) -> M: ...
-    @overload
-    def upstream(self, step: str) -> dict[str, Any]: ...
-    def upstream(self, step: Any) -> Any:
+    def upstream(self, step: type[M]) -> M:
         """The manifest an earlier step of this run recorded; a clear error when it has not run
         or its manifest is not one this version reads."""
-        name: str = step.STEP if isinstance(step, type) and issubclass(step, Manifest) else step
+        name = step.STEP
         if not self.lake.exists(self.run_dir, f"{name}.json"):
             raise StepError(
                 f"step {name!r} has not completed for run {self.run_id!r} "
                 f"(no {self.lake.path(self.run_dir, name + '.json')}); run it first"
             )
         payload = self.lake.read_json(self.run_dir, f"{name}.json")
-        if isinstance(step, type):
-            return load_manifest(step, payload, self.lake.path(self.run_dir, f"{name}.json"))
-        return payload
+        return load_manifest(step, payload, self.lake.path(self.run_dir, f"{name}.json"))

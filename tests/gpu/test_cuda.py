@@ -13,17 +13,14 @@ import torch
 
 from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.lake import Lake
+from pipeline_steps.manifests import LoopPosition
 from pipeline_steps.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
-from pipeline_steps.steps.train.loop import (
-    apply_gradients,
-    get_rng_state,
-    learn,
-    make_optimizer,
-    set_rng_state,
-)
+from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
 from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.state import TrainingState
+from pipeline_steps.steps.train.step import apply_gradients, learn, make_optimizer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -111,15 +108,19 @@ def test_rng_states_restore_the_gpu_generator() -> None:
 def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
     model = torch.nn.Linear(4, 1).to("cuda")
-    checkpoint.save(
-        lake,
-        "ck",
-        1,
-        {"model": model.state_dict(), "config_hash": "h", "epoch": 0, "epoch_batches": 0},
+    written = TrainingState(
+        position=LoopPosition(step=1),
+        model=model.state_dict(),
+        optimizer={},
+        scheduler={},
+        rng=[get_rng_state()],
+        world_size=1,
+        config_hash="h",
     )
+    checkpoint.save(lake, "ck", written)
     state = checkpoint.load_latest(lake, "ck", "h")
     assert state is not None
-    assert all(t.device.type == "cpu" for t in state["model"].values())
+    assert all(t.device.type == "cpu" for t in state.model.values())
     restored = torch.nn.Linear(4, 1).to("cuda")
-    restored.load_state_dict(state["model"])
+    restored.load_state_dict(state.model)
     assert torch.equal(restored.weight, model.weight)

@@ -9,6 +9,8 @@ import torch
 from pipeline_steps.context import RunContext
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.train import checkpoint
+from pipeline_steps.steps.train.state import TrainingState
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 
@@ -28,11 +30,15 @@ def prepare_run(lake_home, make_settings) -> Callable[..., RunContext]:
     return prepare
 
 
+def states_of(ctx: RunContext) -> dict[Path, TrainingState]:
+    """The training states of the run's checkpoints, by file, oldest first."""
+    found = checkpoint.paths(ctx.lake, f"{ctx.run_dir}/checkpoints")
+    return {Path(p): checkpoint.read(ctx.lake, p) for p in found}
+
+
 def final_weights(ctx: RunContext) -> dict[str, torch.Tensor]:
     """The model of the newest checkpoint (written at the last epoch's end)."""
-    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-    newest = max(folder.glob("step-*.pt"))
-    return torch.load(newest, weights_only=False)["model"]
+    return list(states_of(ctx).values())[-1].model
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

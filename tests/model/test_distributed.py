@@ -12,12 +12,11 @@ from pathlib import Path
 import mlflow
 import psutil
 import pytest
-import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.steps.train import train
+from pipeline_steps.steps.train import checkpoint, train
 from tests.conftest import FIRST_DAY, WINDOW
-from tests.model.conftest import assert_same_weights, final_weights
+from tests.model.conftest import assert_same_weights, final_weights, states_of
 
 pytestmark = pytest.mark.slow
 BASE = (
@@ -80,8 +79,7 @@ def manifest_of(stdout: str) -> dict:
 
 
 def history(ctx: RunContext) -> list[dict]:
-    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-    return torch.load(max(folder.glob("step-*.pt")), weights_only=False)["history"]
+    return list(states_of(ctx).values())[-1].history
 
 
 def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
@@ -104,10 +102,11 @@ def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
 def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared) -> None:
     one = prepared("one-rank", "train.batch_size=128")
     two = prepared("two-ranks", "train.batch_size=64")
-    single = train(one).to_json()
+    single = train(one)
+    assert single is not None
     stdout = run_torchrun(two, 2, "train.batch_size=64")
     # about as many optimizer steps (a rank dealt fewer rows tops up from its own shard) ...
-    assert abs(single["steps"] - manifest_of(stdout)["steps"]) <= 0.15 * single["steps"]
+    assert abs(single.steps - manifest_of(stdout)["steps"]) <= 0.15 * single.steps
     # ... and the same loss curve, up to the different order of the same rows
     for a, b in zip(history(one), history(two), strict=True):
         for metric in ("train_loss", "val_loss"):
@@ -139,13 +138,13 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
     while victim is None and time.monotonic() < deadline and launcher.poll() is None:
         for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
             try:
-                state = torch.load(path, weights_only=False)
+                at = checkpoint.read(killed.lake, str(path)).position
             except Exception:  # being renamed into place
                 continue
-            if state["epoch"] == 1 and state["epoch_batches"] > 0:
+            if at.epoch == 1 and at.epoch_batches > 0:
                 victim = _rank_process(launcher.pid, rank=1)
                 victim.send_signal(signal.SIGKILL)
-                killed_at = state["step"]
+                killed_at = at.step
                 break
         time.sleep(0.01)
     stdout, stderr = launcher.communicate(timeout=600)

@@ -1,6 +1,7 @@
 """Training behaviour: it learns with both architectures, it is deterministic on CPU, and it
 resumes from step checkpoints exactly."""
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import torch
 
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
+from pipeline_steps.manifests import FeaturesManifest, LoopPosition
 from pipeline_steps.metrics import roc_auc
-from pipeline_steps.steps.train import checkpoint, loop, train
-from tests.model.conftest import assert_same_weights, final_weights
+from pipeline_steps.steps.train import checkpoint, loop, step, train
+from pipeline_steps.steps.train.state import TrainingState
+from tests.model.conftest import assert_same_weights, final_weights, states_of
 
 pytestmark = pytest.mark.slow
 SMALL = ("train.epochs=3", "train.batch_size=128", "features.row_group_rows=256")
@@ -28,17 +31,18 @@ def prepared(prepare_run):
 @pytest.mark.parametrize("model", ["mlp", "ft_transformer"])
 def test_each_model_beats_a_constant_baseline_on_the_holdout(prepared, model: str) -> None:
     ctx = prepared(f"learn-{model}", f"train.model={model}")
-    manifest = train(ctx).to_json()
-    assert manifest["epochs"] == 3 and manifest["world_size"] == 1 and manifest["steps"] > 0
+    manifest = train(ctx)
+    assert manifest is not None
+    assert manifest.epochs == 3 and manifest.world_size == 1 and manifest.steps > 0
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
-    holdout = pd.read_parquet(ctx.upstream("features")["sets"]["holdout"]["path"])
+    holdout = pd.read_parquet(ctx.upstream(FeaturesManifest).sets.holdout.path)
     # the registered pyfunc predicts from raw feature rows (preprocessing travels with it)
-    loaded = mlflow.pyfunc.load_model(manifest["model_uri"])
+    loaded = mlflow.pyfunc.load_model(manifest.model_uri)
     probabilities = loaded.predict(holdout.drop(columns=["delayed"]))
     assert probabilities.shape == (len(holdout),)
     assert ((probabilities > 0) & (probabilities < 1)).all()
     assert roc_auc(holdout["delayed"], probabilities) > 0.6  # a constant scores 0.5
-    run = mlflow.get_run(manifest["mlflow_run_id"])
+    run = mlflow.get_run(manifest.mlflow_run_id)
     assert run.data.params["world_size"] == "1" and run.data.params["train.model"] == model
     assert {"train_loss", "val_loss", "val_auc", "samples_per_s"} <= run.data.metrics.keys()
 
@@ -57,56 +61,51 @@ def test_resume_mid_epoch_continues_exactly(prepared, caplog) -> None:
     reference, interrupted = prepared("reference", *extra), prepared("interrupted", *extra)
     train(reference)
     train(interrupted)
-    folder = Path(interrupted.lake.path(interrupted.run_dir, "checkpoints"))
-    states = {p: torch.load(p, weights_only=False) for p in sorted(folder.glob("step-*.pt"))}
-    mid = next(p for p, s in states.items() if s["epoch"] == 1 and s["epoch_batches"] > 0)
+    states = states_of(interrupted)
+    mid = next(p for p, s in states.items() if s.position.epoch == 1 and s.position.epoch_batches)
     for path in states:
         if path > mid:
             path.unlink()
     interrupted.lake.remove(interrupted.run_dir, "train.json")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pipeline_steps.steps.train"):
-        resumed = train(interrupted).to_json()
+        resumed = train(interrupted)
     trained = [r.getMessage().split(":")[0] for r in caplog.records]
     assert [m for m in trained if m.startswith("epoch ")] == ["epoch 1", "epoch 2"]
-    assert resumed["resumed_from"] == {
-        "epoch": 1,
-        "epoch_batches": states[mid]["epoch_batches"],
-        "step": states[mid]["step"],
-    }
-    assert resumed["epochs"] == 3
+    assert resumed is not None and resumed.resumed_from == states[mid].position
+    assert resumed.resumed_from.epoch == 1 and resumed.epochs == 3
     assert_same_weights(final_weights(reference), final_weights(interrupted))
 
 
 def test_early_stopping_ends_training_after_patience(prepared) -> None:
     # a learning rate this small barely moves the loss: no epoch improves on the first by 1e-6
     ctx = prepared("patient", "train.epochs=6", "train.patience=1", "train.learning_rate=1e-12")
-    manifest = train(ctx).to_json()
-    assert manifest["stopped_early"] is True and manifest["epochs"] < 6
+    manifest = train(ctx)
+    assert manifest is not None and manifest.stopped_early is True and manifest.epochs < 6
 
 
 def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatch) -> None:
     # validation losses scripted to 0.5, 0.4, 0.6, 0.7: epoch 1 is the best, patience 2 stops
     # after epoch 3, and the registered model is epoch 1's, not the last epoch's
     losses = iter([0.5, 0.4, 0.6, 0.7])
-    measured = loop._validate
+    measured = step.validation_sums
 
     def scripted(*args, **kwargs):
         sums = measured(*args, **kwargs)
         sums[0] = next(losses) * sums[1]  # the loss sum over the validation rows
         return sums
 
-    monkeypatch.setattr(loop, "_validate", scripted)
+    monkeypatch.setattr(loop, "validation_sums", scripted)
     ctx = prepared("best", "train.epochs=6", "train.patience=2", "train.checkpoint_every=0")
-    manifest = train(ctx).to_json()
-    assert manifest["stopped_early"] is True and manifest["epochs"] == 4
-    assert manifest["best_epoch"] == manifest["model_epoch"] == 1
-    assert manifest["metrics"]["val_loss"] == pytest.approx(0.4)
-    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-    states = [torch.load(p, weights_only=False) for p in sorted(folder.glob("step-*.pt"))]
-    after_best = next(s["model"] for s in states if s["epoch"] == 2)  # written at epoch 1's end
+    manifest = train(ctx)
+    assert manifest is not None and manifest.stopped_early is True and manifest.epochs == 4
+    assert manifest.best_epoch == manifest.model_epoch == 1
+    assert manifest.metrics["val_loss"] == pytest.approx(0.4)
+    states = states_of(ctx).values()
+    # written at epoch 1's end
+    after_best = next(s.model for s in states if s.position.epoch == 2)
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
-    registered = mlflow.pyfunc.load_model(manifest["model_uri"]).unwrap_python_model()
+    registered = mlflow.pyfunc.load_model(manifest.model_uri).unwrap_python_model()
     assert_same_weights(registered.model.state_dict(), after_best)
     last = final_weights(ctx)
     assert any(not torch.equal(last[k], after_best[k]) for k in last)  # training went on
@@ -119,16 +118,77 @@ def test_too_few_row_groups_for_the_ranks_is_a_clear_error(prepared, monkeypatch
         train(ctx)
 
 
+def _state(at_step: int, config_hash: str = "h") -> TrainingState:
+    """A training state with empty model and optimizer states, for the checkpoint files."""
+    return TrainingState(
+        position=LoopPosition(epoch=0, epoch_batches=at_step, step=at_step),
+        model={},
+        optimizer={},
+        scheduler={},
+        rng=[],
+        world_size=1,
+        config_hash=config_hash,
+    )
+
+
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
-    for step in (10, 20, 30):
-        state = {"epoch": 0, "epoch_batches": step, "step": step, "config_hash": "h"}
-        checkpoint.save(lake, "ck", step, state, keep=2)
+    for at_step in (10, 20, 30):
+        checkpoint.save(lake, "ck", _state(at_step), keep=2)
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
     assert names == ["step-00000020.pt", "step-00000030.pt"]
     (tmp_path / "ck" / "step-00000030.pt").write_bytes(b"torn write")
-    assert checkpoint.load_latest(lake, "ck", "h")["step"] == 20
+    resumed = checkpoint.load_latest(lake, "ck", "h")
+    assert resumed is not None and resumed.position.step == 20
     assert checkpoint.load_latest(lake, "ck", "other settings") is None
+
+
+def _previous_layout(state: TrainingState) -> dict:
+    """``state`` as checkpoints were written before the training state was typed: one flat
+    dict with a (disabled) loss scaler's state beside the position's fields."""
+    return {
+        "model": state.model,
+        "optimizer": state.optimizer,
+        "scheduler": state.scheduler,
+        "scaler": {},
+        **dataclasses.asdict(state.position),
+        "history": state.history,
+        "stopping": dataclasses.asdict(state.stopping),
+        "best_model": state.best_model,
+        "rng": state.rng,
+        "world_size": state.world_size,
+        "config_hash": state.config_hash,
+    }
+
+
+def test_a_checkpoint_of_the_previous_layout_is_not_resumed_from(tmp_path: Path, caplog) -> None:
+    lake = Lake(str(tmp_path))
+    (tmp_path / "ck").mkdir()
+    torch.save(_previous_layout(_state(10)), tmp_path / "ck" / "step-00000010.pt")
+    with caplog.at_level(logging.INFO, logger="pipeline_steps.steps.train"):
+        assert checkpoint.load_latest(lake, "ck", "h") is None
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "step-00000010.pt is of another layout" in messages
+    assert "training starts fresh" in messages
+
+
+def test_training_over_checkpoints_of_the_previous_layout_starts_fresh(prepared, caplog) -> None:
+    """A run whose checkpoints were written in the previous layout (same settings) trains
+    again from the start, to the weights a run without checkpoints reaches."""
+    ctx = prepared("legacy", "train.epochs=2")
+    train(ctx)
+    reference = final_weights(ctx)
+    for path, state in states_of(ctx).items():
+        torch.save(_previous_layout(state), path)
+    ctx.lake.remove(ctx.run_dir, "train.json")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline_steps.steps.train"):
+        again = train(ctx)
+    assert again is not None and again.resumed_from is None and again.epochs == 2
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("training starts fresh" in m for m in messages)
+    assert [m.split(":")[0] for m in messages if m.startswith("epoch ")] == ["epoch 0", "epoch 1"]
+    assert_same_weights(final_weights(ctx), reference)
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e6])
@@ -142,7 +202,7 @@ def test_gradient_clipping_matches_torch(max_norm: float) -> None:
     for model in (ours, reference):
         model(x).square().mean().backward()
     before = [p.grad.clone() for p in ours.parameters()]
-    loop.clip_grad_norm(list(ours.parameters()), max_norm)
+    step.clip_grad_norm(list(ours.parameters()), max_norm)
     torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, foreach=True)
     for mine, theirs in zip(ours.parameters(), reference.parameters(), strict=True):
         assert torch.equal(mine.grad, theirs.grad)

@@ -1,75 +1,73 @@
 """Train step: the frozen training set → a PyTorch model, launched by torchrun.
 
-Reads top to bottom: detect DDP from torchrun's environment, stream the training set and fit the
-preprocessing, build the model, optimizer and schedule, resume from the newest checkpoint, run
-the epochs (accumulate, clip, step; checkpoint every N steps), validate and stop early, and
-(rank 0 only) log to MLflow and package the model.
+Reads top to bottom: detect the processes from torchrun's environment, open the training set,
+stop early when this run already trained with the same settings and data, fit the preprocessing
+(rank 0) and share it, build the model, optimizer and schedule, resume from the newest
+checkpoint, run the epochs (accumulate, clip, step; checkpoint every N steps), validate and stop
+early, and (rank 0 only) log to MLflow, package the model and record the manifest.
+
+The pieces live beside it: ``step`` (one optimisation step, validation), ``distributed``
+(process group, collectives, RNG states), ``state`` and ``checkpoint`` (what a resume needs),
+``mlflow_run`` (the MLflow run), ``data`` and ``models``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
-import os
-import random
-import tempfile
 import time
-from contextlib import nullcontext, suppress
-from datetime import timedelta
-from pathlib import Path
+from contextlib import nullcontext
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import LoopPosition, TrainManifest, load_manifest
-from pipeline_steps.metrics import binned_auc
-from pipeline_steps.steps.train import checkpoint
-from pipeline_steps.steps.train.data import (
-    Preprocessor,
-    TrainingTable,
-    epoch_batches,
-    validation_batches,
+from pipeline_steps.fingerprints import json_sha256
+from pipeline_steps.manifests import (
+    FeaturesManifest,
+    LoopPosition,
+    ManifestError,
+    TrainManifest,
+    load_manifest,
 )
+from pipeline_steps.metrics import binned_auc
+from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run
+from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
+from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
 from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.state import EarlyStopping, EpochRecord, TrainingState
+from pipeline_steps.steps.train.step import (
+    AUC_BINS,
+    apply_gradients,
+    gpu_metrics,
+    learn,
+    make_optimizer,
+    make_schedule,
+    validation_sums,
+)
 
 log = logging.getLogger(__name__)
-AUC_BINS = 1024
 
 
 def train(ctx: RunContext) -> TrainManifest | None:
-    """Train on ``training_sets/<run>/train.parquet``; return the step manifest (rank 0).
+    """Train on ``training_sets/<run>/train.parquet``; return the step manifest on rank 0
+    (None on the other ranks).
 
     Raises ``StepError`` when the training set is missing, empty or too small for the ranks.
     Resumes from the newest valid checkpoint of the same run, settings and world size, so a
     restarted worker or a retried task recomputes no finished step.
     """
     cfg, lake = ctx.settings.train, ctx.lake
-    features = ctx.upstream("features")
-
-    # -- processes: torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them, one process ----
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise StepError("train.device is 'cuda' but no CUDA device is visible")
-    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    distributed, master = world_size > 1, rank == 0
+    features = ctx.upstream(FeaturesManifest)
+    procs = distributed.detect(cfg.device)
+    device, rank, world_size = procs.device, procs.rank, procs.world_size
 
     # -- data: the frozen set, streamed by row groups --------------------------------------------
-    columns = [*features["categorical"], *features["numeric"], features["label"]]
-    path = features["sets"]["train"]["path"]
+    path, label = features.sets.train.path, features.label
     if not lake.fs.exists(path):
         raise StepError(f"training set {path} does not exist; run the features step first")
+    columns = [*features.feature_columns, label]
     table = TrainingTable(path, lake.fs, columns, cfg.seed, cfg.validation_fraction)
     if table.rows == 0:
         raise StepError(f"training set {path} has no rows")
@@ -79,46 +77,29 @@ def train(ctx: RunContext) -> TrainManifest | None:
             f"{world_size} training processes; lower features.row_group_rows or the process count"
         )
     # Same settings, data layout and world size as a finished run of this run id: nothing to do.
-    config_hash = hashlib.sha256(
-        json.dumps(
-            [
-                ctx.settings.to_dict()["train"],
-                features["training_set_sha256"],
-                table.group_rows,
-                world_size,
-            ],
-            sort_keys=True,
-            default=list,
-        ).encode()
-    ).hexdigest()
-    if lake.exists(ctx.run_dir, "train.json"):
-        done = lake.read_json(ctx.run_dir, "train.json")
-        if done.get("config_hash") == config_hash:
-            log.info("run %s already trained with these settings and data: cached", ctx.run_id)
-            where = lake.path(ctx.run_dir, "train.json")
-            return (
-                load_manifest(TrainManifest, {**done, "status": "cached"}, where)
-                if master
-                else None
-            )
-    if distributed:
-        join_process_group(
-            "nccl" if use_cuda else "gloo", rank, world_size, cfg.collective_timeout_s
-        )
+    config_hash = json_sha256(
+        [
+            ctx.settings.to_dict()["train"],
+            features.training_set_sha256,
+            table.group_rows,
+            world_size,
+        ]
+    )
+    done = _already_trained(ctx, config_hash)
+    if done is not None:
+        log.info("run %s already trained with these settings and data: cached", ctx.run_id)
+        return done if procs.master else None
+    if procs.distributed:
+        distributed.join_process_group(procs, cfg.collective_timeout_s)
     # Preprocessing is fitted on the fitting rows of the training window only, by rank 0 in
     # one streaming pass; the other ranks receive it and read only their own shards.
-    fitted: list[Any] = [None]
-    if master:
+    fitted = None
+    if procs.master:
         everything = list(range(len(table.group_rows)))
-        fitted[0] = Preprocessor.fit(
-            table.frames(everything, validation=False),
-            features["categorical"],
-            features["numeric"],
+        fitted = Preprocessor.fit(
+            table.frames(everything, validation=False), features.categorical, features.numeric
         ).to_dict()
-    if distributed:
-        dist.broadcast_object_list(fitted, src=0)
-    pre = Preprocessor.from_dict(fitted[0])
-    label = features["label"]
+    pre = Preprocessor.from_dict(distributed.broadcast(fitted, procs))
 
     # -- model, optimizer, schedule ----------------------------------------------------------------
     torch.manual_seed(cfg.seed)
@@ -138,72 +119,54 @@ def train(ctx: RunContext) -> TrainManifest | None:
             f"train.batch_size={cfg.batch_size} x train.grad_accumulation={cfg.grad_accumulation}"
         )
     total_steps = sum(micro_batches) // cfg.grad_accumulation
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(round(cfg.warmup_fraction * total_steps), total_steps)
-    )
-    amp = use_cuda and cfg.amp
-    scaler = torch.amp.GradScaler("cuda", enabled=False)  # bfloat16 needs no loss scaling
+    scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
+    amp = procs.use_cuda and cfg.amp  # bfloat16: no loss scaling needed
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     # -- resume -----------------------------------------------------------------------------------
     folder = f"{ctx.run_dir}/checkpoints"
-    position = {"epoch": 0, "epoch_batches": 0, "step": 0}
-    history: list[dict[str, Any]] = []
-    stopping = {
-        "best_val_loss": math.inf,
-        "best_epoch": -1,
-        "bad_epochs": 0,
-        "stopped_early": False,
-    }
+    position, stopping = LoopPosition(), EarlyStopping()
+    history: list[EpochRecord] = []
     best_weights: dict[str, torch.Tensor] | None = None  # the lowest validation loss's model
-    state = checkpoint.load_latest(lake, folder, config_hash)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        scaler.load_state_dict(state["scaler"])
-        position = {k: state[k] for k in position}
-        history, stopping = state["history"], {**stopping, **state["stopping"]}
-        best_weights = state.get("best_model")
-        set_rng_state(state["rng"][rank])
-    resumed_from = dict(position) if state is not None else None
+    resumed = checkpoint.load_latest(lake, folder, config_hash)
+    if resumed is not None:
+        model.load_state_dict(resumed.model)
+        optimizer.load_state_dict(resumed.optimizer)
+        scheduler.load_state_dict(resumed.scheduler)
+        position, stopping, history = resumed.position, resumed.stopping, resumed.history
+        best_weights = resumed.best_model
+        set_rng_state(resumed.rng[rank])
+    resumed_from = position if resumed is not None else None
     ddp_model: Any = (
-        DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
-        if distributed
+        DistributedDataParallel(model, device_ids=[procs.local_rank] if procs.use_cuda else None)
+        if procs.distributed
         else model
     )
 
-    def save_checkpoint() -> None:
-        rng = [get_rng_state()] * world_size
-        if distributed:
-            dist.all_gather_object(rng, get_rng_state())
-        if master:
-            checkpoint.save(
-                lake,
-                folder,
-                position["step"],
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    **position,
-                    "history": history,
-                    "stopping": stopping,
-                    "best_model": best_weights,
-                    "rng": rng,
-                    "world_size": world_size,
-                    "config_hash": config_hash,
-                },
-                keep=cfg.keep_checkpoints,
+    def save_checkpoint(at: LoopPosition) -> None:
+        rng = distributed.gather(get_rng_state(), procs)  # every rank's, for an exact resume
+        if procs.master:
+            state = TrainingState(
+                position=at,
+                stopping=stopping,
+                history=history,
+                model=model.state_dict(),
+                best_model=best_weights,
+                optimizer=optimizer.state_dict(),
+                scheduler=scheduler.state_dict(),
+                rng=rng,
+                world_size=world_size,
+                config_hash=config_hash,
             )
+            checkpoint.save(lake, folder, state, keep=cfg.keep_checkpoints)
 
-    run = _start_mlflow_run(ctx, features, world_size, resumed_from) if master else None
+    # rank 0 alone keeps the MLflow run (and so logs, packages and records)
+    run_id = mlflow_run.start(ctx, features, world_size, resumed_from) if procs.master else None
 
     # -- epochs -----------------------------------------------------------------------------------
-    while position["epoch"] < cfg.epochs and not stopping["stopped_early"]:
-        epoch = position["epoch"]
-        if position["epoch_batches"] == 0:
+    while position.epoch < cfg.epochs and not stopping.stopped_early:
+        epoch, batches, step = position.epoch, position.epoch_batches, position.step
+        if batches == 0:
             # Dropout noise depends only on (seed, epoch, rank); mid-epoch, the checkpoint's
             # RNG states carry on instead.
             torch.manual_seed(cfg.seed + 1_000 * epoch + rank)
@@ -220,43 +183,44 @@ def train(ctx: RunContext) -> TrainManifest | None:
             rank=rank,
             world_size=world_size,
             shuffle_buffer=cfg.shuffle_buffer,
-            skip=position["epoch_batches"],
+            skip=batches,
             prefetch_buffers=cfg.prefetch,
             workers=cfg.data_workers,
-            pin_memory=use_cuda,
+            pin_memory=procs.use_cuda,
         )
         for batch in stream:
-            if position["epoch_batches"] == micro_batches[epoch]:
+            if batches == micro_batches[epoch]:
                 break
-            batch = batch.to(device) if use_cuda else batch
-            stepping = (position["epoch_batches"] + 1) % cfg.grad_accumulation == 0
-            quiet = ddp_model.no_sync() if distributed and not stepping else nullcontext()
+            batch = batch.to(device) if procs.use_cuda else batch
+            stepping = (batches + 1) % cfg.grad_accumulation == 0
+            quiet = ddp_model.no_sync() if procs.distributed and not stepping else nullcontext()
             with quiet:  # gradients of a non-final accumulation batch stay local
                 loss = learn(ddp_model, loss_fn, batch, cfg.grad_accumulation, amp)
             loss_sum += loss * len(batch)
             seen += len(batch)
-            position["epoch_batches"] += 1
+            batches += 1
             if not stepping:
                 continue
             apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip)
-            position["step"] += 1
-            if position["step"] % cfg.log_every == 0:
-                step_losses.append((position["step"], float(loss.detach())))
-            mid_epoch = position["epoch_batches"] < micro_batches[epoch]
-            if cfg.checkpoint_every and position["step"] % cfg.checkpoint_every == 0 and mid_epoch:
-                save_checkpoint()
+            step += 1
+            if step % cfg.log_every == 0:
+                step_losses.append((step, float(loss.detach())))
+            mid_epoch = batches < micro_batches[epoch]
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and mid_epoch:
+                save_checkpoint(LoopPosition(epoch=epoch, epoch_batches=batches, step=step))
         elapsed = time.perf_counter() - started
 
         sums = torch.cat(
             [
                 torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64),
-                _validate(model, table, pre, label, cfg.batch_size, device, amp, rank, world_size),
+                validation_sums(
+                    model, table, pre, label, cfg.batch_size, device, amp, rank, world_size
+                ),
             ]
         )
-        if distributed:  # nccl reduces GPU tensors only; gloo takes them where they are
-            sums = sums.to(device)
-            dist.all_reduce(sums)
-        train_loss, rows, val_loss, val_rows, *hist = sums.tolist()
+        train_loss, rows, val_loss, val_rows, *hist = distributed.sum_over_ranks(
+            sums, procs
+        ).tolist()
         metrics: dict[str, float] = {
             "train_loss": train_loss / max(rows, 1.0),
             "val_loss": val_loss / max(val_rows, 1.0),
@@ -264,312 +228,64 @@ def train(ctx: RunContext) -> TrainManifest | None:
             "samples_per_s": rows / max(elapsed, 1e-9),
             "learning_rate": float(scheduler.get_last_lr()[0]),
         }
-        if use_cuda:
+        if procs.use_cuda:
             metrics |= gpu_metrics(device)
         history.append({"epoch": epoch, **metrics})
-        if metrics["val_loss"] < stopping["best_val_loss"] - 1e-6:
-            stopping |= {"best_val_loss": metrics["val_loss"], "best_epoch": epoch, "bad_epochs": 0}
+        if stopping.observe(epoch, metrics["val_loss"], cfg.patience):
             best_weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        else:
-            stopping["bad_epochs"] += 1
-            stopping["stopped_early"] = (
-                bool(cfg.patience) and stopping["bad_epochs"] >= cfg.patience
-            )
-        position = {"epoch": epoch + 1, "epoch_batches": 0, "step": position["step"]}
-        save_checkpoint()
-        if master:
-            _log_epoch(run, epoch, metrics, step_losses)
+        position = LoopPosition(epoch=epoch + 1, epoch_batches=0, step=step)
+        save_checkpoint(position)
+        if run_id is not None:
+            mlflow_run.log_epoch(run_id, epoch, metrics, step_losses)
             log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
 
-    manifest: TrainManifest | None = None
-    model_epoch = history[-1]["epoch"]
-    if cfg.restore_best and best_weights is not None and stopping["best_epoch"] != model_epoch:
+    # -- the model of the best epoch, packaged and recorded ----------------------------------------
+    model_epoch = int(history[-1]["epoch"])
+    if cfg.restore_best and best_weights is not None and stopping.best_epoch != model_epoch:
         model.load_state_dict(best_weights)  # the registered model: the best epoch's
-        model_epoch = stopping["best_epoch"]
+        model_epoch = stopping.best_epoch
         log.info("restored the weights of epoch %d (lowest val_loss)", model_epoch)
-    if master:
-        manifest = _finish(
-            ctx,
-            run,
-            model.cpu(),
-            pre,
-            config,
-            features,
-            history,
-            world_size,
-            config_hash,
-            {
-                "resumed_from": resumed_from,
-                "steps": position["step"],
-                "model_epoch": model_epoch,
-                **stopping,
-            },
+    manifest = None
+    if run_id is not None:
+        model_uri = mlflow_run.finish(ctx, model.cpu(), pre, config, features, model_epoch)
+        final = next(h for h in history if h["epoch"] == model_epoch)
+        manifest = ctx.record(
+            TrainManifest(
+                status="trained",
+                config_hash=config_hash,
+                logical_date=ctx.logical_date.isoformat(),
+                mlflow_run_id=run_id,
+                model_uri=model_uri,
+                world_size=world_size,
+                epochs=len(history),
+                train_rows=features.sets.train.rows,
+                training_set_sha256=features.training_set_sha256,
+                metrics={k: round(v, 6) for k, v in final.items() if k != "epoch"},
+                resumed_from=resumed_from,
+                steps=position.step,
+                stopped_early=stopping.stopped_early,
+                best_val_loss=round(stopping.best_val_loss, 6),
+                best_epoch=stopping.best_epoch,
+                model_epoch=model_epoch,
+                checkpoints=lake.path(ctx.run_dir, "checkpoints"),
+            )
         )
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+    if procs.distributed:
+        distributed.leave_process_group()
     return manifest
 
 
-def learn(
-    model: torch.nn.Module, loss_fn: torch.nn.Module, batch: Any, accumulation: int, amp: bool
-) -> torch.Tensor:
-    """Forward and backward of one batch, its gradients added to the accumulated ones (scaled
-    by ``1 / accumulation``); returns the batch's mean loss."""
-    device = batch.labels.device
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-        logits = model(batch.codes, batch.numeric)
-    loss = loss_fn(logits.float(), batch.labels)
-    (loss / accumulation if accumulation > 1 else loss).backward()
-    return loss.detach()
-
-
-def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW, fused: one kernel updates every parameter (on the CPU too), instead of a few
-    small operations per parameter tensor."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
-
-
-def apply_gradients(
-    parameters: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, clip: float
-) -> None:
-    """Clip the accumulated gradients of ``parameters`` (a list made once, not a module walk per
-    step), take an optimizer and a schedule step, clear the gradients."""
-    if clip:
-        clip_grad_norm(parameters, clip)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> None:
-    """Scale the gradients so that their global L2 norm is at most ``max_norm``.
-
-    The formula and result of ``torch.nn.utils.clip_grad_norm_``, in four multi-tensor kernels
-    without its per-call grouping and checks: on a GPU a small model's step is bound by kernel
-    launches, and the library call cost up to a tenth of it.
-    """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if grads:
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-
-
-def join_process_group(backend: str, rank: int, world_size: int, timeout_s: int) -> None:
-    """Join the job's process group through torchrun's store, under a prefix per attempt.
-
-    After torchrun restarts the workers, the store still holds the previous attempt's keys
-    (the old workers' addresses); a fresh prefix keeps the new group from connecting to them.
-    """
-    timeout = timedelta(seconds=timeout_s)
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        world_size,
-        is_master=rank == 0 and not agent_store,
-        timeout=timeout,
-    )
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore(f"trainyard/attempt-{attempt}", store),
-        rank=rank,
-        world_size=world_size,
-        timeout=timeout,
-    )
-
-
-def warmup_cosine(warmup: int, total: int) -> Any:
-    """Learning-rate factor per step: linear warmup to 1, then a cosine decay to 0 at ``total``."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-    return factor
-
-
-def _validate(
-    model: torch.nn.Module,
-    table: TrainingTable,
-    pre: Preprocessor,
-    label: str,
-    batch_size: int,
-    device: torch.device,
-    amp: bool,
-    rank: int,
-    world_size: int,
-) -> torch.Tensor:
-    """This rank's validation sums: [loss sum, rows, positive-score histogram, negative one]."""
-    model.eval()
-    loss_sum, rows = 0.0, 0
-    positives, negatives = (
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-    )
-    with torch.no_grad():
-        for batch in validation_batches(
-            table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
-        ):
-            batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(batch.codes, batch.numeric).float()
-            loss_sum += float(
-                torch.nn.functional.binary_cross_entropy_with_logits(
-                    logits, batch.labels, reduction="sum"
-                )
-            )
-            rows += len(batch)
-            bins = (torch.sigmoid(logits) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
-            is_positive = batch.labels.cpu() > 0.5
-            positives += torch.bincount(bins[is_positive], minlength=AUC_BINS)
-            negatives += torch.bincount(bins[~is_positive], minlength=AUC_BINS)
-    return torch.cat(
-        [torch.tensor([loss_sum, float(rows)], dtype=torch.float64), positives, negatives]
-    )
-
-
-def get_rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        # this process's own GPU only: reading every device's state would open a CUDA
-        # context on each GPU of the node from every rank
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        cuda = state["cuda"]
-        if isinstance(cuda, list):  # checkpoints that held every device's state
-            torch.cuda.set_rng_state_all(cuda)
-        else:
-            torch.cuda.set_rng_state(cuda)
-
-
-def gpu_metrics(device: torch.device) -> dict[str, float]:
-    """Peak memory this epoch and, where NVML is available, utilisation."""
-    metrics = {"gpu_memory_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30}
-    torch.cuda.reset_peak_memory_stats(device)
-    with suppress(Exception):  # without NVML: memory alone
-        metrics["gpu_utilization_pct"] = float(torch.cuda.utilization(device))
-    return metrics
-
-
-def _log_epoch(
-    run: Any, epoch: int, metrics: dict[str, float], step_losses: list[tuple[int, float]]
-) -> None:
-    """One MLflow request per epoch: the epoch's metrics and the sampled step losses."""
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
-
-    now = int(time.time() * 1000)
-    batch = [Metric(k, v, now, epoch) for k, v in metrics.items() if math.isfinite(v)]
-    batch += [Metric("train_loss_step", v, now, s) for s, v in step_losses]
-    MlflowClient().log_batch(run.info.run_id, metrics=batch)
-
-
-def _start_mlflow_run(
-    ctx: RunContext, features: dict[str, Any], world_size: int, resumed: dict[str, int] | None
-) -> Any:
-    import mlflow
-
-    from pipeline_steps.tracking import RUN_TAG, connect, find_run
-
-    client = connect(ctx.settings.mlflow)
-    previous = find_run(client, ctx.settings.mlflow, ctx.run_id)
-    if previous is not None and previous.info.status != "FINISHED":
-        return mlflow.start_run(run_id=previous.info.run_id)
-    run = mlflow.start_run(
-        run_name=f"train {ctx.logical_date.isoformat()}",
-        tags={
-            RUN_TAG: ctx.run_id,
-            "trainyard.logical_date": ctx.logical_date.isoformat(),
-            "trainyard.training_set_sha256": features["training_set_sha256"],
-            "trainyard.train_first_day": features["train_days"][0],
-            "trainyard.train_last_day": features["train_days"][-1],
-            "trainyard.resumed": str(resumed is not None).lower(),
-        },
-    )
-    params = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
-    params.update(
-        {
-            "features.window_days": ctx.settings.features.window_days,
-            "train_rows": features["sets"]["train"]["rows"],
-            "train_days": len(features["train_days"]),
-            "world_size": world_size,
-        }
-    )
-    mlflow.log_params(params)
-    return run
-
-
-def _finish(
-    ctx: RunContext,
-    run: Any,
-    model: torch.nn.Module,
-    pre: Preprocessor,
-    model_config: dict[str, Any],
-    features: dict[str, Any],
-    history: list[dict[str, Any]],
-    world_size: int,
-    config_hash: str,
-    progress: dict[str, Any],
-) -> TrainManifest:
-    """Package the model as an MLflow pyfunc, close the run, record the manifest."""
-    import mlflow
-
-    from pipeline_steps.steps.train.packaging import BUNDLE, ENTRY_POINT, bundle
-
-    example = ctx.lake.read_table_at(features["sets"]["holdout"]["path"]).to_pandas().head(5)
-    example = example[[*features["categorical"], *features["numeric"]]]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model_bundle.pt"
-        torch.save(bundle(model, pre, ctx.settings.train.model, model_config), path)
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=ENTRY_POINT,
-            artifacts={BUNDLE: str(path)},
-            input_example=example,
-            pip_requirements=[
-                f"torch=={torch.__version__.split('+')[0]}",
-                "pandas",
-                "numpy",
-                f"mlflow=={mlflow.__version__}",
-            ],
-        )
-    final = next(h for h in history if h["epoch"] == progress["model_epoch"])
-    mlflow.set_tag("trainyard.model_epoch", str(progress["model_epoch"]))
-    mlflow.end_run()
-    manifest = TrainManifest(
-        status="trained",
-        config_hash=config_hash,
-        logical_date=ctx.logical_date.isoformat(),
-        mlflow_run_id=run.info.run_id,
-        model_uri=info.model_uri,
-        world_size=world_size,
-        epochs=len(history),
-        train_rows=features["sets"]["train"]["rows"],
-        training_set_sha256=features["training_set_sha256"],
-        metrics={k: round(v, 6) for k, v in final.items() if k != "epoch"},
-        resumed_from=(
-            None if progress["resumed_from"] is None else LoopPosition(**progress["resumed_from"])
-        ),
-        steps=progress["steps"],
-        stopped_early=progress["stopped_early"],
-        best_val_loss=round(progress["best_val_loss"], 6),
-        best_epoch=progress["best_epoch"],
-        model_epoch=progress["model_epoch"],
-        checkpoints=ctx.lake.path(ctx.run_dir, "checkpoints"),
-    )
-    return ctx.record(manifest)
+def _already_trained(ctx: RunContext, config_hash: str) -> TrainManifest | None:
+    """This run's recorded train manifest, marked ``cached``, when it was trained with
+    ``config_hash``; None when it was not (or its manifest is not one this version reads)."""
+    if not ctx.lake.exists(ctx.run_dir, "train.json"):
+        return None
+    recorded = ctx.lake.read_json(ctx.run_dir, "train.json")
+    if not isinstance(recorded, dict) or recorded.get("config_hash") != config_hash:
+        return None
+    where = ctx.lake.path(ctx.run_dir, "train.json")
+    try:
+        return load_manifest(TrainManifest, {**recorded, "status": "cached"}, where)
+    except ManifestError as exc:
+        log.warning("%s; training again", exc)
+        return None

@@ -6,10 +6,13 @@ Both take the preprocessed batch: category codes [n, C] (0 = out of vocabulary) 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from pipeline_steps.settings import TrainSettings
 
 
 class TabularMLP(nn.Module):
@@ -105,8 +108,10 @@ def build_model(name: str, **config: Any) -> nn.Module:
     return MODELS[name](**config)
 
 
-def model_config(settings: Any, cardinalities: list[int], numeric_width: int) -> dict[str, Any]:
-    """The constructor arguments of ``settings.model`` (a ``TrainSettings``), saved with it."""
+def model_config(
+    settings: TrainSettings, cardinalities: list[int], numeric_width: int
+) -> dict[str, Any]:
+    """The constructor arguments of ``settings.model``, saved with the model."""
     shape = {"cardinalities": cardinalities, "numeric_width": numeric_width}
     if settings.model == "ft_transformer":
         return {

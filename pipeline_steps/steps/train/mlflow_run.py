@@ -1,0 +1,113 @@
+"""The training run in MLflow, kept by rank 0 alone: started (or resumed after a restart),
+one request of metrics per epoch, and finished with the packaged pyfunc model.
+
+MLflow is imported inside the functions: the other ranks never load it.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.manifests import FeaturesManifest, LoopPosition
+from pipeline_steps.steps.train.data import Preprocessor
+
+
+def start(
+    ctx: RunContext, features: FeaturesManifest, world_size: int, resumed: LoopPosition | None
+) -> str:
+    """The MLflow run of this pipeline run, active in this process; returns its id.
+
+    An unfinished run of the same pipeline run (a restarted worker, a retried task) is resumed;
+    otherwise a new one is started, tagged with the run, the logical date and the training set,
+    with the train settings and the set's size as parameters.
+    """
+    import mlflow
+
+    from pipeline_steps.tracking import RUN_TAG, connect, find_run
+
+    client = connect(ctx.settings.mlflow)
+    previous = find_run(client, ctx.settings.mlflow, ctx.run_id)
+    if previous is not None and previous.info.status != "FINISHED":
+        run_id: str = mlflow.start_run(run_id=previous.info.run_id).info.run_id
+        return run_id
+    run = mlflow.start_run(
+        run_name=f"train {ctx.logical_date.isoformat()}",
+        tags={
+            RUN_TAG: ctx.run_id,
+            "trainyard.logical_date": ctx.logical_date.isoformat(),
+            "trainyard.training_set_sha256": features.training_set_sha256,
+            "trainyard.train_first_day": features.train_days[0],
+            "trainyard.train_last_day": features.train_days[-1],
+            "trainyard.resumed": str(resumed is not None).lower(),
+        },
+    )
+    params: dict[str, Any] = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
+    params.update(
+        {
+            "features.window_days": ctx.settings.features.window_days,
+            "train_rows": features.sets.train.rows,
+            "train_days": len(features.train_days),
+            "world_size": world_size,
+        }
+    )
+    mlflow.log_params(params)
+    run_id = run.info.run_id
+    return run_id
+
+
+def log_epoch(
+    run_id: str, epoch: int, metrics: dict[str, float], step_losses: list[tuple[int, float]]
+) -> None:
+    """One MLflow request per epoch: the epoch's (finite) metrics at step ``epoch`` and the
+    sampled step losses as ``train_loss_step`` at their optimizer steps."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    now = int(time.time() * 1000)
+    batch = [Metric(k, v, now, epoch) for k, v in metrics.items() if math.isfinite(v)]
+    batch += [Metric("train_loss_step", v, now, s) for s, v in step_losses]
+    MlflowClient().log_batch(run_id, metrics=batch)
+
+
+def finish(
+    ctx: RunContext,
+    model: torch.nn.Module,
+    pre: Preprocessor,
+    model_config: dict[str, Any],
+    features: FeaturesManifest,
+    model_epoch: int,
+) -> str:
+    """Package ``model`` (on the CPU) with its preprocessing as an MLflow pyfunc in the active
+    run, tag the epoch its weights are from, end the run; returns the model's URI."""
+    import mlflow
+
+    from pipeline_steps.steps.train.packaging import BUNDLE, ENTRY_POINT, bundle
+
+    example = ctx.lake.read_table_at(features.sets.holdout.path).to_pandas().head(5)
+    example = example[features.feature_columns]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model_bundle.pt"
+        torch.save(bundle(model, pre, ctx.settings.train.model, model_config), path)
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=ENTRY_POINT,
+            artifacts={BUNDLE: str(path)},
+            input_example=example,
+            pip_requirements=[
+                f"torch=={torch.__version__.split('+')[0]}",
+                "pandas",
+                "numpy",
+                f"mlflow=={mlflow.__version__}",
+            ],
+        )
+    mlflow.set_tag("trainyard.model_epoch", str(model_epoch))
+    mlflow.end_run()
+    model_uri: str = info.model_uri
+    return model_uri

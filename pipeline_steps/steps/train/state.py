@@ -1,0 +1,109 @@
+"""The training state: what a checkpoint holds and what an exact resume restores.
+
+``TrainingState`` is the loop's position, the early-stopping state, the epoch history, the
+model, optimizer and schedule states (and the best epoch's weights), every rank's RNG states,
+and what the state is valid for (the config hash and the world size). ``checkpoint`` writes it
+as a plain dict (``to_checkpoint``) marked with ``LAYOUT``, and reads it back
+(``from_checkpoint``), so a file of another layout is recognised instead of half-loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pipeline_steps.manifests import LoopPosition
+from pipeline_steps.steps.train.distributed import RngState
+
+LAYOUT = 2
+"""The checkpoint layout this version writes and reads. Checkpoints without it (written before
+the training state was typed: a flat dict with a loss scaler) are not resumed from."""
+
+EpochRecord = dict[str, float]
+"""One finished epoch: ``epoch`` and the epoch's metrics (losses, AUC, throughput, ...)."""
+
+
+class LayoutError(ValueError):
+    """A checkpoint of another layout than ``LAYOUT``."""
+
+
+@dataclass(kw_only=True, slots=True)
+class EarlyStopping:
+    """The lowest validation loss so far, its epoch, the epochs since, and whether they ran out."""
+
+    best_val_loss: float = math.inf
+    best_epoch: int = -1
+    bad_epochs: int = 0
+    """Epochs in a row without an improvement of the best validation loss."""
+    stopped_early: bool = False
+
+    def observe(self, epoch: int, val_loss: float, patience: int) -> bool:
+        """Take a finished epoch's validation loss; True when it improved on the best by more
+        than 1e-6 (the caller keeps that epoch's weights). After ``patience`` epochs in a row
+        without improvement (0: never), ``stopped_early`` is set."""
+        if val_loss < self.best_val_loss - 1e-6:
+            self.best_val_loss, self.best_epoch, self.bad_epochs = val_loss, epoch, 0
+            return True
+        self.bad_epochs += 1
+        self.stopped_early = bool(patience) and self.bad_epochs >= patience
+        return False
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainingState:
+    """Everything an exact resume needs, as rank 0 saves it after an optimizer step."""
+
+    position: LoopPosition
+    """Where the loop stands: epoch, batches of it consumed, optimizer steps taken."""
+    stopping: EarlyStopping = field(default_factory=EarlyStopping)
+    history: list[EpochRecord] = field(default_factory=list)
+    """The finished epochs, in order."""
+    model: dict[str, torch.Tensor]
+    best_model: dict[str, torch.Tensor] | None = None
+    """The weights of the epoch with the lowest validation loss so far."""
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: list[RngState]
+    """Each rank's RNG states, by rank."""
+    world_size: int
+    config_hash: str
+    """The settings, data layout and world size the state was trained with."""
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The checkpoint's content: plain dicts, lists and tensors, marked with ``LAYOUT``."""
+        return {
+            "layout": LAYOUT,
+            "position": dataclasses.asdict(self.position),
+            "stopping": dataclasses.asdict(self.stopping),
+            "history": self.history,
+            "model": self.model,
+            "best_model": self.best_model,
+            "optimizer": self.optimizer,
+            "scheduler": self.scheduler,
+            "rng": self.rng,
+            "world_size": self.world_size,
+            "config_hash": self.config_hash,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, content: Any) -> TrainingState:
+        """The state ``to_checkpoint`` wrote; ``LayoutError`` for any other content."""
+        layout = content.get("layout") if isinstance(content, dict) else None
+        if layout != LAYOUT:
+            raise LayoutError(f"checkpoint layout {layout!r}, this version reads {LAYOUT}")
+        return cls(
+            position=LoopPosition(**content["position"]),
+            stopping=EarlyStopping(**content["stopping"]),
+            history=content["history"],
+            model=content["model"],
+            best_model=content["best_model"],
+            optimizer=content["optimizer"],
+            scheduler=content["scheduler"],
+            rng=content["rng"],
+            world_size=content["world_size"],
+            config_hash=content["config_hash"],
+        )

@@ -1,0 +1,159 @@
+"""The pieces of one optimisation step and of an epoch's validation, as the train loop uses them.
+
+Public, so the training benchmark measures the loop's own step, not a copy of it:
+
+- ``make_optimizer`` and ``make_schedule``: fused AdamW, linear warmup then cosine decay;
+- ``learn``: forward and backward of one (micro-)batch, gradients accumulated;
+- ``apply_gradients``: clip, optimizer step, schedule step, clear the gradients;
+- ``validation_sums``: one rank's validation loss and score histograms, summed over ranks by
+  the loop; ``gpu_metrics``: peak memory and utilisation of an epoch.
+
+A step of the loop is ``learn`` once per micro-batch, then ``apply_gradients`` once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import suppress
+
+import torch
+
+from pipeline_steps.steps.train.data import (
+    Preprocessor,
+    TensorSet,
+    TrainingTable,
+    validation_batches,
+)
+
+AUC_BINS = 1024
+"""Bins of the score histograms the validation AUC is computed from (summed over ranks)."""
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over ``model``'s parameters, fused: one kernel updates every parameter (on the CPU
+    too), instead of a few small operations per parameter tensor."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+
+
+def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
+    """Learning-rate factor per step: linear warmup to 1 over ``warmup`` steps, then a cosine
+    decay to 0 at step ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def make_schedule(
+    optimizer: torch.optim.Optimizer, warmup: int, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning-rate schedule of ``optimizer``: ``warmup_cosine(warmup, total)``, stepped
+    once per optimizer step."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, total))
+
+
+def learn(
+    model: torch.nn.Module,
+    loss_fn: torch.nn.Module,
+    batch: TensorSet,
+    accumulation: int,
+    amp: bool,
+) -> torch.Tensor:
+    """Forward and backward of one batch (on the model's device), under
+    bfloat16 autocast where ``amp``; its gradients are added to the accumulated ones, scaled by
+    ``1 / accumulation``. Returns the batch's mean loss, detached."""
+    device = batch.labels.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(batch.codes, batch.numeric)
+    loss = loss_fn(logits.float(), batch.labels)
+    (loss / accumulation if accumulation > 1 else loss).backward()
+    return loss.detach()
+
+
+def apply_gradients(
+    parameters: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    clip: float,
+) -> None:
+    """Clip the accumulated gradients of ``parameters`` to a global norm of ``clip`` (0: no
+    clipping), take an optimizer and a schedule step, clear the gradients.
+
+    ``parameters`` is a list made once (not a module walk per step): the model's parameters,
+    in the optimizer's order.
+    """
+    if clip:
+        clip_grad_norm(parameters, clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> None:
+    """Scale the gradients so that their global L2 norm is at most ``max_norm``.
+
+    The formula and result of ``torch.nn.utils.clip_grad_norm_``, in four multi-tensor kernels
+    without its per-call grouping and checks: on a GPU a small model's step is bound by kernel
+    launches, and the library call cost up to a tenth of it.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads:
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
+def validation_sums(
+    model: torch.nn.Module,
+    table: TrainingTable,
+    pre: Preprocessor,
+    label: str,
+    batch_size: int,
+    device: torch.device,
+    amp: bool,
+    rank: int,
+    world_size: int,
+) -> torch.Tensor:
+    """This rank's share of the validation rows scored by ``model`` (put in eval mode):
+    ``[loss sum, rows, positives' score histogram, negatives' one]`` (float64, on the CPU),
+    to be summed over the ranks before dividing."""
+    model.eval()
+    loss_sum, rows = 0.0, 0
+    positives, negatives = (
+        torch.zeros(AUC_BINS, dtype=torch.float64),
+        torch.zeros(AUC_BINS, dtype=torch.float64),
+    )
+    with torch.no_grad():
+        for batch in validation_batches(
+            table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
+        ):
+            batch = batch.to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = model(batch.codes, batch.numeric).float()
+            loss_sum += float(
+                torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, batch.labels, reduction="sum"
+                )
+            )
+            rows += len(batch)
+            bins = (torch.sigmoid(logits) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
+            is_positive = batch.labels.cpu() > 0.5
+            positives += torch.bincount(bins[is_positive], minlength=AUC_BINS)
+            negatives += torch.bincount(bins[~is_positive], minlength=AUC_BINS)
+    return torch.cat(
+        [torch.tensor([loss_sum, float(rows)], dtype=torch.float64), positives, negatives]
+    )
+
+
+def gpu_metrics(device: torch.device) -> dict[str, float]:
+    """Peak GPU memory since the last call (the counter is reset) and, where NVML is
+    available, utilisation."""
+    metrics = {"gpu_memory_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    torch.cuda.reset_peak_memory_stats(device)
+    with suppress(Exception):  # without NVML: memory alone
+        metrics["gpu_utilization_pct"] = float(torch.cuda.utilization(device))
+    return metrics
