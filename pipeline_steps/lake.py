@@ -43,9 +43,24 @@ class Discard(Exception):
     """Raised inside ``Lake.staged_dir`` to drop the staged folder and leave the target as is."""
 
 
+_PLAIN_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+_KEY_HASH = re.compile(r".*-h[0-9a-f]{16}")
+
+
 def safe_run_key(run_id: str) -> str:
-    """Airflow run ids hold ``:`` and ``+``; keep a name that is safe in paths, URLs and pods."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_") or "run"
+    """The run's folder name under ``runs/`` and ``training_sets/``.
+
+    A plain id (letters, digits, ``._-``, not starting with a dot, at most 100 characters) is its
+    own key. Any other id — Airflow's hold ``:`` and ``+``; ``.``, ``..``, slashes, unicode or a
+    very long id — keeps a readable prefix and gains ``-h`` and 16 hex digits of its sha256, so
+    the key never leaves its folder and two different ids never share one (plain ids ending in
+    that pattern are hashed too).
+    """
+    if _PLAIN_RUN_ID.fullmatch(run_id) and not _KEY_HASH.fullmatch(run_id):
+        return run_id
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip("._-")[:80].rstrip("._-")
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable or 'run'}-h{digest}"
 
 
 class Lake:

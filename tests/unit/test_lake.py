@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,4 +26,43 @@ def test_table_hash_depends_on_content_not_metadata() -> None:
 
 
 def test_run_keys_are_path_safe() -> None:
-    assert safe_run_key("manual__2013-06-01T00:00:00+00:00") == "manual__2013-06-01T00_00_00_00_00"
+    key = safe_run_key("manual__2013-06-01T00:00:00+00:00")
+    assert key.startswith("manual__2013-06-01T00_00_00_00_00-h") and len(key) == 51
+    assert safe_run_key("seed__2013-05-03") == "seed__2013-05-03"  # plain ids are their own key
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [".", "..", "../..", "a/b", "/abs", "a\\b", "ü", "日本", "x" * 5000, "", " ", "-", ".hidden"],
+)
+def test_every_run_id_stays_inside_its_folder(tmp_path: Path, run_id: str) -> None:
+    key = safe_run_key(run_id)
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", key) and len(key) <= 100, key
+    assert key not in {".", ".."}
+    lake = Lake(str(tmp_path))
+    written = Path(lake.write_json({"step": "ingest"}, Lake.run_dir(run_id), "ingest.json"))
+    assert written.parent.parent == tmp_path / "runs"
+    assert Path(lake.path(Lake.training_set_dir(run_id))).parent == tmp_path / "training_sets"
+
+
+def test_different_run_ids_never_share_a_key() -> None:
+    ids = [
+        "a:b",
+        "a+b",
+        "a_b",
+        "a b",
+        "a/b",
+        "a__b",
+        ".",
+        "..",
+        "run",
+        "",
+        "x" * 200,
+        "x" * 201,
+        "manual__2013-06-01T00:00:00+00:00",
+        "manual__2013-06-01T00_00_00_00_00",
+    ]
+    lookalike = safe_run_key("a:b")  # a plain id spelled like another id's key
+    ids.append(lookalike)
+    keys = [safe_run_key(i) for i in ids]
+    assert len(set(keys)) == len(ids), sorted(zip(keys, ids, strict=True))
