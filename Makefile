@@ -11,6 +11,7 @@ export AIRFLOW_HOME ?= $(TRAINYARD_HOME)/airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__EXECUTOR := LocalExecutor
+# user:role (the password is generated; `make airflow` prints it)
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
@@ -53,7 +54,7 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format .
 
 airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080
-	@echo "Airflow UI: http://localhost:8080  user admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"
+	@$(BIN)/python scripts/airflow_login.py
 	$(BIN)/airflow standalone
 
 mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5000

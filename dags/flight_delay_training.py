@@ -1,9 +1,12 @@
 """Daily retraining of the flight-delay model.
 
-ingest → validate → features → train → evaluate → promote (``STEPS``), each a
-`trainyard step` run by the configured runtime (local subprocess or Kubernetes pod). The run for
-logical date D ingests D's flights, trains on the validated window before D, evaluates challenger
-and champion on D, and moves the MLflow `champion` alias only if the gate passes.
+trigger → wait_for_data → ingest → validate → features → train → evaluate → promote. The steps
+(``STEPS``) are each a `trainyard step` run by the configured runtime (local subprocess or
+Kubernetes pod). The run for day D ingests D's flights, trains on the validated window before D,
+evaluates challenger and champion on D, and moves the MLflow `champion` alias only if the gate
+passes. ``trigger`` says why the run started (cron, a manual trigger with the form below, a
+backfill) and checks the form; ``wait_for_data`` ends the run skipped when the source never gets
+day D.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ from airflow.sdk import DAG, chain
 
 from pipeline_steps.manifests import STEPS
 from pipeline_steps.orchestration import step_task
+from pipeline_steps.orchestration.params import training_params
+from pipeline_steps.orchestration.trigger import (
+    SourceDataSensor,
+    TriggerOperator,
+    training_run_args,
+)
 from pipeline_steps.settings import load_settings
 
 settings = load_settings()
@@ -25,7 +34,13 @@ with DAG(
     start_date=pendulum.parse(orchestration.start_date, tz="UTC"),
     catchup=orchestration.catchup,
     max_active_runs=orchestration.max_active_runs,
+    params=training_params(settings),
     doc_md=__doc__,
     tags=["trainyard", "training"],
 ):
-    chain(*(step_task(step, settings) for step in STEPS))
+    run_args = training_run_args()
+    chain(
+        TriggerOperator(settings=settings),
+        SourceDataSensor(settings=settings),
+        *(step_task(step, settings, run_args) for step in STEPS),
+    )

@@ -17,12 +17,21 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import STEPS, Manifest, SeedSummary, StepOutput
+from pipeline_steps.manifests import (
+    STEPS,
+    Manifest,
+    ManifestError,
+    SeedSummary,
+    StepOutput,
+    Trigger,
+    load_record,
+)
 from pipeline_steps.report import SEED_PREFIX
 from pipeline_steps.settings import SettingsError, load_settings
 
@@ -62,6 +71,17 @@ def _date(text: str) -> date:
         raise argparse.ArgumentTypeError(f"not an ISO date (YYYY-MM-DD): {text!r}") from exc
 
 
+def _trigger(text: str) -> Trigger:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--trigger is not JSON: {exc}") from exc
+    try:
+        return load_record(Trigger, payload, "--trigger")
+    except ManifestError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainyard", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -81,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("name", choices=STEPS)
     step.add_argument("--run-id", required=True, help="Airflow run id (or any unique name)")
     step.add_argument("--logical-date", required=True, type=_date, help="partition date D")
+    step.add_argument(
+        "--trigger",
+        type=_trigger,
+        help="how the run started, as JSON (the DAG's trigger task writes it); default: cli",
+    )
     common(step)
 
     seed = sub.add_parser("seed", help="ingest and validate a range of dates (history)")
@@ -113,10 +138,23 @@ def emit(manifest: StepOutput) -> None:
 
 
 def run_step(
-    name: str, run_id: str, logical_date: date, config: str | None, overrides: list[str]
+    name: str,
+    run_id: str,
+    logical_date: date,
+    config: str | None,
+    overrides: list[str],
+    trigger: Trigger | None = None,
 ) -> Manifest | None:
+    """Run one step. A given trigger is recorded with the run; without one the step keeps the
+    trigger the run recorded earlier (or ``cli``)."""
     settings = load_settings(config, overrides)
     ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings)
+    if trigger is not None:
+        ctx = replace(ctx, trigger=trigger)
+        if os.environ.get("RANK", "0") == "0":
+            ctx.record_trigger()
+    else:
+        ctx = replace(ctx, trigger=ctx.recorded_trigger())
     return step_function(name)(ctx)
 
 
@@ -172,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest: StepOutput | None
         if args.command == "step":
-            manifest = run_step(args.name, args.run_id, args.logical_date, args.config, args.set)
+            manifest = run_step(
+                args.name, args.run_id, args.logical_date, args.config, args.set, args.trigger
+            )
         elif args.command == "seed":
             manifest = seed(args.start, args.end, args.config, args.set)
         elif args.command == "validate":

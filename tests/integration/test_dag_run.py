@@ -26,25 +26,28 @@ def airflow_env(lake_home, monkeypatch):
     return lake_home
 
 
-def _run(day) -> str:
+def _run(day, conf=None) -> str:
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("flight_delay_training")
-    run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC))
+    run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC), run_conf=conf)
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
     return run.run_id
 
 
 def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_env) -> None:
+    """The second run is a manual one with the trigger form's values: fewer epochs, another
+    learning rate, and promotion skipped; it trains with them and records them."""
     from mlflow import MlflowClient
 
     from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import EvaluateManifest, PromoteManifest
+    from pipeline_steps.manifests import EvaluateManifest, PromoteManifest, TrainManifest
     from pipeline_steps.settings import load_settings
 
     settings = load_settings()
     first_run = _run(FIRST_DAY)
-    second_run = _run(FIRST_DAY + timedelta(days=1))
+    form = {"epochs": 1, "learning_rate": 0.001, "skip_promotion": True}
+    second_run = _run(FIRST_DAY + timedelta(days=1), conf=form)
 
     first = RunContext(run_id=first_run, logical_date=FIRST_DAY, settings=settings)
     second = RunContext(
@@ -56,12 +59,26 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     assert evaluation.champion.version == "1"
     assert evaluation.holdout.rows > 0
     decision = second.upstream(PromoteManifest)
-    assert decision.decision in ("promoted", "rejected") and decision.reasons
+    assert decision.decision == "skipped" and decision.champion_after == "1"
+    assert "promotion skipped by request" in decision.reasons[-1]
+    lineage = first.lake.read_json(second.run_dir, "lineage.json")
+    assert lineage["trigger"]["kind"] == "manual"
+    assert {o["setting"]: o["value"] for o in lineage["trigger"]["overrides"]} == {
+        "train.epochs": 1,
+        "train.learning_rate": 0.001,
+        "promotion.skip": True,
+    }
+    assert second.upstream(TrainManifest).epochs == 1
     assert first.lake.exists(second.run_dir, "lineage.json")
 
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     experiment = client.get_experiment_by_name(settings.mlflow.experiment)
-    assert len(client.search_runs([experiment.experiment_id])) == 2
+    runs = client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
+    assert len(runs) == 2
+    assert runs[1].data.params["train.epochs"] == "1"
+    assert runs[1].data.params["train.learning_rate"] == "0.001"
+    assert runs[1].data.tags["trainyard.trigger"] == "manual"
+    assert "train.epochs=1 (default 2)" in runs[1].data.tags["trainyard.overrides"]
     versions = client.search_model_versions(f"name = '{settings.mlflow.registered_model}'")
     assert sorted(v.version for v in versions) == ["1", "2"] or sorted(
         int(v.version) for v in versions
@@ -72,8 +89,7 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
         if "champion" in client.get_model_version("flight_delay", v.version).aliases
     ]
     assert len(champions) == 1
-    expected = "2" if decision.decision == "promoted" else "1"
-    assert str(champions[0].version) == expected
+    assert str(champions[0].version) == "1"
     tags = client.get_model_version("flight_delay", "2").tags
     assert tags["trainyard.decision"] == decision.decision
     assert tags["trainyard.champion_version"] == "1"

@@ -6,6 +6,7 @@ MLflow is imported inside the functions: the other ranks never load it.
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import FeaturesManifest, LoopPosition
+from pipeline_steps.manifests import FeaturesManifest, LoopPosition, Trigger
 from pipeline_steps.steps.train.data import Preprocessor
 
 
@@ -46,6 +47,7 @@ def start(
             "trainyard.train_first_day": features.train_days[0],
             "trainyard.train_last_day": features.train_days[-1],
             "trainyard.resumed": str(resumed is not None).lower(),
+            **trigger_tags(ctx.trigger),
         },
     )
     params: dict[str, Any] = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
@@ -60,6 +62,21 @@ def start(
     mlflow.log_params(params)
     run_id = run.info.run_id
     return run_id
+
+
+def trigger_tags(trigger: Trigger) -> dict[str, str]:
+    """MLflow tags saying why the run trained: the trigger, its overrides and evidence."""
+    tags = {
+        "trainyard.trigger": trigger.kind,
+        "trainyard.trigger_detail": trigger.describe(),
+        "trainyard.overrides": trigger.describe_overrides(),
+    }
+    if trigger.user:
+        tags["trainyard.triggered_by"] = trigger.user
+    if trigger.evidence:
+        # MLflow caps tag values (8,000 characters); the full evidence is in lineage.json.
+        tags["trainyard.trigger_evidence"] = json.dumps(trigger.evidence, sort_keys=True)[:8000]
+    return tags
 
 
 def log_epoch(

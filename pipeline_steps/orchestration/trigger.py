@@ -1,0 +1,192 @@
+"""How a training run starts: its first task says why it runs and for which day, the second
+waits for that day's data.
+
+``trigger``  reads Airflow's run type, the trigger form's values, the triggering user and, for a
+             run scheduled by the drift asset, the events' evidence; checks the form's values
+             together (the settings loader); returns ``{"logical_date", "trigger"}``. Every step
+             receives both through its argv. A drift-started run has no logical date of its own
+             in Airflow: it trains for the drifting day the newest event names.
+``wait_for_data``  a reschedule-mode sensor that waits until the source has the day's data and
+             ends the run skipped (not failed) when it never comes or lies outside the source's
+             coverage.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator
+
+from pipeline_steps.manifests import SettingOverride, Trigger, TriggerKind, to_json
+from pipeline_steps.orchestration.params import FORM, overrides_of, set_arguments
+from pipeline_steps.settings import Settings, SettingsError, load_settings
+
+TRIGGER_TASK = "trigger"
+_TRIGGER = f"ti.xcom_pull(task_ids='{TRIGGER_TASK}')"
+RUN_LOGICAL_DATE = f"{{{{ {_TRIGGER}['logical_date'] }}}}"
+RUN_TRIGGER = f"{{{{ {_TRIGGER}['trigger'] | tojson }}}}"
+
+KINDS: dict[str, TriggerKind] = {
+    "scheduled": "scheduled",
+    "manual": "manual",
+    "backfill": "backfill",
+    "asset_triggered": "drift",
+}
+
+
+def training_run_args() -> list[str]:
+    """The argv after ``trainyard step <name>`` in a training run: the run, the day the trigger
+    task resolved, the trigger, and the form's values as ``--set``."""
+    return [
+        "--run-id",
+        "{{ run_id }}",
+        "--logical-date",
+        RUN_LOGICAL_DATE,
+        "--trigger",
+        RUN_TRIGGER,
+        *set_arguments(),
+    ]
+
+
+class RunRefused(ValueError):
+    """The run cannot start as triggered; the message says which value or field is wrong."""
+
+
+def describe_run(context: Any, settings: Settings) -> dict[str, Any]:
+    """``{"logical_date": ISO day, "trigger": Trigger JSON}`` of the run in ``context``.
+
+    Raises ``RunRefused`` when the form's values do not go together, a drift event names no
+    day, or a run has no logical date at all."""
+    dag_run = context["dag_run"]
+    run_type = str(getattr(dag_run.run_type, "value", dag_run.run_type))
+    kind = KINDS.get(run_type, "manual")
+    params = dict(context.get("params") or {})
+    changed = overrides_of(params, settings)
+    check_form(changed)
+    evidence: dict[str, Any] = {}
+    if kind == "drift":
+        evidence, day = drift_evidence(context.get("triggering_asset_events") or {})
+    else:
+        logical = context.get("logical_date") or getattr(dag_run, "logical_date", None)
+        if logical is None:
+            raise RunRefused(
+                "this run has no logical date; trigger it with one (the day to train for, "
+                "e.g. 2013-06-03): its flights are the holdout, the days before it the window"
+            )
+        day = logical.date().isoformat() if hasattr(logical, "date") else str(logical)[:10]
+    trigger = Trigger(
+        kind=kind,
+        run_type=run_type,
+        user=getattr(dag_run, "triggering_user_name", None) or None,
+        evidence=evidence,
+        overrides=[SettingOverride(setting=s, value=v, default=d) for s, v, d in changed],
+    )
+    return {"logical_date": day, "trigger": to_json(trigger)}
+
+
+def check_form(changed: list[tuple[str, Any, Any]]) -> None:
+    """Load the settings with the form's changes, so rules across fields are enforced before
+    any step runs; the error names the form field and its setting."""
+    try:
+        load_settings(overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
+    except SettingsError as exc:
+        message = str(exc)
+        for name, field in FORM.items():
+            message = message.replace(field.setting, f"{name} ({field.setting})")
+        raise RunRefused(f"the trigger form's values are refused: {message}") from exc
+
+
+def drift_evidence(events: Any) -> tuple[dict[str, Any], str]:
+    """The newest drift event's ``extra`` (with the number of events) and the day it names."""
+    received = [event for queue in events.values() for event in queue]
+    if not received:
+        raise RunRefused("a drift-triggered run without triggering asset events")
+    newest = max(received, key=lambda e: str(getattr(e, "timestamp", "")))
+    extra = dict(getattr(newest, "extra", None) or {})
+    day = extra.get("logical_date")
+    if not isinstance(day, str):
+        raise RunRefused(f"the drift event's extra has no logical_date: {extra}")
+    return {**extra, "events": len(received)}, day[:10]
+
+
+class TriggerOperator(BaseOperator):
+    """The run's first task: its XCom is ``describe_run``'s value; a refused run fails at once
+    (no retries)."""
+
+    ui_color = "#fdf2d0"
+
+    def __init__(self, *, settings: Settings, **kwargs: Any) -> None:
+        super().__init__(task_id=TRIGGER_TASK, retries=0, **kwargs)
+        self.settings = settings
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        try:
+            described = describe_run(context, self.settings)
+        except RunRefused as exc:
+            raise AirflowFailException(str(exc)) from exc
+        trigger = described["trigger"]
+        self.log.info(
+            "run for %s, trigger %s; settings changed: %s",
+            described["logical_date"],
+            trigger["kind"],
+            trigger["overrides"] or "none",
+        )
+        return described
+
+
+class SourceDataSensor(BaseSensorOperator):
+    """Waits (reschedule mode) until the source has the run's day for the labelled dataset."""
+
+    ui_color = "#e0ecf8"
+
+    def __init__(self, *, settings: Settings, **kwargs: Any) -> None:
+        orch = settings.orchestration
+        super().__init__(
+            task_id="wait_for_data",
+            mode="reschedule",
+            poke_interval=orch.data_poke_s,
+            timeout=orch.data_wait_s,
+            retries=0,
+            **kwargs,
+        )
+        self.settings = settings
+
+    def poke(self, context: Any) -> bool:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        day = date.fromisoformat(context["ti"].xcom_pull(task_ids=TRIGGER_TASK)["logical_date"])
+        if (context.get("params") or {}).get("pin_raw_version"):
+            self.log.info("raw version pinned: the day's data is in the lake already")
+            return True
+        availability = source_availability(self.settings, day)
+        self.log.info("%s", availability.message)
+        if availability.final:
+            raise AirflowSkipException(availability.message)
+        return availability.ready
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+
+        try:
+            return super().execute(context)
+        except AirflowSensorTimeout as exc:
+            day = date.fromisoformat(context["ti"].xcom_pull(task_ids=TRIGGER_TASK)["logical_date"])
+            waited = timedelta(seconds=self.settings.orchestration.data_wait_s)
+            raise AirflowSkipException(
+                f"{source_availability(self.settings, day).message}; waited {waited} "
+                "(orchestration.data_wait_s), ending the run skipped"
+            ) from exc
+
+
+def source_availability(settings: Settings, day: date) -> Any:
+    """Whether the configured source has the labelled dataset's rows for ``day``."""
+    from pipeline_steps.domain import load_domain
+    from pipeline_steps.sources import open_source
+
+    domain = load_domain(settings.domain.module)
+    source = open_source(settings.ingest, domain.schemas)
+    return source.availability(domain.labelled_dataset, day)
