@@ -11,6 +11,7 @@ line through XCom. A step that cannot go on exits 2 with a readable message and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -22,7 +23,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
+from pipeline_steps.errors import EXIT_PERMANENT, EXIT_TRANSIENT, StepError, is_transient
 from pipeline_steps.manifests import (
     STEPS,
     Manifest,
@@ -37,6 +38,7 @@ from pipeline_steps.settings import SettingsError, load_settings
 
 # Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
+TERMINATION_LOG = Path("/dev/termination-log")
 
 
 # Each step imports heavy libraries (GX, Feast, torch, MLflow) of its own: load only the one run.
@@ -198,6 +200,20 @@ def check_file_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def fail(args: argparse.Namespace, exc: Exception) -> int:
+    """Print the one failure line (with its class, see ``errors``) and return the exit code.
+    In a Kubernetes pod the line is also the container's termination message."""
+    transient = is_transient(exc)
+    label = f"step {args.name}" if args.command == "step" else args.command
+    kind = "transient" if transient else "permanent"
+    line = f"trainyard {label} failed ({kind}): {exc}"
+    print(line, file=sys.stderr, flush=True)
+    if TERMINATION_LOG.exists():
+        with contextlib.suppress(OSError):
+            TERMINATION_LOG.write_text(line[:4000])  # Kubernetes keeps 4 KiB
+    return EXIT_TRANSIENT if transient else EXIT_PERMANENT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -223,9 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             print_report(load_settings(args.config, args.set), args.logical_date)
             return 0
     except (StepError, SettingsError) as exc:
-        label = f"step {args.name}" if args.command == "step" else args.command
-        print(f"trainyard {label} failed: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return fail(args, exc)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise  # a bug: the traceback is what helps (the orchestrator retries it)
+        return fail(args, exc)
     # Under torchrun every rank runs this; rank 0 alone speaks for the step.
     if manifest is not None and os.environ.get("RANK", "0") == "0":
         emit(manifest)

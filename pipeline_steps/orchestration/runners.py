@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from pipeline_steps.errors import failure_class
 from pipeline_steps.settings import Settings
 
 RUN_ID = "{{ run_id }}"
@@ -108,7 +109,7 @@ class LocalStepOperator(BaseOperator):
         self._process: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException
 
         argv = [_executable(self.argv[0]), *self.argv[1:]]
         if self.argv[0] == "torchrun":
@@ -133,9 +134,7 @@ class LocalStepOperator(BaseOperator):
         code = self._process.wait()
         if code != 0:
             reason = [ln for ln in lines if ln.startswith("trainyard ")] or lines[-5:]
-            raise AirflowException(
-                f"step {self.step} exited with code {code}: " + "\n".join(reason)
-            )
+            raise step_failure(self.step, code, lines, "\n".join(reason))
         manifest = parse_manifest(lines)
         if manifest is None:
             raise AirflowException(f"step {self.step} printed no manifest line")
@@ -144,6 +143,19 @@ class LocalStepOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)
+
+
+def step_failure(step: str, code: int, output: list[str], reason: str) -> Exception:
+    """The exception a failed step's task raises: ``AirflowFailException`` (no retry) for a
+    permanent failure (bad data, bad configuration), ``AirflowException`` (retried with backoff)
+    for anything else, see ``pipeline_steps.errors``."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    if failure_class(code, output) == "permanent":
+        return AirflowFailException(
+            f"step {step} failed permanently (exit code {code}; not retried): {reason}"
+        )
+    return AirflowException(f"step {step} exited with code {code} (will be retried): {reason}")
 
 
 def _retry_args(settings: Settings) -> dict[str, Any]:
@@ -273,11 +285,13 @@ def pod_arguments(
 def kubernetes_step(
     step: str, settings: Settings, run_args: Sequence[str], **task_args: Any
 ) -> BaseOperator:
-    """A KubernetesPodOperator running the step's argv in the step image."""
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    """A KubernetesPodOperator running the step's argv in the step image; a permanent failure
+    (exit code 2, or the step's failure line as termination message) is not retried."""
+    from pipeline_steps.orchestration.step_pod import StepPodOperator
 
     pod = pod_arguments(step, settings, run_args)
-    return KubernetesPodOperator(
+    return StepPodOperator(
+        step=step,
         task_id=step,
         name=f"trainyard-{step}",
         xcom_sidecar_container_security_context=pod["container_security_context"],
@@ -286,6 +300,18 @@ def kubernetes_step(
         **pod,
         **task_args,
     )
+
+
+def pod_outcome(remote_pod: Any, container: str) -> tuple[int, str]:
+    """The step container's exit code and termination message (-1 and "" when unknown)."""
+    statuses = (
+        remote_pod.status.container_statuses if remote_pod and remote_pod.status else None
+    ) or []
+    for status in statuses:
+        terminated = status.state.terminated if status.state else None
+        if status.name == container and terminated is not None:
+            return int(terminated.exit_code), str(terminated.message or "")
+    return -1, ""
 
 
 def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args: Any) -> Any:

@@ -62,6 +62,12 @@ def describe_run(context: Any, settings: Settings) -> dict[str, Any]:
     dag_run = context["dag_run"]
     run_type = str(getattr(dag_run.run_type, "value", dag_run.run_type))
     kind = KINDS.get(run_type, "manual")
+    unknown = sorted(set(getattr(dag_run, "conf", None) or {}) - set(FORM))
+    if unknown:
+        raise RunRefused(
+            f"unknown parameter(s) {', '.join(map(repr, unknown))} in the run's conf; "
+            f"known: {', '.join(FORM)}"
+        )
     params = dict(context.get("params") or {})
     changed = overrides_of(params, settings)
     check_form(changed)

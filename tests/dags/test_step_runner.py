@@ -27,15 +27,15 @@ def test_local_operator_streams_output_and_returns_the_manifest(tmp_path: Path) 
 
 
 def test_local_operator_fails_with_the_step_message(tmp_path: Path) -> None:
-    from airflow.exceptions import AirflowException
+    from airflow.sdk.exceptions import AirflowFailException
 
     script = tmp_path / "failing_step.py"
     script.write_text(
-        "import sys; print('trainyard step validate failed: column dest missing', "
+        "import sys; print('trainyard step validate failed (permanent): column dest missing', "
         "file=sys.stderr); sys.exit(2)"
     )
     op = LocalStepOperator(task_id="x", step="validate", argv=[sys.executable, str(script)])
-    with pytest.raises(AirflowException, match=r"exited with code 2: .*column dest missing"):
+    with pytest.raises(AirflowFailException, match=r"exit code 2; .*column dest missing"):
         op.execute(context={})
 
 
