@@ -139,7 +139,7 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
         lines.append(f"  decision             {p.decision.upper()}: {'; '.join(p.reasons)}")
         lines.append(
             f"  registered           {p.registered_model} version {p.version}; "
-            f"champion is now version {p.champion_after}"
+            + (f"champion is now version {p.champion_after}" if p.champion_after else "no champion")
         )
     return lines
 

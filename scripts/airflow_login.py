@@ -16,11 +16,14 @@ from pathlib import Path
 
 def main() -> None:
     home = Path(os.environ["AIRFLOW_HOME"])
-    path = home / "simple_auth_manager_passwords.json.generated"
+    path = Path(
+        os.environ.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+        or home / "simple_auth_manager_passwords.json.generated"
+    )
     passwords = json.loads(path.read_text()) if path.exists() else {}
     if "admin" not in passwords:
         passwords["admin"] = secrets.token_urlsafe(12)
-        home.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(passwords) + "\n")
     print(
         f"Airflow UI: http://localhost:8080  user admin, password {passwords['admin']}\n"
