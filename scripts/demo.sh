@@ -21,6 +21,7 @@ for day in "$FIRST" "$SECOND"; do
     grep -E "trainyard step .* failed|ERROR|exited with code" "$LOGS/dag-$day.log" | tail -20 >&2
     exit 1
   fi
+  python scripts/demo_run_note.py flight_delay_training "$day" >> "$LOGS/dag-$day.log" 2>&1
 done
 
 echo
