@@ -90,3 +90,45 @@ def test_no_promotion_over_a_champion_the_run_did_not_compare_against(settings) 
     assert decision.decision == "rejected"
     assert any("champion changed" in reason for reason in decision.reasons)
     assert _champion(settings) == "1"
+
+
+def _worse_than_champion(make_settings, *overrides: str) -> RunContext:
+    from dataclasses import replace
+
+    from pipeline_steps.manifests import Trigger
+
+    promote(_prepare(make_settings("gate.min_auc=0.6"), "run-1", auc=0.7, champion=None))
+    settings = make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0", *overrides)
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    ctx = _prepare(settings, "run-2", auc=0.65, champion=champion)
+    return replace(ctx, trigger=Trigger(kind="manual", user="ada"))
+
+
+def test_a_forced_promotion_moves_the_champion_and_records_who_and_why(make_settings) -> None:
+    ctx = _worse_than_champion(
+        make_settings, "promotion.force=true", "promotion.reason=v1 scores a retired carrier"
+    )
+    decision = promote(ctx)
+    assert decision.decision == "forced" and decision.champion_after == "2"
+    assert _champion(ctx.settings) == "2"
+    client = MlflowClient(ctx.settings.mlflow.tracking_uri, ctx.settings.mlflow.tracking_uri)
+    tags = client.get_model_version("flight_delay", "2").tags
+    assert tags["trainyard.forced_reason"] == "v1 scores a retired carrier"
+    assert tags["trainyard.forced_by"] == "ada"
+    assert "gate refused" in tags["trainyard.reasons"]
+    lineage = ctx.lake.read_json(ctx.run_dir, "lineage.json")
+    assert lineage["decision"] == "forced" and lineage["trigger"]["user"] == "ada"
+
+
+def test_a_skipped_promotion_registers_but_leaves_the_champion(make_settings) -> None:
+    ctx = _worse_than_champion(make_settings, "promotion.skip=true")
+    decision = promote(ctx)
+    assert decision.decision == "skipped" and decision.version == "2"
+    assert decision.champion_after == "1" and _champion(ctx.settings) == "1"
+
+
+def test_forcing_without_a_reason_is_a_settings_error(make_settings) -> None:
+    from pipeline_steps.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=r"promotion.force=true needs promotion.reason"):
+        make_settings("promotion.force=true")
