@@ -71,3 +71,17 @@ def test_fingerprint_tracks_settings(tmp_path: Path) -> None:
     assert (
         a.fingerprint() != load_settings(overrides=["train.seed=1"], environ=environ).fingerprint()
     )
+
+
+def test_every_setting_is_documented_in_its_section() -> None:
+    import dataclasses
+
+    from pipeline_steps.settings import Settings
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    sections = {part.split("`", 1)[0]: part for part in text.split("\n## `")[1:] if "`" in part}
+    for section in dataclasses.fields(Settings):
+        assert section.name in sections, f"docs/configuration.md has no section {section.name}"
+        for key in dataclasses.fields(section.default_factory()):  # type: ignore[misc]
+            assert f"`{key.name}`" in sections[section.name], f"{section.name}.{key.name}"
