@@ -103,7 +103,7 @@ def test_cli_failure_is_readable_without_traceback(ingested: RunContext) -> None
         env={"TRAINYARD_HOME": env_home, "PATH": "/usr/bin"},
     )
     assert result.returncode == 2
-    assert "trainyard step validate failed: validation failed" in result.stderr
+    assert "trainyard step validate failed (permanent): validation failed" in result.stderr
     assert "dest" in result.stderr and "Traceback" not in result.stderr
 
 
