@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import STEPS, Manifest, SeedSummary, StepOutput
+from pipeline_steps.manifests import Manifest, SeedSummary, StepOutput
 from pipeline_steps.report import SEED_PREFIX
 from pipeline_steps.settings import SettingsError, load_settings
 
@@ -38,6 +38,8 @@ STEP_FUNCTIONS = {
     "train": "pipeline_steps.steps.train:train",
     "evaluate": "pipeline_steps.steps.evaluate:evaluate",
     "promote": "pipeline_steps.steps.promote:promote",
+    # not a training step: the drift monitor's check of a day (flight_delay_drift_monitor)
+    "monitor": "pipeline_steps.steps.monitor:monitor",
 }
 
 
@@ -49,7 +51,7 @@ which records and prints nothing)."""
 def step_function(name: str) -> StepFunction:
     """The step's function, imported on demand."""
     if name not in STEP_FUNCTIONS:
-        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
+        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEP_FUNCTIONS)}")
     module, _, function = STEP_FUNCTIONS[name].partition(":")
     step: StepFunction = getattr(importlib.import_module(module), function)
     return step
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     step = sub.add_parser("step", help="run one pipeline step")
-    step.add_argument("name", choices=STEPS)
+    step.add_argument("name", choices=list(STEP_FUNCTIONS))
     step.add_argument("--run-id", required=True, help="Airflow run id (or any unique name)")
     step.add_argument("--logical-date", required=True, type=_date, help="partition date D")
     common(step)
