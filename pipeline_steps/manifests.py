@@ -298,7 +298,7 @@ class DriftSignal:
 
     name: str
     kind: Literal["input", "prediction", "label"]
-    statistic: Literal["psi", "js_distance", "rate_change"]
+    statistic: Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
     value: float
     threshold: float
     null_quantile: float

@@ -191,6 +191,12 @@ class DriftSettings:
     calibration_quantile: float = 0.99
     """Monitor: a statistic crosses when it exceeds this quantile of its null distribution (and
     the effect-size floor); 0.99 expects one ordinary window in a hundred to cross per signal."""
+    block_days: int = 3
+    """Monitor: resampled windows are drawn in runs of this many consecutive reference days, so
+    the null keeps the several-day persistence of weather and delays."""
+    min_weighted_ratio: float = 1.0
+    """Monitor: effect-size floor of the weighted input drift (each feature's statistic over its
+    own threshold, averaged with the champion's sensitivity as weights)."""
     min_psi: float = 0.1
     """Monitor: effect-size floor of PSI (features, prediction): smaller shifts never cross, however
     significant."""
@@ -216,11 +222,20 @@ class DriftSettings:
             raise SettingsError("drift.current_days must be at least 1")
         if self.min_reference_days < 2:
             raise SettingsError("drift.min_reference_days must be at least 2")
+        if self.block_days < 1:
+            raise SettingsError("drift.block_days must be at least 1")
         if self.calibration_samples < 20:
             raise SettingsError("drift.calibration_samples must be at least 20")
         if not 0.0 < self.calibration_quantile < 1.0:
             raise SettingsError("drift.calibration_quantile must be in (0, 1)")
-        for name in ("min_psi", "min_js", "min_rate_change", "min_importance", "cooldown_hours"):
+        for name in (
+            "min_psi",
+            "min_js",
+            "min_rate_change",
+            "min_importance",
+            "min_weighted_ratio",
+            "cooldown_hours",
+        ):
             if getattr(self, name) < 0:
                 raise SettingsError(f"drift.{name} must not be negative")
         unknown = sorted(set(self.triggers) - {"label", "prediction", "input"})

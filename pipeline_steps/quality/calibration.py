@@ -24,7 +24,7 @@ the data.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import Any, Literal
 
@@ -36,8 +36,11 @@ from pipeline_steps.quality.drift import EPS
 from pipeline_steps.settings import DriftSettings
 
 SignalKind = Literal["input", "prediction", "label"]
+StatisticName = Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
 PREDICTION = "prediction"
 LABEL = "label"
+INPUTS = "inputs"
+"""The importance-weighted input drift: the one input signal that may trigger."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,7 +50,7 @@ class Signal:
     name: str
     """A feature column, ``prediction`` or ``label``."""
     kind: SignalKind
-    statistic: Literal["psi", "js_distance", "rate_change"]
+    statistic: StatisticName
     value: float
     threshold: float
     """max(calibrated null quantile, effect-size floor)."""
@@ -58,7 +61,7 @@ class Signal:
     importance: float | None
     """Input features: the feature's share of the champion's permutation sensitivity."""
     crossed: bool
-    """Value above threshold (for inputs also: importance at least ``min_importance``)."""
+    """Value above threshold."""
     reference: float | None = None
     """Label drift: the reference delay rate (value is the absolute change)."""
     current: float | None = None
@@ -74,9 +77,21 @@ class Verdict:
 
     @property
     def crossed(self) -> list[Signal]:
-        """Signals above their thresholds whose kind may trigger, strongest evidence first."""
-        hits = [s for s in self.signals if s.crossed and s.kind in self.triggers]
+        """Trigger signals above their thresholds (``label``, ``prediction``, ``inputs``),
+        strongest evidence first."""
+        hits = [s for s in self.signals if s.crossed and self.may_trigger(s)]
         return sorted(hits, key=lambda s: (s.p_value, -s.value / max(s.threshold, EPS)))
+
+    def may_trigger(self, signal: Signal) -> bool:
+        """Only the weighted ``inputs`` signal speaks for the input features."""
+        if signal.kind == "input":
+            return signal.name == INPUTS and "input" in self.triggers
+        return signal.kind in self.triggers
+
+    @property
+    def features_crossed(self) -> list[Signal]:
+        """Single input features above their own thresholds (evidence, not triggers)."""
+        return [s for s in self.signals if s.crossed and s.kind == "input" and s.name != INPUTS]
 
     @property
     def drift_detected(self) -> bool:
@@ -154,14 +169,12 @@ def categorical_counts(
     reference: np.ndarray, ref_days: np.ndarray, current: np.ndarray, n_days: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-reference-day counts per category (missing is a category) and the current counts."""
-    ref_labels = pd.Series(reference, dtype=object).fillna("<missing>").astype(str).to_numpy()
-    cur_labels = pd.Series(current, dtype=object).fillna("<missing>").astype(str).to_numpy()
-    categories = {c: i for i, c in enumerate(sorted(set(ref_labels) | set(cur_labels)))}
+    labels = pd.Series(np.concatenate([reference, current]), dtype=object).fillna("<missing>")
+    codes, categories = pd.factorize(labels.astype(str), sort=True)
+    ref_codes, cur_codes = codes[: len(reference)], codes[len(reference) :]
     per_day = np.zeros((n_days, len(categories)), dtype=np.int64)
-    np.add.at(per_day, (ref_days, np.array([categories[c] for c in ref_labels])), 1)
-    cur = np.bincount(
-        np.array([categories[c] for c in cur_labels], dtype=np.int64), minlength=len(categories)
-    )
+    np.add.at(per_day, (ref_days, ref_codes), 1)
+    cur = np.bincount(cur_codes, minlength=len(categories))
     return per_day, cur
 
 
@@ -199,35 +212,42 @@ def rate_change_rows(reference: np.ndarray, current: np.ndarray) -> np.ndarray:
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def resampled_windows(n_days: int, size: int, samples: int, seed: int) -> np.ndarray:
+def resampled_windows(
+    n_days: int, size: int, samples: int, block_days: int, seed: int
+) -> np.ndarray:
     """``samples`` windows of ``size`` distinct reference days, as a 0/1 matrix (samples x days).
 
-    Without replacement, so a drawn window is compared with reference days it does not contain.
+    Days are drawn in runs of ``block_days`` consecutive days (a moving-block bootstrap): weather
+    and delays last several days, so a window of consecutive days varies more than as many
+    scattered days, and the null must have that structure. Without replacement, so a window is
+    compared with reference days it does not contain.
     """
     rng = np.random.default_rng(seed)
     size = min(size, n_days - 1)
-    keys = rng.random((samples, n_days))
-    chosen = np.argsort(keys, axis=1)[:, :size]
+    block = max(1, min(block_days, size))
     mask = np.zeros((samples, n_days), dtype=np.int64)
-    np.put_along_axis(mask, chosen, 1, axis=1)
+    for row in mask:
+        while row.sum() < size:
+            start = int(rng.integers(0, n_days - block + 1))
+            free = np.flatnonzero(row[start : start + block] == 0)[: size - int(row.sum())]
+            row[start + free] = 1
     return mask
 
 
 def calibrate(
-    per_day: np.ndarray,
-    current: np.ndarray,
-    statistic: Statistic,
-    windows: np.ndarray,
-    quantile: float,
-) -> tuple[float, float, float]:
-    """The current window's statistic against the whole reference, the ``quantile`` of the null
-    (resampled windows against the rest of the reference) and the empirical p-value."""
+    per_day: np.ndarray, current: np.ndarray, statistic: Statistic, windows: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The current window's statistic against the whole reference, and its null distribution:
+    the statistic of each resampled window against the rest of the reference."""
     total = per_day.sum(axis=0)
     value = float(statistic(total[None, :], current[None, :])[0])
     drawn = windows @ per_day
-    null = statistic(total[None, :] - drawn, drawn)
-    p_value = (1 + int(np.sum(null >= value))) / (len(null) + 1)
-    return value, float(np.quantile(null, quantile)), p_value
+    return value, statistic(total[None, :] - drawn, drawn)
+
+
+def p_value(value: float, null: np.ndarray) -> float:
+    """Share of the null at least as large as ``value`` (with the observed window counted)."""
+    return (1 + int(np.sum(null >= value))) / (len(null) + 1)
 
 
 def measure_window(
@@ -245,83 +265,117 @@ def measure_window(
 ) -> Verdict:
     """Every signal of ``current`` (rows of the current window) against ``reference`` (rows of
     ``reference_days``). ``prediction`` is measured when both frames have that column, the label
-    when ``label`` is given; ``importance`` (feature → share) gates the input features (None:
-    every feature counts).
+    when ``label`` is given.
+
+    Input features are judged one by one (each against its own calibrated threshold, reported)
+    and together: ``inputs`` is the importance-weighted mean of each feature's statistic over its
+    own null quantile, calibrated on the same resampled windows. Only ``inputs`` may trigger, so
+    twenty features tested at once do not multiply the false alarms. ``importance`` (feature →
+    share of the champion's sensitivity) sets the weights; features below ``min_importance`` get
+    none; None weighs every feature equally.
     """
     if reference.empty or current.empty:
         which = "reference" if reference.empty else "current"
         raise StepError(f"the {which} window has no rows to measure drift on")
     days = list(reference_days)
     ref_days = _day_index(reference, day_column, days)
-    windows = resampled_windows(len(days), cfg.current_days, cfg.calibration_samples, seed)
+    windows = resampled_windows(
+        len(days), cfg.current_days, cfg.calibration_samples, cfg.block_days, seed
+    )
+    q = cfg.calibration_quantile
     signals: list[Signal] = []
-
-    def add(
-        name: str,
-        kind: SignalKind,
-        statistic_name: Literal["psi", "js_distance", "rate_change"],
-        counts: tuple[np.ndarray, np.ndarray],
-        statistic: Statistic,
-        floor: float,
-        **extra: Any,
-    ) -> None:
-        value, null_q, p_value = calibrate(*counts, statistic, windows, cfg.calibration_quantile)
-        threshold = max(null_q, floor)
-        share = importance.get(name, 0.0) if importance is not None and kind == "input" else None
-        crossed = value > threshold and (share is None or share >= cfg.min_importance)
-        signals.append(
-            Signal(
-                name=name,
-                kind=kind,
-                statistic=statistic_name,
-                value=round(value, 6),
-                threshold=round(threshold, 6),
-                null_quantile=round(null_q, 6),
-                p_value=round(p_value, 6),
-                importance=None if share is None else round(share, 4),
-                crossed=bool(crossed),
-                **extra,
-            )
-        )
 
     def column(frame: pd.DataFrame, name: str, kind: str) -> np.ndarray:
         if name not in frame.columns:
             raise StepError(f"drift: the {kind} column {name!r} is missing from the window's rows")
         return frame[name].to_numpy()
 
-    for name in numeric:
-        ref = column(reference, name, "numeric").astype(np.float64)
-        cur = column(current, name, "numeric").astype(np.float64)
-        counts = numeric_counts(ref, ref_days, cur, len(days), cfg.bins)
-        add(name, "input", "psi", counts, psi_rows, cfg.min_psi)
-    for name in categorical:
-        counts = categorical_counts(
-            column(reference, name, "categorical"),
-            ref_days,
-            column(current, name, "categorical"),
-            len(days),
+    def signal(
+        name: str,
+        kind: SignalKind,
+        statistic: StatisticName,
+        value: float,
+        null: np.ndarray,
+        floor: float,
+        share: float | None = None,
+        **extra: Any,
+    ) -> Signal:
+        null_q = float(np.quantile(null, q))
+        threshold = max(null_q, floor)
+        return Signal(
+            name=name,
+            kind=kind,
+            statistic=statistic,
+            value=round(value, 6),
+            threshold=round(threshold, 6),
+            null_quantile=round(null_q, 6),
+            p_value=round(p_value(value, null), 6),
+            importance=None if share is None else round(share, 4),
+            crossed=bool(value > threshold),
+            **extra,
         )
-        add(name, "input", "js_distance", counts, js_rows, cfg.min_js)
+
+    weighted_value, weighted_null, weight_sum = 0.0, np.zeros(len(windows)), 0.0
+    for name, kind in [
+        *((n, "numeric") for n in numeric),
+        *((n, "categorical") for n in categorical),
+    ]:
+        ref_values, cur_values = column(reference, name, kind), column(current, name, kind)
+        if kind == "numeric":
+            counts = numeric_counts(
+                ref_values.astype(np.float64),
+                ref_days,
+                cur_values.astype(np.float64),
+                len(days),
+                cfg.bins,
+            )
+            value, null = calibrate(*counts, psi_rows, windows)
+            judged = signal(name, "input", "psi", value, null, cfg.min_psi)
+        else:
+            counts = categorical_counts(ref_values, ref_days, cur_values, len(days))
+            value, null = calibrate(*counts, js_rows, windows)
+            judged = signal(name, "input", "js_distance", value, null, cfg.min_js)
+        share = None if importance is None else importance.get(name, 0.0)
+        weight = 1.0 if share is None else (share if share >= cfg.min_importance else 0.0)
+        scale = max(judged.threshold, EPS)
+        weighted_value += weight * value / scale
+        weighted_null += weight * null / scale
+        weight_sum += weight
+        signals.append(replace(judged, importance=None if share is None else round(share, 4)))
+    if weight_sum > 0:
+        signals.append(
+            signal(
+                INPUTS,
+                "input",
+                "weighted_ratio",
+                weighted_value / weight_sum,
+                weighted_null / weight_sum,
+                cfg.min_weighted_ratio,
+            )
+        )
     if PREDICTION in reference.columns and PREDICTION in current.columns:
         ref = reference[PREDICTION].to_numpy(dtype=np.float64)
         cur = current[PREDICTION].to_numpy(dtype=np.float64)
         counts = numeric_counts(ref, ref_days, cur, len(days), cfg.bins)
-        add(PREDICTION, "prediction", "psi", counts, psi_rows, cfg.min_psi)
+        value, null = calibrate(*counts, psi_rows, windows)
+        signals.append(signal(PREDICTION, "prediction", "psi", value, null, cfg.min_psi))
     if label is not None:
         ref = column(reference, label, "label").astype(np.int64)
         cur = column(current, label, "label").astype(np.int64)
         per_day = np.zeros((len(days), 2), dtype=np.int64)
         np.add.at(per_day, (ref_days, ref), 1)
-        counts = (per_day, np.bincount(cur, minlength=2))
-        add(
-            LABEL,
-            "label",
-            "rate_change",
-            counts,
-            rate_change_rows,
-            cfg.min_rate_change,
-            reference=round(float(ref.mean()), 4),
-            current=round(float(cur.mean()), 4),
+        value, null = calibrate(per_day, np.bincount(cur, minlength=2), rate_change_rows, windows)
+        signals.append(
+            signal(
+                LABEL,
+                "label",
+                "rate_change",
+                value,
+                null,
+                cfg.min_rate_change,
+                reference=round(float(ref.mean()), 4),
+                current=round(float(cur.mean()), 4),
+            )
         )
     return Verdict(signals=signals, triggers=tuple(cfg.triggers))
 
