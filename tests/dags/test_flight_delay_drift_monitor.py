@@ -44,7 +44,10 @@ def test_training_is_scheduled_by_its_cron_or_the_drift_asset(dagbag) -> None:
     assert isinstance(training.timetable, AssetOrTimeSchedule)
     assert training.timetable.timetable.summary == "0 0 * * *"
     condition = training.timetable.asset_condition
-    assert (condition.name, condition.uri) == ("flight_delay_drift", "trainyard://drift/flight_delay")
+    assert (condition.name, condition.uri) == (
+        "flight_delay_drift",
+        "trainyard://drift/flight_delay",
+    )
 
 
 def test_parsing_the_monitor_imports_no_heavy_library() -> None:
