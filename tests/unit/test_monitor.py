@@ -122,7 +122,7 @@ def test_windows_and_their_errors() -> None:
         DAYS[-1], DAYS, champion, replace(CFG, min_reference_days=5)
     )
     assert reference == DAYS[10:28] and source == "champion training window"
-    with pytest.raises(StepError, match="drift.min_reference_days=14"):
+    with pytest.raises(StepError, match=r"drift\.min_reference_days=14"):
         split_windows(DAYS[10], DAYS, None, CFG)
     with pytest.raises(StepError, match="2013-05-01 has no validated partition"):
         split_windows(date(2013, 5, 1), DAYS, None, CFG)
