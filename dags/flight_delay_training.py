@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import DAG, chain
 
 from pipeline_steps.manifests import STEPS
-from pipeline_steps.orchestration import step_task
+from pipeline_steps.orchestration import step_task, training_schedule
 from pipeline_steps.orchestration.params import training_params
 from pipeline_steps.orchestration.trigger import (
     SourceDataSensor,
@@ -30,7 +30,7 @@ orchestration = settings.orchestration
 with DAG(
     dag_id="flight_delay_training",
     description="Retrain, evaluate and gate-promote the flight delay model every day",
-    schedule=orchestration.schedule,
+    schedule=training_schedule(settings),  # the cron, or a drift event of the monitor
     start_date=pendulum.parse(orchestration.start_date, tz="UTC"),
     catchup=orchestration.catchup,
     max_active_runs=orchestration.max_active_runs,

@@ -25,7 +25,6 @@ from pathlib import Path
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import EXIT_PERMANENT, EXIT_TRANSIENT, StepError, is_transient
 from pipeline_steps.manifests import (
-    STEPS,
     Manifest,
     ManifestError,
     SeedSummary,
@@ -49,6 +48,8 @@ STEP_FUNCTIONS = {
     "train": "pipeline_steps.steps.train:train",
     "evaluate": "pipeline_steps.steps.evaluate:evaluate",
     "promote": "pipeline_steps.steps.promote:promote",
+    # not a training step: the drift monitor's check of a day (flight_delay_drift_monitor)
+    "monitor": "pipeline_steps.steps.monitor:monitor",
 }
 
 
@@ -60,7 +61,7 @@ which records and prints nothing)."""
 def step_function(name: str) -> StepFunction:
     """The step's function, imported on demand."""
     if name not in STEP_FUNCTIONS:
-        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
+        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEP_FUNCTIONS)}")
     module, _, function = STEP_FUNCTIONS[name].partition(":")
     step: StepFunction = getattr(importlib.import_module(module), function)
     return step
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     step = sub.add_parser("step", help="run one pipeline step")
-    step.add_argument("name", choices=STEPS)
+    step.add_argument("name", choices=list(STEP_FUNCTIONS))
     step.add_argument("--run-id", required=True, help="Airflow run id (or any unique name)")
     step.add_argument("--logical-date", required=True, type=_date, help="partition date D")
     step.add_argument(

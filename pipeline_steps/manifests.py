@@ -318,7 +318,11 @@ class Trigger:
         text = self.kind + (f" by {self.user}" if self.user else "")
         features = self.evidence.get("features")
         if self.kind == "drift" and isinstance(features, list):
-            names = [str(f.get("feature", f)) if isinstance(f, dict) else str(f) for f in features]
+            names = [
+                str(f.get("name", f)) if isinstance(f, dict) else str(f)
+                for f in features
+                if not isinstance(f, dict) or f.get("trigger", True)
+            ]
             text += f": drift on {', '.join(names)}"
             if self.evidence.get("logical_date"):
                 text += f" ({self.evidence['logical_date']})"
@@ -348,6 +352,53 @@ class Lineage:
     registered_version: str
     decision: Decision
     trigger: Trigger
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DriftSignal:
+    """One signal the monitor measured on the current window (see ``quality/calibration.py``)."""
+
+    name: str
+    kind: Literal["input", "prediction", "label"]
+    statistic: Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
+    value: float
+    threshold: float
+    null_quantile: float
+    p_value: float
+    importance: float | None
+    crossed: bool
+    reference: float | None = field(default=None, metadata=OMIT_NONE)
+    current: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChampionDay:
+    """The production model's score on the monitored day (also an MLflow run of the monitoring
+    experiment)."""
+
+    version: str
+    model_uri: str
+    metrics: HoldoutMetrics
+    mean_score: float
+    mlflow_run_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MonitorManifest(Manifest):
+    """The drift monitor's verdict on the window ending at the logical date."""
+
+    STEP: ClassVar[str] = "monitor"
+    drift_detected: bool
+    crossed: list[str]
+    """Signals that crossed their thresholds and may trigger, strongest first."""
+    current_days: list[str]
+    reference_days: list[str]
+    reference: str
+    """Where the reference came from (the champion's training window or trailing days)."""
+    signals: list[DriftSignal]
+    champion: ChampionDay | None
+    report: str
+    """Lake path of the full report (JSON)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -61,6 +61,9 @@ class MlflowSettings:
     """Registered model the challenger is added to and the ``champion`` alias lives on."""
     champion_alias: str = "champion"
     """Alias that marks the production model."""
+    monitoring_experiment: str = "flight_delay_monitoring"
+    """Experiment that holds one run per monitored day: the champion's score on that day and the
+    drift statistics of the window ending there."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,10 +187,71 @@ class DriftSettings:
     """Reference values sampled (reservoir) per numeric feature to place the bin edges."""
     batch_rows: int = 65_536
     """Rows read per batch: memory stays bounded whatever the partition size."""
+    current_days: int = 7
+    """Monitor: validated days ending at D that form the current window compared with the
+    reference. One day of flights is too few rows, and its weather too few hours, to tell a shift
+    from an ordinary day."""
+    min_reference_days: int = 14
+    """Monitor: fewest reference days (before the current window) the calibration accepts; with
+    fewer the monitor reports no verdict rather than a noisy one."""
+    calibration_samples: int = 500
+    """Monitor: windows of ``current_days`` days drawn from the reference days to learn how far an
+    ordinary window of that size strays from the rest of the reference (the null distribution)."""
+    calibration_quantile: float = 0.99
+    """Monitor: a statistic crosses when it exceeds this quantile of its null distribution (and
+    the effect-size floor); 0.99 expects one ordinary window in a hundred to cross per signal."""
+    block_days: int = 3
+    """Monitor: resampled windows are drawn in runs of this many consecutive reference days, so
+    the null keeps the several-day persistence of weather and delays."""
+    min_weighted_ratio: float = 1.0
+    """Monitor: effect-size floor of the weighted input drift (each feature's statistic over its
+    own threshold, averaged with the champion's sensitivity as weights)."""
+    min_psi: float = 0.1
+    """Monitor: effect-size floor of PSI (features, prediction): smaller shifts never cross, however
+    significant."""
+    min_js: float = 0.05
+    """Monitor: effect-size floor of the Jensen-Shannon distance of categorical features."""
+    min_rate_change: float = 0.04
+    """Monitor: effect-size floor of the label drift, the absolute change of the positive-label
+    (delay) rate."""
+    min_importance: float = 0.05
+    """Monitor: share of the champion's sensitivity a feature needs for its drift to count; drift
+    of features the model hardly uses is reported, never a trigger."""
+    triggers: tuple[str, ...] = ("label", "prediction", "input")
+    """Monitor: which signals may emit a drift event: ``label`` (delay rate), ``prediction`` (the
+    champion's score distribution), ``input`` (model features)."""
+    cooldown_hours: float = 72.0
+    """Monitor: no drift event within this many hours (of logical time) of the last one; the
+    monitor logs why instead. 0 disables the cooldown."""
 
     def __post_init__(self) -> None:
         if self.bins < 2:
             raise SettingsError("drift.bins must be at least 2")
+        if self.current_days < 1:
+            raise SettingsError("drift.current_days must be at least 1")
+        if self.min_reference_days < 2:
+            raise SettingsError("drift.min_reference_days must be at least 2")
+        if self.block_days < 1:
+            raise SettingsError("drift.block_days must be at least 1")
+        if self.calibration_samples < 20:
+            raise SettingsError("drift.calibration_samples must be at least 20")
+        if not 0.0 < self.calibration_quantile < 1.0:
+            raise SettingsError("drift.calibration_quantile must be in (0, 1)")
+        for name in (
+            "min_psi",
+            "min_js",
+            "min_rate_change",
+            "min_importance",
+            "min_weighted_ratio",
+            "cooldown_hours",
+        ):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"drift.{name} must not be negative")
+        unknown = sorted(set(self.triggers) - {"label", "prediction", "input"})
+        if unknown:
+            raise SettingsError(
+                f"drift.triggers has unknown signal(s) {unknown}; known: label, prediction, input"
+            )
         for name in (*self.numeric, *self.categorical):
             if name.count(".") != 1:
                 raise SettingsError(f"drift feature {name!r} must read 'dataset.column'")

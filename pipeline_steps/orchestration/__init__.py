@@ -1,6 +1,7 @@
-"""The Airflow-facing layer: the runner factory the DAG files call. The only package that imports
-Airflow; the steps never do."""
+"""The Airflow-facing layer: the runner factory and the drift asset the DAG files call. The only
+package that imports Airflow; the steps never do."""
 
+from pipeline_steps.orchestration.assets import DRIFT_ASSET, drift_event_task, training_schedule
 from pipeline_steps.orchestration.runners import step_task
 
-__all__ = ["step_task"]
+__all__ = ["DRIFT_ASSET", "drift_event_task", "step_task", "training_schedule"]

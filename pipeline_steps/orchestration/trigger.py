@@ -145,11 +145,13 @@ class TriggerOperator(BaseOperator):
 
 
 class SourceDataSensor(BaseSensorOperator):
-    """Waits (reschedule mode) until the source has the run's day for the labelled dataset."""
+    """Waits (reschedule mode) until the source has the run's day for the labelled dataset.
+    ``day`` is a template: the trigger task's day by default, ``{{ ds }}`` in a DAG without one."""
 
     ui_color = "#e0ecf8"
+    template_fields = ("day",)
 
-    def __init__(self, *, settings: Settings, **kwargs: Any) -> None:
+    def __init__(self, *, settings: Settings, day: str = RUN_LOGICAL_DATE, **kwargs: Any) -> None:
         orch = settings.orchestration
         super().__init__(
             task_id="wait_for_data",
@@ -160,11 +162,12 @@ class SourceDataSensor(BaseSensorOperator):
             **kwargs,
         )
         self.settings = settings
+        self.day = day
 
     def poke(self, context: Any) -> bool:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        day = date.fromisoformat(context["ti"].xcom_pull(task_ids=TRIGGER_TASK)["logical_date"])
+        day = date.fromisoformat(self.day[:10])
         if (context.get("params") or {}).get("pin_raw_version"):
             self.log.info("raw version pinned: the day's data is in the lake already")
             return True
@@ -180,7 +183,7 @@ class SourceDataSensor(BaseSensorOperator):
         try:
             return super().execute(context)
         except AirflowSensorTimeout as exc:
-            day = date.fromisoformat(context["ti"].xcom_pull(task_ids=TRIGGER_TASK)["logical_date"])
+            day = date.fromisoformat(self.day[:10])
             waited = timedelta(seconds=self.settings.orchestration.data_wait_s)
             raise AirflowSkipException(
                 f"{source_availability(self.settings, day).message}; waited {waited} "

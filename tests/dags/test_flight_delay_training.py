@@ -36,7 +36,8 @@ def test_task_graph_is_a_chain_of_the_steps(dagbag) -> None:
 
 def test_schedule_and_run_limits(dagbag) -> None:
     dag = dagbag.dags[DAG_ID]
-    assert dag.timetable.expression == "0 0 * * *"
+    assert dag.timetable.timetable.summary == "0 0 * * *"
+    assert dag.timetable.summary == "Asset or 0 0 * * *"
     assert dag.start_date.isoformat().startswith("2013-01-01")
     assert dag.catchup is False
     assert dag.max_active_runs == 1

@@ -1,0 +1,132 @@
+"""The drift asset: how the monitor tells Airflow that the data drifted, and who listens.
+
+``flight_delay_drift_monitor`` ends with ``emit_drift_event``: when the monitor step's verdict
+crossed its thresholds and the last drift event is more than ``drift.cooldown_hours`` away, the
+task succeeds and Airflow records an event of ``DRIFT_ASSET`` whose ``extra`` is the evidence
+(:func:`drift_event_extra`). Otherwise the task ends skipped, which records no event, and its log
+says why. ``flight_delay_training`` is scheduled by its cron or by that asset
+(:func:`training_schedule`); Airflow queues one asset-triggered run per batch of events.
+
+Airflow has no cooldown of its own: the task reads the asset's latest event through its inlet
+(``inlet_events``) and compares logical times, so a re-run or a backfill of a drifting week emits
+once too.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator
+
+from pipeline_steps.manifests import MonitorManifest, to_json
+from pipeline_steps.settings import Settings
+
+DRIFT_ASSET = Asset(name="flight_delay_drift", uri="trainyard://drift/flight_delay")
+"""Updated when the monitor finds drift outside the cooldown; schedules flight_delay_training."""
+MONITOR_TASK = "monitor"
+
+
+def training_schedule(settings: Settings) -> Any:
+    """The training DAG's schedule: its cron, or a drift event, whichever comes first."""
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    cron = CronTriggerTimetable(settings.orchestration.schedule, timezone="UTC")
+    # Airflow's annotation names its serialized asset; DAG files pass the SDK's (converted on
+    # serialization), as Airflow's own examples do.
+    return AssetOrTimeSchedule(timetable=cron, assets=DRIFT_ASSET)  # type: ignore[arg-type]
+
+
+def drift_event_extra(verdict: MonitorManifest, monitor_run_id: str) -> dict[str, Any]:
+    """The evidence a drift event carries (JSON): the data day the training run trains for, what
+    crossed (each with its statistic, value, threshold and p-value; the trigger signals first,
+    then single input features over their own thresholds), the report and the monitor run."""
+    crossed = [s for s in verdict.signals if s.name in verdict.crossed]
+    crossed.sort(key=lambda s: verdict.crossed.index(s.name))
+    features = [s for s in verdict.signals if s.crossed and s.kind == "input" and s not in crossed]
+    return {
+        "logical_date": verdict.logical_date,
+        "features": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "statistic": s.statistic,
+                "value": s.value,
+                "threshold": s.threshold,
+                "p_value": s.p_value,
+                "trigger": s in crossed,
+                **({"importance": s.importance} if s.importance is not None else {}),
+                **({"reference": s.reference, "current": s.current} if s.kind == "label" else {}),
+            }
+            for s in [*crossed, *features]
+        ],
+        "report": verdict.report,
+        "monitor_run_id": monitor_run_id,
+        "current_days": [verdict.current_days[0], verdict.current_days[-1]],
+        "reference_days": [verdict.reference_days[0], verdict.reference_days[-1]],
+        "reference": verdict.reference,
+        "champion_version": verdict.champion.version if verdict.champion else None,
+        "champion_day": to_json(verdict.champion.metrics) if verdict.champion else None,
+    }
+
+
+def event_logical_time(extra: dict[str, Any] | None, timestamp: datetime | None) -> datetime | None:
+    """The logical time of a drift event: its data day (``extra.logical_date``), else the time it
+    was recorded (an event posted by hand through the API carries no data day)."""
+    day = (extra or {}).get("logical_date")
+    if isinstance(day, str):
+        try:
+            return datetime.combine(date.fromisoformat(day[:10]), datetime.min.time(), UTC)
+        except ValueError:
+            pass
+    return timestamp
+
+
+class DriftEventOperator(BaseOperator):
+    """Emits a ``DRIFT_ASSET`` event with the monitor's evidence, or ends skipped saying why."""
+
+    ui_color = "#fdebd0"
+
+    def __init__(self, *, cooldown_hours: float, **kwargs: Any) -> None:
+        super().__init__(inlets=[DRIFT_ASSET], outlets=[DRIFT_ASSET], **kwargs)
+        self.cooldown_hours = cooldown_hours
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from pipeline_steps.manifests import load_manifest
+        from pipeline_steps.quality.calibration import cooldown_reason
+
+        payload = context["ti"].xcom_pull(task_ids=MONITOR_TASK)
+        verdict = load_manifest(MonitorManifest, payload, f"XCom of task {MONITOR_TASK!r}")
+        if not verdict.drift_detected:
+            raise AirflowSkipException(
+                f"no drift on the window ending {verdict.logical_date}; no event emitted"
+            )
+        latest = list(context["inlet_events"][DRIFT_ASSET].ascending(False).limit(1))
+        last = event_logical_time(latest[0].extra, latest[0].timestamp) if latest else None
+        now = event_logical_time({"logical_date": verdict.logical_date}, None)
+        assert now is not None
+        reason = cooldown_reason(now, last, self.cooldown_hours)
+        if reason is not None:
+            self.log.warning(
+                "drift on the window ending %s (%s) but no event: %s",
+                verdict.logical_date,
+                ", ".join(verdict.crossed),
+                reason,
+            )
+            raise AirflowSkipException(reason)
+        extra = drift_event_extra(verdict, context["run_id"])
+        context["outlet_events"][DRIFT_ASSET].extra = extra
+        self.log.info("drift event for %s: %s", verdict.logical_date, ", ".join(verdict.crossed))
+        return extra
+
+
+def drift_event_task(settings: Settings) -> BaseOperator:
+    """The monitor DAG's last task: emit the drift event (see :class:`DriftEventOperator`)."""
+    return DriftEventOperator(
+        task_id="emit_drift_event",
+        cooldown_hours=settings.drift.cooldown_hours,
+        retries=settings.orchestration.retries,
+    )

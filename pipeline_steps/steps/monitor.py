@@ -1,0 +1,271 @@
+"""Monitor step: is the window ending at D drifting away from what the champion knows?
+
+Runs after ingest and validate of D, trains nothing. The current window (``drift.current_days``
+validated days ending at D) and the reference (the champion's training days before the window,
+else the trailing validated days) are turned into the model's feature rows by the same Feast
+service the features step joins, in a private Feast folder (the shared offline sources belong to
+training runs). The champion scores both windows: its score distribution is the prediction
+signal, and its metrics on D itself are logged to the MLflow monitoring experiment, one run per
+day. ``quality/calibration.py`` measures every signal against thresholds calibrated on the
+reference. The verdict goes to ``reports/monitor/date=D/monitor.json`` and the manifest; emitting
+the Airflow asset event (and the cooldown) is the orchestration layer's job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline_steps.context import RunContext
+from pipeline_steps.domain import Domain, FeatureColumns, feature_columns, read_validated
+from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import ChampionDay, DriftSignal, HoldoutMetrics, MonitorManifest
+from pipeline_steps.metrics import classification_report
+from pipeline_steps.quality.calibration import (
+    PREDICTION,
+    Verdict,
+    measure_window,
+    sensitivity,
+    split_windows,
+)
+from pipeline_steps.settings import FeatureSettings
+
+log = logging.getLogger(__name__)
+SENSITIVITY_ROWS = 2000  # reference rows the champion's permutation sensitivity is measured on
+
+
+@contextmanager
+def private_feast_dir() -> Iterator[Path]:
+    """A throwaway Feast folder (registry, sources), so monitoring never rewrites the offline
+    sources a training run is reading."""
+    previous = os.environ.get("TRAINYARD_FEAST_DIR")
+    with tempfile.TemporaryDirectory(prefix="trainyard-monitor-feast-") as folder:
+        os.environ["TRAINYARD_FEAST_DIR"] = folder
+        try:
+            yield Path(folder)
+        finally:
+            if previous is None:
+                os.environ.pop("TRAINYARD_FEAST_DIR", None)
+            else:
+                os.environ["TRAINYARD_FEAST_DIR"] = previous
+
+
+def join_features(
+    domain: Domain,
+    settings: FeatureSettings,
+    labelled: pd.DataFrame,
+    sources: Mapping[str, pd.DataFrame],
+) -> tuple[pd.DataFrame, FeatureColumns]:
+    """The model's feature rows for ``labelled`` rows: the domain's entity rows joined point in
+    time with its Feast feature service over ``sources``, with the column types training uses
+    (numeric float64, categorical strings with ``<missing>``)."""
+    from feast import FeatureStore
+
+    from pipeline_steps.steps.features import load_definitions
+
+    repo = Path(settings.feature_repo)
+    if not (repo / "feature_store.yaml").is_file():
+        raise StepError(f"Feast repository {repo} has no feature_store.yaml")
+    with private_feast_dir() as folder:
+        (folder / "sources").mkdir()
+        for name, frame in sources.items():
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            pq.write_table(table, folder / "sources" / f"{name}.parquet")
+        store = FeatureStore(repo_path=str(repo))
+        store.apply(load_definitions(repo))
+        service = store.get_feature_service(domain.feature_service)
+        columns = feature_columns(domain, service)
+        entity_rows = domain.entity_rows(labelled, settings)
+        joined = store.get_historical_features(entity_df=entity_rows, features=service).to_df()
+    for name in columns.numeric:
+        joined[name] = joined[name].astype("float64")
+    for name in columns.categorical:
+        joined[name] = joined[name].astype("string").fillna("<missing>").astype(object)
+    return joined.sort_values(domain.key).reset_index(drop=True), columns
+
+
+def window_rows(ctx: RunContext, days: list[date]) -> tuple[pd.DataFrame, FeatureColumns]:
+    """Feature rows of the validated ``days`` (labelled rows, joined like the features step)."""
+    labelled, _ = read_validated(ctx.lake, ctx.domain.labelled_dataset, days)
+    sources, _ = ctx.domain.feature_sources(ctx.lake, days)
+    return join_features(ctx.domain, ctx.settings.features, labelled, sources)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Champion:
+    """The production model: its registry version, what loads it, its first and last training
+    day (None when its run did not record them)."""
+
+    version: str
+    model_uri: str
+    window: tuple[date, date] | None
+
+
+def champion_model(ctx: RunContext) -> Champion | None:
+    """The champion, or None when there is none."""
+    from pipeline_steps.quality.drift import champion_window
+    from pipeline_steps.tracking import champion_version, connect
+
+    mlflow_settings = ctx.settings.mlflow
+    version = champion_version(connect(mlflow_settings), mlflow_settings)
+    if version is None:
+        return None
+    uri = f"models:/{mlflow_settings.registered_model}/{version.version}"
+    return Champion(version=str(version.version), model_uri=uri, window=champion_window(ctx))
+
+
+def scorer(model_uri: str, features: list[str]) -> Callable[[pd.DataFrame], np.ndarray]:
+    """The champion's delay probabilities for feature rows."""
+    import mlflow.pyfunc
+
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    except Exception as exc:
+        raise StepError(f"champion {model_uri} could not be loaded: {exc}") from exc
+
+    def predict(rows: pd.DataFrame) -> np.ndarray:
+        return np.asarray(model.predict(rows[features]), dtype=np.float64)
+
+    return predict
+
+
+def monitor(ctx: RunContext) -> MonitorManifest:
+    """Measure the drift of the window ending at D and score the champion on D.
+
+    Returns the manifest with every signal, what crossed, and the champion's day (None without a
+    champion: then no prediction signal and every input feature may trigger). Raises
+    ``StepError`` when D is not validated or the reference is too short to calibrate.
+    """
+    lake, day, cfg, domain = ctx.lake, ctx.logical_date, ctx.settings.drift, ctx.domain
+    champion = champion_model(ctx)
+    validated = lake.partition_dates("validated", domain.labelled_dataset)
+    champion_days = None
+    if champion is not None and champion.window is not None:
+        first, last = champion.window
+        champion_days = [d for d in validated if first <= d <= last]
+    reference_days, current_days, source = split_windows(day, validated, champion_days, cfg)
+    rows, columns = window_rows(ctx, [*reference_days, *current_days])
+    features = [*columns.categorical, *columns.numeric]
+    importance = None
+    champion_day = None
+    if champion is not None:
+        predict = scorer(champion.model_uri, features)
+        rows[PREDICTION] = predict(rows)
+        current_keys = {d.isoformat() for d in current_days}
+        sample = rows[~rows[domain.date_column].isin(current_keys)]
+        sample = sample.sample(min(len(sample), SENSITIVITY_ROWS), random_state=0)
+        importance = sensitivity(predict, sample, features)
+    in_current = rows[domain.date_column].isin({d.isoformat() for d in current_days})
+    verdict = measure_window(
+        rows[~in_current],
+        rows[in_current],
+        reference_days=reference_days,
+        day_column=domain.date_column,
+        numeric=columns.numeric,
+        categorical=columns.categorical,
+        label=domain.label,
+        importance=importance,
+        cfg=cfg,
+    )
+    if champion is not None:
+        today = rows[rows[domain.date_column] == day.isoformat()]
+        champion_day = log_champion_day(ctx, champion, today, domain, verdict)
+    folder = f"reports/monitor/date={day.isoformat()}"
+    signals = [DriftSignal(**asdict(s)) for s in verdict.signals]
+    manifest = MonitorManifest(
+        logical_date=day.isoformat(),
+        drift_detected=verdict.drift_detected,
+        crossed=[s.name for s in verdict.crossed],
+        current_days=[d.isoformat() for d in current_days],
+        reference_days=[d.isoformat() for d in reference_days],
+        reference=source,
+        signals=signals,
+        champion=champion_day,
+        report=lake.path(folder, "monitor.json"),
+    )
+    lake.write_json({**manifest.to_json(), "run_id": ctx.run_id}, folder, "monitor.json")
+    if verdict.drift_detected:
+        log.warning("drift on the window ending %s: %s", day, describe(verdict))
+    else:
+        log.info("no drift on the window ending %s", day)
+    return ctx.record(manifest)
+
+
+def describe(verdict: Verdict) -> str:
+    """The crossed signals in one line, e.g. ``label rate_change 0.12 > 0.05 (p=0.002)``."""
+    return "; ".join(
+        f"{s.name} {s.statistic} {s.value:.4g} > {s.threshold:.4g} (p={s.p_value:.3g})"
+        for s in verdict.crossed
+    )
+
+
+def log_champion_day(
+    ctx: RunContext,
+    champion: Champion,
+    today: pd.DataFrame,
+    domain: Domain,
+    verdict: Verdict,
+) -> ChampionDay:
+    """Log the champion's metrics on D and the window's drift statistics as the monitoring
+    experiment's run of D (the same run again when D is monitored again)."""
+    from dataclasses import replace
+
+    import mlflow
+
+    from pipeline_steps.tracking import connect
+
+    report = classification_report(today[domain.label].to_numpy(), today[PREDICTION].to_numpy())
+    metrics = HoldoutMetrics(
+        auc=report["auc"],
+        log_loss=report["log_loss"],
+        accuracy=report["accuracy"],
+        positive_rate=report["positive_rate"],
+        rows=int(report["rows"]),
+    )
+    settings = replace(ctx.settings.mlflow, experiment=ctx.settings.mlflow.monitoring_experiment)
+    client = connect(settings)
+    experiment = client.get_experiment_by_name(settings.experiment)
+    day = ctx.logical_date.isoformat()
+    found = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`trainyard.logical_date` = '{day}'",
+        max_results=1,
+    )
+    values: dict[str, Any] = {f"champion_{k}": float(v) for k, v in asdict(metrics).items()}
+    values["champion_mean_score"] = float(today[PREDICTION].mean())
+    values["drift_crossed"] = float(len(verdict.crossed))
+    for signal in verdict.signals:
+        if signal.kind != "input":
+            values[f"{signal.name}_{signal.statistic}"] = signal.value
+            values[f"{signal.name}_threshold"] = signal.threshold
+    tags = {
+        "trainyard.logical_date": day,
+        "trainyard.run_id": ctx.run_id,
+        "trainyard.champion_version": champion.version,
+        "trainyard.drift_detected": str(verdict.drift_detected).lower(),
+        "trainyard.drift_crossed": ",".join(s.name for s in verdict.crossed),
+    }
+    run_id = found[0].info.run_id if found else None
+    with mlflow.start_run(run_id=run_id, run_name=None if run_id else f"monitor {day}") as run:
+        mlflow.set_tags(tags)
+        mlflow.log_metrics({k: v for k, v in values.items() if np.isfinite(v)})
+        run_id = run.info.run_id
+    return ChampionDay(
+        version=champion.version,
+        model_uri=champion.model_uri,
+        metrics=metrics,
+        mean_score=round(values["champion_mean_score"], 6),
+        mlflow_run_id=run_id,
+    )

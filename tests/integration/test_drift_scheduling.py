@@ -1,0 +1,206 @@
+"""Drift-triggered scheduling against a real scheduler and dag-processor.
+
+A temporary Airflow home; the dag-processor parses the real DAG files and the scheduler creates
+runs. The default pool has no slots, so the scheduler creates runs but executes none of their
+tasks: a created training run stays active, which is what the max_active_runs case needs, and
+nothing trains. The monitor DAG itself runs through ``airflow dags test`` (its tasks in-process)
+on the seeded lake, with thresholds that make the seeded days drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIRST_DAY, ROOT
+
+pytestmark = pytest.mark.slow
+TRAINING = "flight_delay_training"
+MONITOR = "flight_delay_drift_monitor"
+
+
+@pytest.fixture
+def airflow(lake_home: Path, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    home = tmp_path / "airflow"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": "0",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "TRAINYARD_HOME": str(lake_home),
+        "TRAINYARD_VALIDATION__DATA_DOCS": "false",
+        # the seeded days drift: one-day window, floors off, a low quantile
+        "TRAINYARD_DRIFT__CURRENT_DAYS": "1",
+        "TRAINYARD_DRIFT__MIN_REFERENCE_DAYS": "2",
+        "TRAINYARD_DRIFT__MIN_RATE_CHANGE": "0",
+        "TRAINYARD_DRIFT__MIN_PSI": "0",
+        "TRAINYARD_DRIFT__MIN_JS": "0",
+        "TRAINYARD_DRIFT__MIN_WEIGHTED_RATIO": "0",
+        "TRAINYARD_DRIFT__CALIBRATION_QUANTILE": "0.01",
+        "TRAINYARD_DRIFT__COOLDOWN_HOURS": "72",
+    }
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    processes = [
+        subprocess.Popen(
+            ["airflow", name],
+            env=env,
+            stdout=(logs / f"{name}.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for name in ("dag-processor", "scheduler")
+    ]
+    try:
+        yield {"env": env, "db": home / "airflow.db", "logs": logs}
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db, timeout=30) as connection:
+        return connection.execute(sql, args).fetchall()
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _monitor(airflow: dict[str, Any], day: str, **env: str) -> None:
+    done = subprocess.run(
+        ["airflow", "dags", "test", MONITOR, day],
+        env={**airflow["env"], **env},
+        capture_output=True,
+        text=True,
+    )
+    (airflow["logs"] / f"monitor-{day}.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _training_runs(db: Path) -> list[tuple[Any, ...]]:
+    return _query(
+        db,
+        "SELECT id, run_id, run_type, state FROM dag_run WHERE dag_id = ? "
+        "AND run_type = 'asset_triggered' ORDER BY id",
+        TRAINING,
+    )
+
+
+def _events(db: Path) -> list[dict[str, Any]]:
+    rows = _query(db, "SELECT extra FROM asset_event ORDER BY id")
+    return [json.loads(extra) for (extra,) in rows]
+
+
+def _consumed(db: Path, run_pk: int) -> list[dict[str, Any]]:
+    rows = _query(
+        db,
+        "SELECT e.extra FROM dagrun_asset_event d JOIN asset_event e ON e.id = d.event_id "
+        "WHERE d.dag_run_id = ? ORDER BY e.id",
+        run_pk,
+    )
+    return [json.loads(extra) for (extra,) in rows]
+
+
+def _emit_state(db: Path, day: str) -> list[str]:
+    rows = _query(
+        db,
+        "SELECT t.state FROM task_instance t JOIN dag_run r "
+        "ON r.dag_id = t.dag_id AND r.run_id = t.run_id "
+        "WHERE t.dag_id = ? AND t.task_id = 'emit_drift_event' AND r.logical_date LIKE ?",
+        MONITOR,
+        f"{day}%",
+    )
+    return [state for (state,) in rows]
+
+
+def test_drift_event_queues_training_and_the_cooldown_holds_the_next(airflow) -> None:
+    db = airflow["db"]
+    _wait(
+        "the dag-processor to serialise both DAGs",
+        lambda: (
+            len(
+                _query(
+                    db,
+                    "SELECT dag_id FROM serialized_dag WHERE dag_id IN (?, ?)",
+                    TRAINING,
+                    MONITOR,
+                )
+            )
+            == 2
+        ),
+    )
+    # The cron creates today's run as soon as the DAG is known; it stays active (no pool slots)
+    # until it is marked done, as a finished run would be: the drift runs come after it.
+    cron = _wait(
+        "the cron's training run",
+        lambda: _query(
+            db, "SELECT id FROM dag_run WHERE dag_id = ? AND run_type = 'scheduled'", TRAINING
+        ),
+    )
+    _query(db, "UPDATE dag_run SET state = 'success' WHERE id = ?", cron[0][0])
+    # The monitor runs through `dags test` alone: the scheduler must not pick up its tasks.
+    _query(db, "UPDATE dag SET is_paused = 1 WHERE dag_id = ?", MONITOR)
+    day = FIRST_DAY.isoformat()
+
+    # 1. a drifting day emits an event and the scheduler queues an asset-triggered training run
+    _monitor(airflow, day)
+    events = _events(db)
+    assert [e["logical_date"] for e in events] == [day]
+    assert events[0]["features"] and events[0]["report"].endswith("monitor.json")
+    runs = _wait("an asset-triggered training run", lambda: _training_runs(db))
+    assert [r[2] for r in runs] == ["asset_triggered"]
+    assert runs[0][3] in ("queued", "running")
+    assert [e["logical_date"] for e in _consumed(db, runs[0][0])] == [day]
+
+    # 2. the day is checked again and still drifts, inside the cooldown: no event, no run
+    _monitor(airflow, day)
+    assert _emit_state(db, day) == ["skipped"]  # `dags test` replaced the day's earlier run
+    log = (airflow["logs"] / f"monitor-{day}.log").read_text()
+    assert "within the cooldown" in log and "drift.cooldown_hours=72" in log
+    assert len(_events(db)) == 1
+    time.sleep(5)
+    assert len(_training_runs(db)) == 1
+
+    # 3. apache/airflow#56050: an event arriving while the training run is still active
+    _monitor(airflow, day, TRAINYARD_DRIFT__COOLDOWN_HOURS="0")
+    assert [e["logical_date"] for e in _events(db)] == [day, day]
+    time.sleep(5)
+    assert len(_training_runs(db)) == 1, "max_active_runs=1: no second run while one is active"
+    _query(db, "UPDATE dag_run SET state = 'success' WHERE id = ?", runs[0][0])
+    later = _wait(
+        "a training run for the event that came while one was active",
+        lambda: [r for r in _training_runs(db) if r[0] != runs[0][0]],
+    )
+    assert [r[2] for r in later] == ["asset_triggered"]
+    assert [e["logical_date"] for e in _consumed(db, later[0][0])] == [day]
