@@ -26,6 +26,7 @@ from pipeline_steps.manifests import (
     PartitionRef,
     PartitionRefs,
     TrainManifest,
+    to_json,
 )
 from pipeline_steps.settings import PROJECT_ROOT
 
@@ -100,7 +101,7 @@ def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> L
         code=code_version(),
         packages_sha256=packages_sha256(packages),
         packages=packages,
-        settings=ctx.settings.to_dict(),
+        settings=to_json(ctx.settings.to_dict()),
         feature_repo_sha256=str(features.inputs.get("feature_repo", "")),
         raw_versions=raw_versions(ingest, features),
         epochs=trained.history,

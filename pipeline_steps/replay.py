@@ -219,7 +219,9 @@ def _same(item: str, before: Any, after: Any, detail: Callable[[], str]) -> Diff
 
 
 def _flatten(document: dict[str, Any]) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, values in document.items() for k, v in values.items()}
+    """``section.key`` → value, in JSON form (tuples as lists)."""
+    plain = to_json(document)
+    return {f"{s}.{k}": v for s, values in plain.items() for k, v in values.items()}
 
 
 def diff(original: Lineage, replayed: Lineage, lake: Lake) -> list[DiffLine]:
@@ -233,8 +235,9 @@ def diff(original: Lineage, replayed: Lineage, lake: Lake) -> list[DiffLine]:
             after_code,
             lambda: (
                 f"DIFFERS: recorded {before_code.describe() if before_code else 'unknown'}, "
-                f"replayed with {after_code.describe() if after_code else 'unknown'}; results may "
-                "differ because the code does (run the recorded commit, see docs/reproducibility.md)"
+                f"replayed with {after_code.describe() if after_code else 'unknown'}; results "
+                "may differ because the code does (run the recorded commit: "
+                "docs/reproducibility.md)"
             ),
         )
     )

@@ -46,7 +46,7 @@ def _lines(outcome: ReplayOutcome) -> dict[str, str]:
 
 
 def test_replay_gives_identical_weights_and_names_a_changed_partition(
-    lake_home: Path, capsys: pytest.CaptureFixture[str]
+    lake_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = demo_settings(lake_home)
     original = run_context(settings, "scheduled__original", FIRST_DAY, "scheduled")
@@ -65,9 +65,11 @@ def test_replay_gives_identical_weights_and_names_a_changed_partition(
     changed_day = HISTORY[-1]
     version = _new_raw_version(original.lake, "weather", changed_day)
 
+    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))  # where the command finds the lake
     code = main(["replay", "--run-id", "scheduled__original"])
-    printed = capsys.readouterr().out
-    assert code == 0
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-3000:]
+    printed = captured.out
     assert f"raw weather {changed_day}" in printed
     assert f"the lake now has version {version}" in printed
     second = replay(settings, run_id="scheduled__original")
