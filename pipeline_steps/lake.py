@@ -9,7 +9,7 @@ Layout (``D`` is an ISO date)::
     validated/<dataset>/date=D/       partitions that passed validation
     quarantine/<dataset>/date=D/      partitions that failed, with their report
     reports/validation/date=D/        Great Expectations result JSON
-    features/                         Feast offline sources, registry and online store
+    features/runs/<run>/              each run's Feast offline sources, registry and online store
     training_sets/<run>/              frozen train + holdout parquet and their hashes
     runs/<run>/                       step manifests, checkpoints, evaluation, lineage
 """

@@ -48,9 +48,11 @@ def ingest(ctx: RunContext) -> IngestManifest:
             version = ctx.lake.pinned_version(dataset, day)
             if version is None:
                 raise StepError(f"ingest.pins names no version of {dataset} {day}")
-            datasets[dataset] = pinned(ctx.lake, dataset, day, version)
+            setting = f"ingest.pins[{dataset}/{day}]={version}"
+            datasets[dataset] = pinned(ctx.lake, dataset, day, version, setting)
         elif settings.pin_version:
-            datasets[dataset] = pinned(ctx.lake, dataset, day, settings.pin_version)
+            setting = f"ingest.pin_version={settings.pin_version}"
+            datasets[dataset] = pinned(ctx.lake, dataset, day, settings.pin_version, setting)
         else:
             datasets[dataset] = write_partition(ctx, source, dataset, day)
         partition = datasets[dataset]
@@ -61,11 +63,12 @@ def ingest(ctx: RunContext) -> IngestManifest:
     return ctx.record(manifest)
 
 
-def pinned(lake: Lake, dataset: str, day: date, version: int) -> IngestedPartition:
+def pinned(lake: Lake, dataset: str, day: date, version: int, setting: str) -> IngestedPartition:
+    """The pinned raw version as this run's ingest; an error naming ``setting`` when it is gone."""
     folder = Lake.raw_version(dataset, day, version)
     if not lake.exists(folder, MANIFEST):
         raise StepError(
-            f"pinned version {version} of {dataset} {day}: {lake.path(folder)} does not exist; "
+            f"{setting}: {lake.path(folder)} does not exist; "
             f"versions of {dataset} {day}: {lake.raw_versions(dataset, day)}"
         )
     return ingested(lake.partition_manifest(folder), "pinned", lake.path(folder))
