@@ -3,6 +3,8 @@
     trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
     trainyard seed --start D1 --end D2      ingest + validate history before a first run
     trainyard report [--logical-date D]     summarise the recorded runs
+    trainyard replay (--run-id R | --logical-date D) [--promote]
+                                            run a recorded run again from its lineage and diff
 
 ``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
 line through XCom. A step that cannot go on exits 2 with a readable message and no traceback.
@@ -127,6 +129,19 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise recorded runs")
     report.add_argument("--logical-date", type=_date, help="only runs of this date")
     common(report)
+
+    again = sub.add_parser(
+        "replay", help="run a recorded run again from its lineage and print what differs"
+    )
+    which = again.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-id", help="the recorded run to replay")
+    which.add_argument("--logical-date", type=_date, help="replay the newest run of this date")
+    again.add_argument(
+        "--promote",
+        action="store_true",
+        help="register the replayed model and let the gate move the champion (default: neither)",
+    )
+    common(again)
     return parser
 
 
@@ -234,6 +249,18 @@ def main(argv: list[str] | None = None) -> int:
             manifest = seed(args.start, args.end, args.config, args.set)
         elif args.command == "validate":
             return check_file_command(args)
+        elif args.command == "replay":
+            from pipeline_steps.replay import replay
+
+            outcome = replay(
+                load_settings(args.config, args.set),
+                run_id=args.run_id,
+                logical_date=args.logical_date,
+                promote=args.promote,
+                overrides=args.set,
+            )
+            print(outcome.render(), flush=True)
+            return 0
         else:
             from pipeline_steps.report import print_report
 

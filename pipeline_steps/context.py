@@ -29,7 +29,7 @@ class RunContext:
 
     @cached_property
     def lake(self) -> Lake:
-        return Lake(self.settings.lake.root)
+        return Lake(self.settings.lake.root, self.settings.ingest.pins)
 
     @cached_property
     def domain(self) -> Domain:

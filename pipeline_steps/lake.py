@@ -9,7 +9,7 @@ Layout (``D`` is an ISO date)::
     validated/<dataset>/date=D/       partitions that passed validation
     quarantine/<dataset>/date=D/      partitions that failed, with their report
     reports/validation/date=D/        Great Expectations result JSON
-    features/                         Feast offline sources, registry and online store
+    features/runs/<run>/              each run's Feast offline sources, registry and online store
     training_sets/<run>/              frozen train + holdout parquet and their hashes
     runs/<run>/                       step manifests, checkpoints, evaluation, lineage
 """
@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
@@ -64,11 +64,16 @@ def safe_run_key(run_id: str) -> str:
 
 
 class Lake:
-    """Paths and atomic reads/writes under one storage root."""
+    """Paths and atomic reads/writes under one storage root.
 
-    def __init__(self, root: str) -> None:
+    ``pins`` (``ingest.pins``: ``"<dataset>/<date>"`` → raw version) makes it a pinned view for
+    readers of validated data: only the pinned partitions exist, each as the pinned version.
+    """
+
+    def __init__(self, root: str, pins: Mapping[str, str] | None = None) -> None:
         self.root = root.rstrip("/")
         self.fs, self._base = fsspec.core.url_to_fs(self.root)
+        self.pins = {key: int(version) for key, version in (pins or {}).items()}
 
     # -- layout -------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -104,6 +109,42 @@ class Lake:
                 "exist; run the ingest step first"
             )
         return Lake.raw_version(dataset, day, versions[-1])
+
+    def pinned_version(self, dataset: str, day: date) -> int | None:
+        """The raw version pinned for a partition, if the view pins it."""
+        return self.pins.get(f"{dataset}/{day.isoformat()}")
+
+    def validated_dates(self, dataset: str) -> list[date]:
+        """Dates with a validated partition, oldest first; in a pinned view, the pinned dates."""
+        if not self.pins:
+            return self.partition_dates("validated", dataset)
+        pinned = (key.partition("/") for key in self.pins)
+        return sorted(date.fromisoformat(day) for name, _, day in pinned if name == dataset)
+
+    def validated_partition(self, dataset: str, day: date) -> str | None:
+        """The folder holding a day's validated rows, or None when there are none.
+
+        Unpinned: ``validated/<dataset>/date=D`` if complete. Pinned: the validated copy when it
+        holds the pinned version's content, else the pinned raw version itself (its content is
+        what passed validation when the pins were recorded); a pinned version that is gone is an
+        error naming it.
+        """
+        folder = Lake.partition("validated", dataset, day)
+        if not self.pins:
+            return folder if self.exists(folder, MANIFEST) else None
+        version = self.pinned_version(dataset, day)
+        if version is None:
+            return None
+        raw = Lake.raw_version(dataset, day, version)
+        if not self.exists(raw, MANIFEST):
+            raise StepError(
+                f"pinned {dataset} {day} version {version}: {self.path(raw)} does not exist; "
+                f"versions in the lake: {self.raw_versions(dataset, day)}"
+            )
+        wanted = self.partition_manifest(raw).sha256
+        if self.exists(folder, MANIFEST) and self.partition_manifest(folder).sha256 == wanted:
+            return folder
+        return raw
 
     @staticmethod
     def run_dir(run_id: str) -> str:

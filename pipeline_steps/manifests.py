@@ -129,6 +129,18 @@ class ValidateManifest(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PartitionRef:
+    """One raw version of a partition, as a run read it (validated copy or the version itself)."""
+
+    version: int
+    sha256: str
+
+
+PartitionRefs = dict[str, dict[str, PartitionRef]]
+"""dataset → ISO date → the raw version read: what a run knew of each day it used."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class FrozenSet:
     """One frozen parquet file of a training set."""
 
@@ -175,6 +187,10 @@ class FeaturesManifest(Manifest):
     training_set_sha256: str
     materialized: TimeRange | None = field(default=None, metadata=OMIT_NONE)
     """The event-time range written to the online store (absent when the set was cached)."""
+    partitions: PartitionRefs = field(default_factory=dict)
+    """The raw version of every partition the set was built from (a replay pins them)."""
+    feast_dir: str = ""
+    """This run's Feast registry, online store and offline sources (``features/runs/<run>``)."""
 
     @property
     def feature_columns(self) -> list[str]:
@@ -210,6 +226,11 @@ class TrainManifest(Manifest):
     best_epoch: int
     model_epoch: int
     checkpoints: str
+    weights_sha256: str = ""
+    """sha256 of the registered weights (every tensor of the state dict, in order, on the CPU):
+    equal on a replay with the same code, settings and data."""
+    history: list[dict[str, float]] = field(default_factory=list)
+    """Every epoch's metrics, in order (with ``epoch``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -265,10 +286,14 @@ class EvaluateManifest(Manifest):
     champion: ScoredChampion | None
 
 
-Decision = Literal["promoted", "rejected", "skipped", "forced"]
+Decision = Literal["promoted", "rejected", "skipped", "forced", "passed"]
 """``promoted``: the gate passed and the alias moved; ``rejected``: the gate refused;
 ``skipped``: the run asked not to promote (the gate's verdict is in the reasons); ``forced``: the
-alias moved by request whatever the gate said."""
+alias moved by request whatever the gate said; ``passed``: the gate passed in a backfill, which
+compares with the champion as of its date and never moves the alias."""
+
+PROMOTED: tuple[Decision, ...] = ("promoted", "forced")
+"""Decisions that moved the live alias to the version: the champion's history."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -338,8 +363,25 @@ class Trigger:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CodeVersion:
+    """The code a run executed: the package version and, from a git checkout, the commit."""
+
+    package: str
+    commit: str | None = None
+    dirty: bool = False
+    """The checkout had uncommitted changes to tracked files."""
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return f"{self.package} (no git commit)"
+        changes = " with local changes" if self.dirty else ""
+        return f"{self.package} at {self.commit[:12]}{changes}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Lineage:
-    """``runs/<run>/lineage.json``: what a run used and produced, partitions to model version."""
+    """``runs/<run>/lineage.json``: what a run used and produced, partitions to model version,
+    and what ``trainyard replay`` needs to run it again (fields after ``trigger``)."""
 
     run_id: str
     logical_date: str
@@ -349,9 +391,26 @@ class Lineage:
     training_set_sha256: str
     mlflow_run_id: str
     model_uri: str
-    registered_version: str
+    registered_version: str | None
+    """None when the run registered nothing (a replay without ``--promote``)."""
     decision: Decision
     trigger: Trigger
+    recorded_at: str = ""
+    code: CodeVersion | None = None
+    packages_sha256: str = ""
+    """sha256 of the installed distributions' names and versions (``packages``)."""
+    packages: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The full settings document (``Settings.to_dict()``), not only its fingerprint."""
+    feature_repo_sha256: str = ""
+    raw_versions: PartitionRefs = field(default_factory=dict)
+    """Every raw version the run read: the day's ingest and the training window's partitions."""
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    weights_sha256: str = ""
+    holdout: HoldoutRef | None = None
+    challenger: HoldoutMetrics | None = None
+    champion: ScoredChampion | None = None
+    """The champion the run compared with (as of its date in a backfill)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

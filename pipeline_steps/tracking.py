@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import date
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline_steps.manifests import Trigger
 from pipeline_steps.settings import MlflowSettings
 
 log = logging.getLogger(__name__)
@@ -64,3 +66,56 @@ def champion_version(client: Any, settings: MlflowSettings) -> Any | None:
         return client.get_model_version_by_alias(settings.registered_model, settings.champion_alias)
     except MlflowException:
         return None
+
+
+DECISION_TAG = "trainyard.decision"
+DATE_TAG = "trainyard.logical_date"
+KIND_TAG = "trainyard.trigger_kind"
+
+
+def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | None:
+    """The champion as it was on ``day``: of the versions whose recorded decision moved the live
+    alias (``promoted`` or ``forced``), the one of the newest logical date before ``day`` (the
+    highest version among equals). Backfill runs never move the alias, so their versions never
+    count. None when no run before ``day`` promoted anything."""
+    from pipeline_steps.manifests import PROMOTED
+
+    best: tuple[str, int] | None = None
+    chosen = None
+    for version in client.search_model_versions(f"name = '{settings.registered_model}'"):
+        tags = version.tags or {}
+        promoted_on = tags.get(DATE_TAG, "")
+        if tags.get(DECISION_TAG) not in PROMOTED or tags.get(KIND_TAG) == "backfill":
+            continue
+        if not promoted_on or promoted_on >= day.isoformat():
+            continue
+        key = (promoted_on, int(version.version))
+        if best is None or key > best:
+            best, chosen = key, version
+    return chosen
+
+
+def reference_champion(
+    client: Any, settings: MlflowSettings, trigger: Trigger, day: date
+) -> Any | None:
+    """The champion a run compares its challenger with, the same in evaluate and promote:
+
+    - a backfill: the champion as of its logical date (``champion_as_of``), whatever the live
+      alias says now, so a backfill's decisions do not depend on its concurrency or timing;
+    - a replay: the version the replayed run compared with (``evidence["champion"]``; none
+      when it had none);
+    - any other run: the live alias."""
+    from mlflow.exceptions import MlflowException
+
+    if trigger.kind == "backfill":
+        return champion_as_of(client, settings, day)
+    if trigger.kind == "replay" and "champion" in trigger.evidence:
+        recorded = trigger.evidence["champion"]
+        if recorded is None:
+            return None
+        try:
+            return client.get_model_version(settings.registered_model, str(recorded))
+        except MlflowException:
+            log.warning("the replayed run's champion version %s is gone; no champion", recorded)
+            return None
+    return champion_version(client, settings)

@@ -107,15 +107,14 @@ def read_validated(
     lake: Lake, dataset: str, days: Sequence[date]
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """The validated partitions of ``dataset`` on ``days`` as one frame, and each one's sha256
-    by date; days without a validated partition are skipped, none at all is an error."""
+    by date; days without a validated partition are skipped, none at all is an error. A pinned
+    lake gives the pinned versions (``Lake.validated_partition``)."""
     import pandas as pd
-
-    from pipeline_steps.lake import Lake
 
     frames, hashes = [], {}
     for day in days:
-        folder = Lake.partition("validated", dataset, day)
-        if not lake.exists(folder, "_manifest.json"):
+        folder = lake.validated_partition(dataset, day)
+        if folder is None:
             continue
         frames.append(lake.read_table(folder, "data.parquet").to_pandas())
         hashes[day.isoformat()] = lake.partition_manifest(folder).sha256

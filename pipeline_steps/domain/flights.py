@@ -27,7 +27,7 @@ import pyarrow.csv as pcsv
 
 from pipeline_steps.domain import Domain, FeatureColumns, read_validated
 from pipeline_steps.errors import StepError
-from pipeline_steps.lake import MANIFEST, Lake
+from pipeline_steps.lake import Lake
 from pipeline_steps.settings import FeatureSettings
 from pipeline_steps.sources import Availability, csv_options
 
@@ -171,8 +171,8 @@ def planes_snapshots(lake: Lake, days: Sequence[date]) -> tuple[pd.DataFrame, di
     """Registry snapshots in the window, each valid from its date; unchanged repeats dropped."""
     frames, hashes, last = [], {}, None
     for day in days:
-        folder = Lake.partition("validated", "planes", day)
-        if not lake.exists(folder, MANIFEST):
+        folder = lake.validated_partition("planes", day)
+        if folder is None:
             continue
         digest = lake.partition_manifest(folder).sha256
         if digest == last:

@@ -35,10 +35,11 @@ def score(model_uri: str, holdout: pd.DataFrame, features: list[str]) -> np.ndar
 def evaluate(ctx: RunContext) -> EvaluateManifest:
     """Write ``runs/<run>/evaluation.json``: AUC, log loss and accuracy of both models.
 
-    The champion is whatever the ``champion`` alias points at now; with none, only the
-    challenger is scored. Raises ``StepError`` when the holdout is empty or a model won't load.
+    The champion is ``tracking.reference_champion``'s: the live alias, or in a backfill the
+    champion as of the logical date; with none, only the challenger is scored. Raises
+    ``StepError`` when the holdout is empty or a model won't load.
     """
-    from pipeline_steps.tracking import champion_version, connect
+    from pipeline_steps.tracking import connect, reference_champion
 
     features, trained = ctx.upstream(FeaturesManifest), ctx.upstream(TrainManifest)
     holdout_set = features.sets.holdout
@@ -51,7 +52,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
     client = connect(ctx.settings.mlflow)
     challenger = holdout_metrics(labels, score(trained.model_uri, holdout, columns))
     champion: ScoredChampion | None = None
-    current = champion_version(client, ctx.settings.mlflow)
+    current = reference_champion(client, ctx.settings.mlflow, ctx.trigger, ctx.logical_date)
     if current is not None:
         uri = f"models:/{ctx.settings.mlflow.registered_model}/{current.version}"
         try:

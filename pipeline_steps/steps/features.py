@@ -5,6 +5,11 @@ validated days before D form the training set; D itself is the holdout. The doma
 labelled dataset's rows into entity rows and writes the Feast offline sources; Feast joins the
 domain's feature service to them point in time. The model's feature columns are the entity-row
 features plus the service's fields.
+
+Each run keeps its own Feast state, ``features/runs/<run>/`` (offline sources, registry, online
+store): runs of different dates never write the same files, so a backfill may run them at once.
+The cache check comes before any write. A backfill run refuses a window with a missing day (an
+earlier day of the same backfill not validated yet) rather than train on less than was known.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.domain import feature_columns, read_validated
 from pipeline_steps.errors import StepError
 from pipeline_steps.fingerprints import json_sha256
-from pipeline_steps.lake import MANIFEST, Lake, table_sha256
+from pipeline_steps.lake import MANIFEST, Lake, safe_run_key, table_sha256
 from pipeline_steps.manifests import (
     FeaturesManifest,
     FrozenSet,
+    PartitionRef,
+    PartitionRefs,
     TimeRange,
     TrainingSets,
     load_manifest,
@@ -42,7 +50,7 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
     day, size = ctx.logical_date, ctx.settings.features.window_days
     start = day - timedelta(days=size - 1)
     labelled = ctx.domain.labelled_dataset
-    validated = set(ctx.lake.partition_dates("validated", labelled))
+    validated = set(ctx.lake.validated_dates(labelled))
     if day not in validated:
         raise StepError(
             f"{labelled} partition of {day} is not validated "
@@ -50,6 +58,17 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
             "run the validate step first"
         )
     train_days = sorted(d for d in validated if start <= d < day)
+    if ctx.trigger.kind == "backfill":
+        known = min(validated)  # days before the first validated one were never loaded
+        expected = [start + timedelta(days=n) for n in range(size - 1)]
+        gaps = [d for d in expected if d >= known and d not in validated]
+        if gaps:
+            raise StepError(
+                f"backfill of {day}: window day(s) {', '.join(map(str, gaps))} not validated "
+                "(yet); a backfill trains only on complete windows so that its result does not "
+                "depend on which runs finished first: load the range's history first, e.g. "
+                f"`trainyard seed --start {start} --end {day}`"
+            )
     needed = ctx.settings.features.min_train_days
     if len(train_days) < needed:
         raise StepError(
@@ -60,13 +79,29 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
     return train_days, [day]
 
 
-def write_sources(ctx: RunContext, days: list[date]) -> dict[str, dict[str, str]]:
-    """Write the domain's Feast offline sources for the window; return the partition hashes."""
-    sources, hashes = ctx.domain.feature_sources(ctx.lake, days)
+def feast_dir(run_id: str) -> str:
+    """The run's own Feast folder in the lake: offline sources, registry and online store."""
+    return f"features/runs/{safe_run_key(run_id)}"
+
+
+def write_sources(ctx: RunContext, sources: dict[str, pd.DataFrame]) -> None:
+    """Write the domain's Feast offline sources into this run's Feast folder."""
     for name, frame in sources.items():
         table = pa.Table.from_pandas(frame, preserve_index=False)
-        ctx.lake.write_table(table, "features", "sources", f"{name}.parquet")
-    return hashes
+        ctx.lake.write_table(table, feast_dir(ctx.run_id), "sources", f"{name}.parquet")
+
+
+def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRefs:
+    """The raw version behind each partition read (dataset → date → sha256 read)."""
+    refs: PartitionRefs = {}
+    for dataset, days in hashes.items():
+        for day, digest in days.items():
+            folder = lake.validated_partition(dataset, date.fromisoformat(day))
+            if folder is None:
+                raise StepError(f"{dataset} {day} was read but has no validated partition")
+            version = lake.partition_manifest(folder).version
+            refs.setdefault(dataset, {})[day] = PartitionRef(version=version, sha256=digest)
+    return refs
 
 
 def load_definitions(repo: Path) -> list[Any]:
@@ -87,14 +122,15 @@ def load_definitions(repo: Path) -> list[Any]:
 
 
 def feature_store(ctx: RunContext) -> Any:
-    """The Feast store of this lake, with the repository's definitions applied."""
+    """The Feast store of this run (``feast_dir``), with the repository's definitions applied."""
     from feast import FeatureStore
 
     repo = Path(ctx.settings.features.feature_repo)
     if not (repo / "feature_store.yaml").is_file():
         raise StepError(f"Feast repository {repo} has no feature_store.yaml")
-    os.environ["TRAINYARD_FEAST_DIR"] = ctx.lake.url("features")
-    ctx.lake.fs.makedirs(ctx.lake.path("features"), exist_ok=True)
+    folder = feast_dir(ctx.run_id)
+    os.environ["TRAINYARD_FEAST_DIR"] = ctx.lake.url(folder)
+    ctx.lake.fs.makedirs(ctx.lake.path(folder), exist_ok=True)
     store = FeatureStore(repo_path=str(repo))
     store.apply(load_definitions(repo))
     return store
@@ -119,7 +155,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     labelled, labelled_hashes = read_validated(lake, domain.labelled_dataset, days)
     out_dir = Lake.training_set_dir(ctx.run_id)
 
-    source_hashes = write_sources(ctx, days)
+    sources, source_hashes = domain.feature_sources(lake, days)
     inputs = {
         domain.labelled_dataset: labelled_hashes,
         **source_hashes,
@@ -131,7 +167,6 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
     }
     input_hash = json_sha256(inputs)
-    store = feature_store(ctx)
     if lake.exists(out_dir, MANIFEST):
         where = lake.path(out_dir, MANIFEST)
         previous = load_manifest(FeaturesManifest, lake.read_json(out_dir, MANIFEST), where)
@@ -139,6 +174,8 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             log.info("training set of %s is cached: inputs unchanged", ctx.run_id)
             return ctx.record(replace(previous, status="cached"))
 
+    write_sources(ctx, sources)
+    store = feature_store(ctx)
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
     entity_rows = domain.entity_rows(labelled, settings)
@@ -183,6 +220,10 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             inputs=inputs,
             input_sha256=input_hash,
             training_set_sha256=json_sha256({k: v.sha256 for k, v in frozen.items()}),
+            partitions=partition_refs(
+                lake, {domain.labelled_dataset: labelled_hashes, **source_hashes}
+            ),
+            feast_dir=lake.path(feast_dir(ctx.run_id)),
         )
         lake.dump_json(manifest.to_json(), f"{tmp}/{MANIFEST}")
 

@@ -2,7 +2,8 @@
 
 Each partition is a version folder ``raw/<dataset>/date=D/version=N``. Ingesting a date whose
 source content is unchanged writes nothing (``cached``); changed content becomes a new version
-beside the old ones (latest wins unless ``ingest.pin_version`` pins one).
+beside the old ones (latest wins unless ``ingest.pin_version`` pins one, or ``ingest.pins``
+pins each dataset's version, as a replay does).
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ def ingest(ctx: RunContext) -> IngestManifest:
     source = open_source(settings, domain.schemas)
     datasets: dict[str, IngestedPartition] = {}
     for dataset in ctx.datasets:
-        if settings.pin_version:
-            datasets[dataset] = pinned(ctx.lake, dataset, day, settings.pin_version)
+        if ctx.lake.pins:  # a pinned view (a replay): the recorded version, nothing ingested
+            version = ctx.lake.pinned_version(dataset, day)
+            if version is None:
+                raise StepError(f"ingest.pins names no version of {dataset} {day}")
+            setting = f"ingest.pins[{dataset}/{day}]={version}"
+            datasets[dataset] = pinned(ctx.lake, dataset, day, version, setting)
+        elif settings.pin_version:
+            setting = f"ingest.pin_version={settings.pin_version}"
+            datasets[dataset] = pinned(ctx.lake, dataset, day, settings.pin_version, setting)
         else:
             datasets[dataset] = write_partition(ctx, source, dataset, day)
         partition = datasets[dataset]
@@ -55,11 +63,12 @@ def ingest(ctx: RunContext) -> IngestManifest:
     return ctx.record(manifest)
 
 
-def pinned(lake: Lake, dataset: str, day: date, version: int) -> IngestedPartition:
+def pinned(lake: Lake, dataset: str, day: date, version: int, setting: str) -> IngestedPartition:
+    """The pinned raw version as this run's ingest; an error naming ``setting`` when it is gone."""
     folder = Lake.raw_version(dataset, day, version)
     if not lake.exists(folder, MANIFEST):
         raise StepError(
-            f"ingest.pin_version={version}: {lake.path(folder)} does not exist; "
+            f"{setting}: {lake.path(folder)} does not exist; "
             f"versions of {dataset} {day}: {lake.raw_versions(dataset, day)}"
         )
     return ingested(lake.partition_manifest(folder), "pinned", lake.path(folder))

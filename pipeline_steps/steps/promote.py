@@ -1,7 +1,9 @@
 """Promote step: register the challenger; move the champion alias only if the gate passes.
 
 The decision and its reasons are recorded as tags on the new model version. The alias moves
-compare-and-swap style: if the champion changed since evaluation, nothing is promoted.
+compare-and-swap style: if the champion changed since evaluation, nothing is promoted. A backfill
+run never moves the alias: its gate compares with the champion as of its logical date and its
+decision is ``passed`` or ``rejected`` (see ``docs/reproducibility.md``).
 """
 
 from __future__ import annotations
@@ -14,14 +16,11 @@ from pipeline_steps.context import RunContext
 from pipeline_steps.manifests import (
     Decision,
     EvaluateManifest,
-    FeaturesManifest,
     HoldoutMetrics,
-    IngestManifest,
-    Lineage,
     PromoteManifest,
-    TrainManifest,
     to_json,
 )
+from pipeline_steps.provenance import build_lineage
 from pipeline_steps.settings import GateSettings
 
 log = logging.getLogger(__name__)
@@ -75,9 +74,20 @@ def decide(
 
     The alias moves only from the version the run compared against (the registry has no
     compare-and-set); ``promotion.skip`` never moves it; ``promotion.force`` moves it whatever
-    the gate said, with the reason recorded."""
+    the gate said, with the reason recorded. A backfill never moves it (force included): its
+    decision is the gate's verdict against the champion as of its date."""
     promotion = ctx.settings.promotion
     verdict = "passed" if passed else "refused"
+    if ctx.trigger.kind == "backfill":
+        note = (
+            f"backfill: compared with the champion as of {ctx.logical_date.isoformat()} "
+            f"(version {evaluated_against or 'none'}); a backfill never moves the live alias "
+            f"(it stays on version {current_version or 'none'})"
+        )
+        if promotion.force:
+            note += "; promotion.force does not apply to backfills"
+        decided: Decision = "skipped" if promotion.skip else "passed" if passed else "rejected"
+        return PromotionDecision(decided, [*reasons, note], champion=False, moves_alias=False)
     if current_version == version:
         return PromotionDecision(
             "promoted",
@@ -128,7 +138,14 @@ def promote(ctx: RunContext) -> PromoteManifest:
     """
     import mlflow
 
-    from pipeline_steps.tracking import RUN_TAG, champion_version, connect
+    from pipeline_steps.tracking import (
+        DATE_TAG,
+        DECISION_TAG,
+        KIND_TAG,
+        RUN_TAG,
+        champion_version,
+        connect,
+    )
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)
@@ -150,14 +167,13 @@ def promote(ctx: RunContext) -> PromoteManifest:
     decision = decide(
         ctx, passed, reasons, evaluated_against, current_version, str(version.version)
     )
-    if decision.moves_alias:
-        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
     reasons = decision.reasons
 
     tags = {
-        "trainyard.decision": decision.decision,
+        DECISION_TAG: decision.decision,
+        KIND_TAG: ctx.trigger.kind,
         "trainyard.reasons": " | ".join(reasons),
-        "trainyard.logical_date": ctx.logical_date.isoformat(),
+        DATE_TAG: ctx.logical_date.isoformat(),
         "trainyard.challenger_auc": str(challenger.metrics.auc),
         "trainyard.champion_version": evaluated_against or "none",
         "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
@@ -169,8 +185,12 @@ def promote(ctx: RunContext) -> PromoteManifest:
     if decision.decision == "forced":
         tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
         tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"
+    # Tags first: a backfill looking for the champion as of its date finds a moved alias's
+    # version by its decision tag.
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version.version, key, value)
+    if decision.moves_alias:
+        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
     log.info("%s version %s: %s", decision.decision, version.version, "; ".join(reasons))
     manifest = PromoteManifest(
         logical_date=ctx.logical_date.isoformat(),
@@ -181,24 +201,6 @@ def promote(ctx: RunContext) -> PromoteManifest:
         champion_before=current_version,
         champion_after=str(version.version) if decision.champion else current_version,
     )
-    ctx.lake.write_json(to_json(lineage(ctx, manifest)), ctx.run_dir, "lineage.json")
+    lineage = build_lineage(ctx, manifest.decision, manifest.version)
+    ctx.lake.write_json(to_json(lineage), ctx.run_dir, "lineage.json")
     return ctx.record(manifest)
-
-
-def lineage(ctx: RunContext, decision: PromoteManifest) -> Lineage:
-    """What this run used and produced, from partitions to the registered version."""
-    ingest, features = ctx.upstream(IngestManifest), ctx.upstream(FeaturesManifest)
-    trained = ctx.upstream(TrainManifest)
-    return Lineage(
-        run_id=ctx.run_id,
-        logical_date=ctx.logical_date.isoformat(),
-        settings_fingerprint=ctx.settings.fingerprint(),
-        raw_partitions={k: v.sha256 for k, v in ingest.datasets.items()},
-        training_inputs=features.inputs,
-        training_set_sha256=features.training_set_sha256,
-        mlflow_run_id=trained.mlflow_run_id,
-        model_uri=trained.model_uri,
-        registered_version=decision.version,
-        decision=decision.decision,
-        trigger=ctx.trigger,
-    )

@@ -3,7 +3,8 @@
 Passing partitions are published to ``validated/``; failing ones go to ``quarantine/`` with their
 report, any earlier validated copy of that date is withdrawn, and the step fails with a message
 naming the partition, the failed expectations, the columns and example values. Results (JSON)
-and Data Docs (HTML) are kept under ``reports/validation/date=D/``.
+and Data Docs (HTML) are kept under ``reports/validation/date=D/``. A run with ``ingest.pins``
+(a replay) validates its pinned versions and publishes nothing.
 """
 
 from __future__ import annotations
@@ -93,7 +94,12 @@ def validate(ctx: RunContext) -> ValidateManifest:
     verdicts = {d: validate_partition(ctx, d, day) for d in ctx.datasets}
     failed = [v.message for v in verdicts.values() if not v.success]
 
-    if failed:
+    if lake.pins:
+        # A pinned view (a replay) re-checks its recorded versions but leaves validated/ and
+        # quarantine/ to the runs that ingest: readers get the pinned versions from the view.
+        if failed:
+            raise StepError("validation of the pinned versions failed\n" + "\n".join(failed))
+    elif failed:
         for dataset, judged in verdicts.items():
             if not judged.success:
                 lake.publish(judged.raw, "quarantine", dataset, day, judged.verdict.report)
@@ -101,7 +107,7 @@ def validate(ctx: RunContext) -> ValidateManifest:
         raise StepError("validation failed\n" + "\n".join(failed))
 
     for dataset, judged in verdicts.items():
-        if judged.verdict.status != "cached":
+        if judged.verdict.status != "cached" and not lake.pins:
             lake.publish(judged.raw, "validated", dataset, day, judged.verdict.report)
     manifest = ValidateManifest(
         logical_date=day.isoformat(),
@@ -119,6 +125,8 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
     raw = raw_folder(ctx, dataset, day)
     raw_manifest = lake.partition_manifest(raw)
     reports = f"reports/validation/date={day.isoformat()}"
+    if lake.pins:  # the day's shared report stays the one of the version in validated/
+        reports = f"{ctx.run_dir}/validation"
     report = lake.path(reports, f"{dataset}.json")
     validated = Lake.partition("validated", dataset, day)
     published = lake.exists(validated, MANIFEST) and lake.partition_manifest(validated)

@@ -36,7 +36,12 @@ from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
 from pipeline_steps.steps.train.models import build_model, model_config
-from pipeline_steps.steps.train.state import EarlyStopping, EpochRecord, TrainingState
+from pipeline_steps.steps.train.state import (
+    EarlyStopping,
+    EpochRecord,
+    TrainingState,
+    weights_sha256,
+)
 from pipeline_steps.steps.train.step import (
     AUC_BINS,
     apply_gradients,
@@ -268,6 +273,8 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 best_epoch=stopping.best_epoch,
                 model_epoch=model_epoch,
                 checkpoints=lake.path(ctx.run_dir, "checkpoints"),
+                weights_sha256=weights_sha256(model),
+                history=[{k: float(v) for k, v in h.items()} for h in history],
             )
         )
     if procs.distributed:

@@ -10,6 +10,7 @@ as a plain dict (``to_checkpoint``) marked with ``LAYOUT``, and reads it back
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,3 +108,14 @@ class TrainingState:
             world_size=content["world_size"],
             config_hash=content["config_hash"],
         )
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """sha256 of the model's weights: every state-dict entry's name, dtype, shape and bytes, in
+    order, on the CPU. Equal hashes mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        value = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{value.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(value.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
