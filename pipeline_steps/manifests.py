@@ -348,9 +348,9 @@ class Trigger:
                 for f in features
                 if not isinstance(f, dict) or f.get("trigger", True)
             ]
-            text += f": drift on {', '.join(names)}"
+            text += f": {', '.join(names) or 'drift'} crossed"
             if self.evidence.get("logical_date"):
-                text += f" ({self.evidence['logical_date']})"
+                text += f" on the window ending {self.evidence['logical_date']}"
         elif self.kind == "replay" and self.evidence.get("replays"):
             text += f" of run {self.evidence['replays']}"
         return text

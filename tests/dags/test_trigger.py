@@ -155,3 +155,27 @@ def test_the_source_says_when_a_day_will_never_come(tmp_path) -> None:
     (tmp_path / "flights").mkdir()
     (tmp_path / "flights" / "2013-06-03.csv").write_text("year\n2013\n")
     assert source_availability(files, date(2013, 6, 3)).ready
+
+
+def test_a_run_says_why_it_ran() -> None:
+    from pipeline_steps.manifests import SettingOverride, Trigger
+
+    drift = Trigger(
+        kind="drift",
+        evidence={
+            "logical_date": "2013-12-06",
+            "features": [
+                {"name": "label", "trigger": True},
+                {"name": "humid", "trigger": False},
+            ],
+        },
+    )
+    assert drift.describe() == "drift: label crossed on the window ending 2013-12-06"
+    manual = Trigger(
+        kind="manual",
+        user="ada",
+        overrides=[SettingOverride(setting="train.epochs", value=3, default=6)],
+    )
+    assert manual.describe() == "manual by ada"
+    assert manual.describe_overrides() == "train.epochs=3 (default 6)"
+    assert Trigger(kind="replay", evidence={"replays": "r1"}).describe() == "replay of run r1"
