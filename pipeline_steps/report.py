@@ -103,7 +103,11 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
     lines.append(f"  rows ingested        {ingest.rows} {rows_label}")
     if run.validate:
         checks = sum(d.evaluated for d in run.validate.datasets.values())
-        lines.append(f"  validation           {run.validate.verdict} ({checks} expectations)")
+        cached = all(d.status == "cached" for d in run.validate.datasets.values())
+        how = (
+            "cached: these partitions were validated before" if cached else f"{checks} expectations"
+        )
+        lines.append(f"  validation           {run.validate.verdict} ({how})")
         drift = run.validate.drift
         verdict = (
             ("detected on " + ", ".join(drift.crossed))
