@@ -114,7 +114,7 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
             if drift.drift_detected
             else "none above thresholds"
         )
-        lines.append(f"  drift                {verdict} ({drift.reference}; {drift.report})")
+        lines.append(f"  drift of the day     {verdict} ({drift.reference}; {drift.report})")
     else:
         lines.append("  validation           not passed (see reports/validation/)")
     if run.features:
