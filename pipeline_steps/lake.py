@@ -243,6 +243,28 @@ class Lake:
         if had_old:
             self.fs.rm(old, recursive=True)
 
+    @contextmanager
+    def writer_lock(self, *parts: str) -> Iterator[None]:
+        """Hold an exclusive lock on the partition ``parts`` while writing it, so two runs of the
+        same day (the monitor's and the training's, a manual run beside a backfill) take turns:
+        the second sees the first's version and finds its content cached. The lock is a
+        ``flock`` on ``.<name>.lock`` beside the folder on a local (or network-mounted) lake;
+        object stores have no lock (serialise those runs with an Airflow pool)."""
+        if "file" not in self.fs.protocol and "local" not in self.fs.protocol:
+            yield
+            return
+        import fcntl
+
+        target = self.path(*parts)
+        parent, _, name = target.rpartition("/")
+        self.fs.makedirs(parent, exist_ok=True)
+        with open(f"{parent}/.{name}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
     def write_parquet(
         self, table: pa.Table, folder: str, name: str, row_group_rows: int = CHUNK_ROWS
     ) -> str:
@@ -253,7 +275,8 @@ class Lake:
     def publish(self, raw: str, stage: str, dataset: str, day: date, report: str) -> None:
         """Copy a raw partition version to ``validated/`` or ``quarantine/`` atomically, its
         manifest pointing at the validation report (kept beside it in quarantine)."""
-        with self.staged_dir(Lake.partition(stage, dataset, day)) as tmp:
+        folder = Lake.partition(stage, dataset, day)
+        with self.writer_lock(folder), self.staged_dir(folder) as tmp:
             self.fs.copy(self.path(raw, "data.parquet"), f"{tmp}/data.parquet")
             published = replace(self.partition_manifest(raw), validation_report=report)
             self.dump_json(to_json(published), f"{tmp}/{MANIFEST}")

@@ -80,7 +80,13 @@ def ingested(raw: RawPartition, status: IngestStatus, path: str) -> IngestedPart
 
 
 def write_partition(ctx: RunContext, source: Source, dataset: str, day: date) -> IngestedPartition:
-    """Stream the source into a new version; keep it only if its content is new."""
+    """Stream the source into a new version; keep it only if its content is new. Writers of
+    the same partition take turns (``Lake.writer_lock``)."""
+    with ctx.lake.writer_lock(Lake.partition("raw", dataset, day)):
+        return _write_version(ctx, source, dataset, day)
+
+
+def _write_version(ctx: RunContext, source: Source, dataset: str, day: date) -> IngestedPartition:
     lake = ctx.lake
     versions = lake.raw_versions(dataset, day)
     latest = (

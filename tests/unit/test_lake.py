@@ -66,3 +66,30 @@ def test_different_run_ids_never_share_a_key() -> None:
     ids.append(lookalike)
     keys = [safe_run_key(i) for i in ids]
     assert len(set(keys)) == len(ids), sorted(zip(keys, ids, strict=True))
+
+
+def test_two_writers_of_one_partition_take_turns(tmp_path) -> None:
+    """Two processes writing the same day's partition (the monitor's run and the training
+    run): the second holds the lock only after the first let go."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from pipeline_steps.lake import Lake\n"
+        "lake = Lake(sys.argv[1])\n"
+        "with lake.writer_lock('raw', 'flights', 'date=2013-06-03'):\n"
+        "    print('in', time.monotonic(), flush=True); time.sleep(0.5)\n"
+        "    print('out', time.monotonic(), flush=True)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    spans = []
+    for proc in procs:
+        out = proc.communicate(timeout=30)[0].decode().split()
+        spans.append((float(out[1]), float(out[3])))
+    first, second = sorted(spans)
+    assert second[0] >= first[1], f"the two writers overlapped: {spans}"
+    assert Lake(str(tmp_path)).partition_dates("raw", "flights") == []
