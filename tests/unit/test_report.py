@@ -58,7 +58,7 @@ def test_summary_says_what_each_step_decided() -> None:
     )
     text = "\n".join(summarise(run))
     assert "rows ingested        911 flights" in text
-    assert "drift                detected on weather.temp (champion training window" in text
+    assert "drift of the day     detected on weather.temp (champion training window" in text
     assert "champion             v1: auc 0.7200" in text
     assert "REJECTED: challenger AUC 0.7000 < floor" in text
     assert "flight_delay version 2; champion is now version 1" in text
