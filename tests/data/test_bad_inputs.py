@@ -1,6 +1,7 @@
 """A catalogue of bad inputs: each stops the run before training with a message that names the
 problem, and nothing is written to validated/, to a training set or to the registry."""
 
+import os
 import subprocess
 import sys
 from datetime import date
@@ -133,3 +134,87 @@ def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
     )
     assert failed.returncode == 1
     assert "expect_table_columns_to_match_set" in failed.stdout and "dest" in failed.stdout
+
+
+def _validate_file(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pipeline_steps.cli", "validate", "--suite", "flights"]
+    return subprocess.run([*command, "--path", str(path), *extra], capture_output=True, text=True)
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("trainyard validate")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    return lines[0]
+
+
+def test_a_file_without_rows_fails_with_one_line(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
+    table.slice(0, 0).to_pandas().to_csv(tmp_path / "header.csv", index=False)
+    (tmp_path / "zero.csv").write_bytes(b"")
+    for name, said in [
+        ("empty.parquet", "has no rows"),
+        ("header.csv", "has no rows (only a header)"),
+        ("zero.csv", "is empty (0 bytes)"),
+    ]:
+        done = _validate_file(tmp_path / name)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"file {tmp_path / name} {said}" in _one_line(done)
+
+
+def test_a_file_of_several_dates_lists_them_or_is_split(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    other = _set(table.slice(0, 3), "day", pa.array([FIRST_DAY.day + 1] * 3, pa.int32()))
+    pq.write_table(pa.concat_tables([table, other]), tmp_path / "two.parquet")
+    done = _validate_file(tmp_path / "two.parquet")
+    assert done.returncode == 1
+    following = date(FIRST_DAY.year, FIRST_DAY.month, FIRST_DAY.day + 1)
+    assert (
+        f"holds several dates: {FIRST_DAY} ({table.num_rows} rows), {following} (3 rows)"
+        in _one_line(done)
+    )
+    split = _validate_file(tmp_path / "two.parquet", "--split-by-date")
+    assert split.returncode == 0, split.stdout + split.stderr
+    assert f"(date {FIRST_DAY}) passed" in split.stdout
+    assert f"(date {following}) passed" in split.stdout
+    dated = _validate_file(tmp_path / "two.parquet", "--date", str(FIRST_DAY))
+    assert dated.returncode == 1 and "on column 'day'" in dated.stdout
+
+
+def test_a_file_without_its_date_columns_names_them(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    pq.write_table(table.drop_columns(["day"]), tmp_path / "no_day.parquet")
+    done = _validate_file(tmp_path / "no_day.parquet")
+    assert done.returncode == 1
+    assert "date cannot be inferred, column(s) ['day'] missing" in _one_line(done)
+
+
+@pytest.mark.parametrize("content", ["", "header"])
+def test_seeding_from_an_empty_source_file_fails_with_one_line(
+    tmp_path: Path, run: RunContext, content: str
+) -> None:
+    files = tmp_path / "files"
+    for dataset in ("flights", "weather", "planes"):
+        (files / dataset).mkdir(parents=True)
+        table = pq.read_table(run.lake.path(RAW.replace("flights", dataset, 1), "data.parquet"))
+        text = table.slice(0, 0).to_pandas().to_csv(index=False) if content else ""
+        (files / dataset / f"{FIRST_DAY}.csv").write_text(text)
+    home = tmp_path / "other-home"
+    path = f"ingest.path={files}/{{dataset}}/{{date}}.csv"
+    source = ["--set", "ingest.source=file", "--set", path]
+    for command in (
+        ["seed", "--start", str(FIRST_DAY), "--end", str(FIRST_DAY)],
+        ["step", "ingest", "--run-id", "empty", "--logical-date", str(FIRST_DAY)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline_steps.cli", *command, *source],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TRAINYARD_HOME": str(home)},
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert "failed (permanent)" in last and f"{FIRST_DAY}" in last
+    assert not (home / "lake" / "validated").exists()
