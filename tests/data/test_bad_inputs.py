@@ -4,6 +4,7 @@ problem, and nothing is written to validated/, to a training set or to the regis
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -37,9 +38,13 @@ CASES = {
         lambda t: t.drop_columns(["carrier"]),
         r"expect_table_columns_to_match_set: missing column\(s\) \['carrier'\]",
     ),
-    "extra column": (
-        lambda t: t.append_column("surprise", pa.array([1] * t.num_rows)),
-        r"expect_table_columns_to_match_set: unexpected column\(s\) \['surprise'\]",
+    "renamed column": (
+        lambda t: t.rename_columns(["airline" if c == "carrier" else c for c in t.column_names]),
+        r"schema change: column 'carrier' removed \(was string\) against the schema \(failed\)",
+    ),
+    "widened type": (
+        lambda t: _set(t, "distance", pc.cast(t["distance"], pa.float64())),
+        r"schema change: column 'distance' widened int32 -> double against the schema",
     ),
     "wrong dtype": (
         lambda t: _set(t, "distance", pc.cast(t["distance"], pa.string())),
@@ -218,3 +223,52 @@ def test_seeding_from_an_empty_source_file_fails_with_one_line(
         last = done.stderr.strip().splitlines()[-1]
         assert "failed (permanent)" in last and f"{FIRST_DAY}" in last
     assert not (home / "lake" / "validated").exists()
+
+
+def _with_surprise(ctx: RunContext) -> None:
+    path = ctx.lake.path(RAW, "data.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("surprise", pa.array([1] * table.num_rows)), path)
+
+
+def test_an_added_column_is_reported_and_kept_out_of_validated(run: RunContext) -> None:
+    _with_surprise(run)
+    manifest = validate(run)
+    changes = [
+        (c.column, c.change, c.against, c.action)
+        for c in manifest.datasets["flights"].schema_changes
+    ]
+    assert ("surprise", "added", "schema", "dropped") in changes
+    assert ("surprise", "added", "previous", "kept") in changes
+    validated = run.lake.validated_partition("flights", FIRST_DAY)
+    assert validated is not None
+    assert "surprise" not in run.lake.read_table(validated, "data.parquet").column_names
+    report = run.lake.read_json(f"reports/validation/date={FIRST_DAY}", "flights.json")
+    assert {"column": "surprise", "change": "added", "against": "schema"}.items() <= report[
+        "schema_changes"
+    ][0].items()
+
+
+def test_an_added_column_stops_the_run_when_set_to_fail(
+    run: RunContext, make_settings, lake_home: Path
+) -> None:
+    _with_surprise(run)
+    strict = replace(
+        run,
+        settings=make_settings(
+            "validation.schema_policy={flights.added_columns: fail}", home=lake_home
+        ),
+    )
+    with pytest.raises(StepError, match=r"column 'surprise' added \(int64\) against the schema"):
+        validate(strict)
+    _assert_nothing_downstream(strict)
+
+
+def test_a_reordered_column_set_passes_and_is_reported(run: RunContext) -> None:
+    path = run.lake.path(RAW, "data.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.select(list(reversed(table.column_names))), path)
+    manifest = validate(run)
+    changes = manifest.datasets["flights"].schema_changes
+    assert changes and all(c.change == "reordered" and c.action == "kept" for c in changes)
+    assert {c.against for c in changes} == {"schema", "previous"}
