@@ -123,7 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--suite", help="suite name: a dataset (default: the labelled one, flights in the example)"
     )
-    check.add_argument("--date", type=_date, help="partition date (default: the file's)")
+    check.add_argument(
+        "--date", type=_date, help="partition date (default: the file's; it must hold one)"
+    )
+    check.add_argument(
+        "--split-by-date",
+        action="store_true",
+        help="without --date: validate the rows of each date in the file on their own",
+    )
     common(check)
 
     report = sub.add_parser("report", help="summarise recorded runs")
@@ -199,21 +206,32 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> Se
 
 
 def check_file_command(args: argparse.Namespace) -> int:
-    """Exit 0 when the file passes its suite, 1 with the readable report when it does not."""
+    """Exit 0 when the file passes its suite; 1 with the readable report when it does not, or
+    with one line when it has no rows or not one partition date; 2 (raised) when it cannot be
+    read."""
     from pipeline_steps.domain import load_domain
-    from pipeline_steps.quality.file_check import check_file
+    from pipeline_steps.quality.file_check import FileRejected, check_file
     from pipeline_steps.quality.suites import describe
 
     settings = load_settings(args.config, args.set)
     suite = args.suite or load_domain(settings.domain.module).labelled_dataset
-    outcome = check_file(args.path, suite, settings, args.date)
-    if outcome.warnings:
-        print(describe(f"file {args.path}", outcome.warnings, "warned on"))
-    if outcome.failures:
-        print(describe(f"file {args.path}", outcome.failures))
+    try:
+        checks = check_file(args.path, suite, settings, args.date, args.split_by_date)
+    except FileRejected as exc:
+        print(f"trainyard validate failed: {exc}", flush=True)
         return 1
-    print(f"file {args.path} passed suite {suite!r} ({outcome.evaluated} expectations)")
-    return 0
+    failed = False
+    for check in checks:
+        subject = f"file {args.path}" + (f" (date {check.day})" if len(checks) > 1 else "")
+        outcome = check.outcome
+        if outcome.warnings:
+            print(describe(subject, outcome.warnings, "warned on"))
+        if outcome.failures:
+            print(describe(subject, outcome.failures))
+            failed = True
+        else:
+            print(f"{subject} passed suite {suite!r} ({outcome.evaluated} expectations)")
+    return 1 if failed else 0
 
 
 def fail(args: argparse.Namespace, exc: Exception) -> int:

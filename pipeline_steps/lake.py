@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
@@ -272,16 +272,43 @@ class Lake:
         pq.write_table(table, path, filesystem=self.fs, row_group_size=row_group_rows)
         return path
 
-    def publish(self, raw: str, stage: str, dataset: str, day: date, report: str) -> None:
+    def publish(
+        self,
+        raw: str,
+        stage: str,
+        dataset: str,
+        day: date,
+        report: str,
+        drop: Sequence[str] = (),
+    ) -> None:
         """Copy a raw partition version to ``validated/`` or ``quarantine/`` atomically, its
-        manifest pointing at the validation report (kept beside it in quarantine)."""
+        manifest pointing at the validation report (kept beside it in quarantine). ``drop``
+        names columns left out of the copy (its manifest keeps the raw version's sha256, the
+        identity of what was validated, and the copy's own schema fingerprint)."""
         folder = Lake.partition(stage, dataset, day)
         with self.writer_lock(folder), self.staged_dir(folder) as tmp:
-            self.fs.copy(self.path(raw, "data.parquet"), f"{tmp}/data.parquet")
             published = replace(self.partition_manifest(raw), validation_report=report)
+            if drop:
+                schema = self._copy_without(
+                    self.path(raw, "data.parquet"), f"{tmp}/data.parquet", drop
+                )
+                published = replace(published, schema_fingerprint=schema_fingerprint(schema))
+            else:
+                self.fs.copy(self.path(raw, "data.parquet"), f"{tmp}/data.parquet")
             self.dump_json(to_json(published), f"{tmp}/{MANIFEST}")
             if stage == "quarantine":
                 self.fs.copy(report, f"{tmp}/validation.json")
+
+    def _copy_without(self, source: str, target: str, drop: Sequence[str]) -> pa.Schema:
+        """Stream a parquet file into ``target`` without the ``drop`` columns; its schema."""
+        with self.fs.open(source, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            columns = [c for c in parquet.schema_arrow.names if c not in drop]
+            schema = pa.schema([parquet.schema_arrow.field(c) for c in columns])
+            with pq.ParquetWriter(target, schema, filesystem=self.fs) as writer:
+                for batch in parquet.iter_batches(columns=columns, batch_size=CHUNK_ROWS):
+                    writer.write_batch(batch)
+        return schema
 
     def remove(self, *parts: str) -> None:
         target = self.path(*parts)

@@ -96,6 +96,41 @@ class IngestManifest(Manifest):
     datasets: dict[str, IngestedPartition]
 
 
+SchemaChangeKind = Literal["added", "removed", "widened", "retyped", "reordered"]
+SchemaAction = Literal["failed", "dropped", "warned", "kept"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SchemaChange:
+    """One column of a partition that differs from the dataset's schema (``against="schema"``:
+    the domain's column types, which the suite checks) or from the previous raw version
+    (``against="previous"``: the version before it of the same date, else the latest one of the
+    previous date)."""
+
+    column: str
+    change: SchemaChangeKind
+    against: Literal["schema", "previous"]
+    before: str | None = None
+    """The column's type (or, for ``reordered``, position) in the reference; None if absent."""
+    after: str | None = None
+    """The column's type (or position) in the partition; None if absent."""
+    action: SchemaAction = "kept"
+    """What validation did: ``failed`` (the run stops), ``dropped`` (left out of the suite run
+    and of ``validated/``), ``warned``, or ``kept`` (recorded only)."""
+
+    @property
+    def label(self) -> str:
+        """One readable phrase naming the column."""
+        what = {
+            "added": f"added ({self.after})",
+            "removed": f"removed (was {self.before})",
+            "widened": f"widened {self.before} -> {self.after}",
+            "retyped": f"changed type {self.before} -> {self.after}",
+            "reordered": f"moved from position {self.before} to {self.after}",
+        }[self.change]
+        return f"column {self.column!r} {what} against the {self.against} ({self.action})"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DatasetVerdict:
     """What the suite said about one dataset's partition."""
@@ -107,6 +142,8 @@ class DatasetVerdict:
     evaluated: int
     failed: int
     warnings: list[str]
+    schema_changes: list[SchemaChange] = field(default_factory=list)
+    """Columns added, removed, widened or moved, against the schema and the previous version."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

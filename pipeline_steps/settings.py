@@ -167,8 +167,43 @@ class ValidationSettings:
     """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
     chunk_rows: int = 1_000_000
     """Partitions with more rows are validated this many rows at a time (bounded memory)."""
+    added_columns: Literal["fail", "warn_and_drop"] = "warn_and_drop"
+    """A column the source added (not in the dataset's schema): ``warn_and_drop`` reports it and
+    leaves it out of the suite run and of ``validated/``, so training never sees it; ``fail``
+    stops the run."""
+    removed_columns: Literal["fail"] = "fail"
+    """A column of the dataset's schema the source no longer has (removed or renamed): always
+    stops the run; the setting exists to say so."""
+    widened_types: Literal["fail", "warn"] = "fail"
+    """A column whose type widened (int → float, int32 → int64, string → large string):
+    ``fail`` stops the run; ``warn`` reports it and lets the suite's type expectations judge."""
+    schema_policy: dict[str, str] = field(default_factory=dict)
+    """Per-dataset overrides of the three above, ``{"<dataset>.<setting>": value}``, e.g.
+    ``{"weather.added_columns": "fail"}``."""
+
+    def policy(self, dataset: str, name: str) -> str:
+        """The schema-change setting ``name`` for ``dataset``, its override if any."""
+        default: str = getattr(self, name)
+        return self.schema_policy.get(f"{dataset}.{name}", default)
 
     def __post_init__(self) -> None:
+        choices = {
+            "added_columns": ("fail", "warn_and_drop"),
+            "removed_columns": ("fail",),
+            "widened_types": ("fail", "warn"),
+        }
+        for key, value in self.schema_policy.items():
+            dataset, _, name = key.rpartition(".")
+            if not dataset or name not in choices:
+                raise SettingsError(
+                    f"validation.schema_policy key {key!r} must read '<dataset>.<setting>' with "
+                    f"a setting in {', '.join(choices)}"
+                )
+            if value not in choices[name]:
+                raise SettingsError(
+                    f"validation.schema_policy[{key!r}] must be one of {choices[name]}, "
+                    f"got {value!r}"
+                )
         if not 0 <= self.row_count_low < 1 < self.row_count_high:
             raise SettingsError(
                 "validation.row_count_low must be in [0, 1) and validation.row_count_high above 1"

@@ -1,7 +1,14 @@
-"""``trainyard validate --path``: one CSV or parquet file checked by hand against a suite."""
+"""``trainyard validate --path``: one CSV or parquet file checked by hand against a suite.
+
+Exit codes of the command: 0 the file passes, 1 it fails (its suite, or it has no rows, or its
+partition date cannot be inferred: several dates, or none), 2 it cannot be read at all.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -13,32 +20,114 @@ from pipeline_steps.lake import CHUNK_ROWS
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite, suite_path
 from pipeline_steps.settings import Settings
 
+DATE_COLUMNS = ("year", "month", "day")
+"""The columns a file's partition date is read from when ``--date`` is not given."""
+
+
+class FileRejected(StepError):
+    """The file was read but cannot pass as one partition: it has no rows, or not exactly one
+    partition date. ``validate --path`` exits 1 with this one line."""
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One partition date of a file judged by its suite (``day`` None: the suite needs none)."""
+
+    day: date | None
+    rows: int
+    outcome: SuiteOutcome
+
 
 def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
     """Read a CSV or parquet file (local path or fsspec URL) as the file source would, CSV
-    columns typed by ``schema`` where it names them."""
+    columns typed by ``schema`` where it names them. Raises ``FileRejected`` for a file of
+    0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read."""
     import fsspec
 
     from pipeline_steps.sources import open_file
 
     try:
+        fs, local = fsspec.core.url_to_fs(path)
+        if fs.size(local) == 0:
+            raise FileRejected(f"file {path} is empty (0 bytes): no rows to validate")
         with fsspec.open(path, "rb", compression="infer") as fh:
             found, batches = open_file(fh, path, schema, CHUNK_ROWS)
             return pa.Table.from_batches(list(batches), found)
     except FileNotFoundError as exc:
         raise StepError(f"file {path} does not exist") from exc
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise StepError(f"file {path} cannot be read: {exc}") from exc
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StepError(f"file {path} cannot be read: {first_line}") from exc
 
 
-def check_file(path: str, suite: str, settings: Settings, day: date | None = None) -> SuiteOutcome:
-    """Validate one file by hand against a suite (a dataset's name); the partition date
-    defaults to the file's. Raises ``StepError`` when the file or the suite cannot be read."""
+def check_file(
+    path: str,
+    suite: str,
+    settings: Settings,
+    day: date | None = None,
+    split_by_date: bool = False,
+) -> list[FileCheck]:
+    """Validate one file by hand against a suite (a dataset's name).
+
+    The partition date is ``day`` when given, else the file's: its rows must then hold one date
+    (``split_by_date`` validates each date's rows on their own). Returns one check per date
+    validated. Raises ``FileRejected`` when the file has no rows or its date cannot be inferred,
+    ``StepError`` when the file or the suite cannot be read.
+    """
     schema = load_domain(settings.domain.module).schemas.get(suite)
-    frame = as_frame(read_any(path, schema))
-    if day is None and {"year", "month", "day"} <= set(frame.columns) and len(frame):
-        year, month, dom = frame[["year", "month", "day"]].mode().iloc[0]
-        day = date(int(year), int(month), int(dom))
+    file = suite_path(settings.validation.expectations_dir, suite)
+    expectations = load_suite(file)
+    table = read_any(path, schema)
+    if table.num_rows == 0:
+        kind = "only a header" if not path.endswith(".parquet") else "a schema and no rows"
+        raise FileRejected(f"file {path} has no rows ({kind}): nothing to validate")
+    frame = as_frame(table)
+    if day is not None or not _needs_date(file.read_text()):
+        return [FileCheck(day, len(frame), run_suite(suite, frame, expectations, _params(day)))]
+    missing = [c for c in DATE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise FileRejected(
+            f"file {path}: its partition date cannot be inferred, column(s) {missing} missing; "
+            "pass --date YYYY-MM-DD"
+        )
+    dated = frame.dropna(subset=list(DATE_COLUMNS))
+    counts = dated.groupby(list(DATE_COLUMNS)).size()
+    if counts.empty:
+        raise FileRejected(
+            f"file {path}: its partition date cannot be inferred, no row has all of "
+            f"{list(DATE_COLUMNS)}; pass --date YYYY-MM-DD"
+        )
+    days = {key: _calendar_day(path, key) for key in counts.index}
+    if len(counts) > 1 and not split_by_date:
+        found = ", ".join(f"{days[k].isoformat()} ({n} rows)" for k, n in counts.items())
+        raise FileRejected(
+            f"file {path} holds several dates: {found}; pass --date YYYY-MM-DD, "
+            "or --split-by-date to validate each"
+        )
+    if len(counts) == 1:  # rows without a complete date stay in for the suite to judge
+        only = days[counts.index[0]]
+        return [FileCheck(only, len(frame), run_suite(suite, frame, expectations, _params(only)))]
+    checks = []
+    for key, one_day in days.items():
+        rows = dated[(dated[list(DATE_COLUMNS)] == list(key)).all(axis=1)]
+        outcome = run_suite(suite, rows, load_suite(file), _params(one_day))
+        checks.append(FileCheck(one_day, len(rows), outcome))
+    return checks
+
+
+def _calendar_day(path: str, key: tuple[Any, ...]) -> date:
+    year, month, dom = (int(v) for v in key)
+    try:
+        return date(year, month, dom)
+    except ValueError as exc:
+        raise FileRejected(
+            f"file {path}: year/month/day {year}-{month}-{dom} is not a calendar date; "
+            "pass --date YYYY-MM-DD"
+        ) from exc
+
+
+def _params(day: date | None) -> dict[str, Any]:
+    """Suite parameters of a file checked by hand: no row-count bounds, the date if known."""
     parameters: dict[str, Any] = {"row_count_min": 0, "row_count_max": 10**12}
     if day is not None:
         parameters |= {
@@ -46,5 +135,20 @@ def check_file(path: str, suite: str, settings: Settings, day: date | None = Non
             "partition_month": day.month,
             "partition_day": day.day,
         }
-    expectations = load_suite(suite_path(settings.validation.expectations_dir, suite))
-    return run_suite(suite, frame, expectations, parameters)
+    return parameters
+
+
+def _needs_date(suite_json: str) -> bool:
+    """Whether a suite refers to the partition date (a ``partition_*`` parameter)."""
+    return any(name.startswith("partition_") for name in _parameters(json.loads(suite_json)))
+
+
+def _parameters(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if isinstance(node.get("$PARAMETER"), str):
+            yield node["$PARAMETER"]
+        for value in node.values():
+            yield from _parameters(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _parameters(value)

@@ -57,8 +57,10 @@ def run_suite_chunked(
     parameters: dict[str, Any],
     data_docs_dir: str | None,
     chunk_rows: int,
+    columns: list[str] | None = None,
 ) -> SuiteOutcome:
-    """Validate a parquet file ``chunk_rows`` rows at a time against ``suite``."""
+    """Validate a parquet file ``chunk_rows`` rows at a time against ``suite`` (only ``columns``
+    when given)."""
     from great_expectations.checkpoint import CheckpointResult, UpdateDataDocsAction
     from great_expectations.core.expectation_suite import ExpectationSuite
 
@@ -73,7 +75,9 @@ def run_suite_chunked(
     aggregates = Aggregates.for_expectations(whole)
     first: Any = None
     merged: Any = None
-    for frame in prefetch(_chunks(parquet, chunk_rows)):  # the next chunk is read meanwhile
+    for frame in prefetch(
+        _chunks(parquet, chunk_rows, columns)
+    ):  # the next chunk is read meanwhile
         run = checkpoint.run(
             batch_parameters={"dataframe": frame}, expectation_parameters=parameters
         )
@@ -126,8 +130,10 @@ def _fresh_suite(suite: ExpectationSuite) -> ExpectationSuite:
     return ExpectationSuite(name=suite.name, expectations=[_fresh(e) for e in suite.expectations])
 
 
-def _chunks(parquet: pq.ParquetFile, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    for batch in parquet.iter_batches(batch_size=chunk_rows):
+def _chunks(
+    parquet: pq.ParquetFile, chunk_rows: int, columns: list[str] | None = None
+) -> Iterator[pd.DataFrame]:
+    for batch in parquet.iter_batches(batch_size=chunk_rows, columns=columns):
         yield as_frame(pa.Table.from_batches([batch]))
 
 

@@ -21,8 +21,15 @@ import pyarrow.parquet as pq
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import MANIFEST, Lake
-from pipeline_steps.manifests import DatasetVerdict, IngestManifest, ValidateManifest, to_json
+from pipeline_steps.manifests import (
+    DatasetVerdict,
+    IngestManifest,
+    SchemaChange,
+    ValidateManifest,
+    to_json,
+)
 from pipeline_steps.quality.drift import drift_report
+from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     SuiteOutcome,
     as_frame,
@@ -79,6 +86,11 @@ class PartitionVerdict:
     message: str = ""
 
     @property
+    def dropped(self) -> list[str]:
+        """Columns the source added that are left out of ``validated/``."""
+        return [c.column for c in self.verdict.schema_changes if c.action == "dropped"]
+
+    @property
     def success(self) -> bool:
         return self.verdict.success
 
@@ -108,7 +120,9 @@ def validate(ctx: RunContext) -> ValidateManifest:
 
     for dataset, judged in verdicts.items():
         if judged.verdict.status != "cached" and not lake.pins:
-            lake.publish(judged.raw, "validated", dataset, day, judged.verdict.report)
+            lake.publish(
+                judged.raw, "validated", dataset, day, judged.verdict.report, judged.dropped
+            )
     manifest = ValidateManifest(
         logical_date=day.isoformat(),
         verdict="passed",
@@ -143,6 +157,8 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
         return PartitionVerdict(raw=raw, verdict=cached)
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
     parameters = suite_parameters(lake, dataset, day, settings)
+    changes = schema_changes(ctx, raw, dataset, day)
+    dropped = [c.column for c in changes if c.action == "dropped"]
     docs = None
     with temporary_docs_dir() as tmp_docs:
         outcome = run_partition_suite(
@@ -153,6 +169,7 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
             parameters,
             tmp_docs if settings.data_docs else None,
             settings.chunk_rows,
+            dropped,
         )
         if settings.data_docs:
             docs = lake.path(reports, "data_docs", dataset)
@@ -165,12 +182,44 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
             "parameters": parameters,
             "failures": to_json(outcome.failures),
             "warnings": to_json(outcome.warnings),
+            "schema_changes": to_json(changes),
             "result": outcome.result,
         },
         reports,
         f"{dataset}.json",
     )
-    return _verdict(raw, lake.path(raw), outcome, report, docs)
+    return _verdict(raw, lake.path(raw), outcome, report, docs, changes)
+
+
+def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[SchemaChange]:
+    """The partition's columns against the dataset's schema and the previous raw version (the
+    one before it of the same date, else the latest of the day before), judged by the
+    ``validation`` settings."""
+    lake = ctx.lake
+    version = lake.partition_manifest(raw).version
+    earlier = [v for v in lake.raw_versions(dataset, day) if v < version]
+    previous: str | None = None
+    if earlier:
+        previous = Lake.raw_version(dataset, day, earlier[-1])
+    elif before := lake.raw_versions(dataset, day - timedelta(days=1)):
+        previous = Lake.raw_version(dataset, day - timedelta(days=1), before[-1])
+    try:
+        partition = _schema(lake, raw)
+        reference = _schema(lake, previous) if previous else None
+    except (pa.ArrowException, OSError) as exc:
+        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
+    changes = judge(
+        dataset, partition, ctx.domain.schemas.get(dataset), reference, ctx.settings.validation
+    )
+    for change in changes:
+        if change.action != "kept" or change.against == "previous":
+            log.warning("validate %s: %s", lake.path(raw), change.label)
+    return changes
+
+
+def _schema(lake: Lake, folder: str) -> pa.Schema:
+    with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
+        return pq.ParquetFile(fh).schema_arrow
 
 
 def run_partition_suite(
@@ -181,26 +230,34 @@ def run_partition_suite(
     parameters: dict[str, Any],
     data_docs_dir: str | None,
     chunk_rows: int,
+    dropped: list[str] | None = None,
 ) -> SuiteOutcome:
-    """Run the suite on the whole partition, or chunk by chunk when it has more rows."""
+    """Run the suite on the whole partition, or chunk by chunk when it has more rows; the
+    ``dropped`` columns (added upstream, ``validation.added_columns=warn_and_drop``) left out."""
     from pipeline_steps.quality.suite_chunks import run_suite_chunked
 
     path = lake.path(raw, "data.parquet")
     try:
         with lake.fs.open(path, "rb") as fh:
             parquet = pq.ParquetFile(fh)
+            columns = [c for c in parquet.schema_arrow.names if c not in (dropped or [])]
             if parquet.metadata.num_rows > chunk_rows:
                 return run_suite_chunked(
-                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows
+                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows, columns
                 )
-            frame = as_frame(parquet.read())
+            frame = as_frame(parquet.read(columns=columns))
     except (pa.ArrowException, OSError) as exc:
         raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
     return run_suite(dataset, frame, suite, parameters, data_docs_dir)
 
 
 def _verdict(
-    raw: str, partition: str, outcome: SuiteOutcome, report: str, docs: str | None
+    raw: str,
+    partition: str,
+    outcome: SuiteOutcome,
+    report: str,
+    docs: str | None,
+    changes: list[SchemaChange],
 ) -> PartitionVerdict:
     log.info(
         "validate %s: %d expectations, %d failed, %d warnings",
@@ -211,16 +268,21 @@ def _verdict(
     )
     if outcome.warnings:
         log.warning("%s", describe(f"partition {partition}", outcome.warnings, "warned on"))
+    refused = [c for c in changes if c.action == "failed"]
     verdict = DatasetVerdict(
-        success=outcome.success,
+        success=outcome.success and not refused,
         status="validated",
         report=report,
         data_docs=f"{docs}/index.html" if docs else None,
         evaluated=outcome.evaluated,
         failed=len(outcome.failures),
         warnings=[w.label for w in outcome.warnings],
+        schema_changes=changes,
     )
-    message = describe(f"partition {partition}", outcome.failures) if outcome.failures else ""
+    lines = [f"partition {partition} schema change: {c.label}" for c in refused]
+    if outcome.failures:
+        lines.append(describe(f"partition {partition}", outcome.failures))
+    message = "\n".join(lines)
     return PartitionVerdict(raw=raw, verdict=verdict, message=message)
 
 

@@ -1,8 +1,10 @@
 """A catalogue of bad inputs: each stops the run before training with a message that names the
 problem, and nothing is written to validated/, to a training set or to the registry."""
 
+import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -36,9 +38,13 @@ CASES = {
         lambda t: t.drop_columns(["carrier"]),
         r"expect_table_columns_to_match_set: missing column\(s\) \['carrier'\]",
     ),
-    "extra column": (
-        lambda t: t.append_column("surprise", pa.array([1] * t.num_rows)),
-        r"expect_table_columns_to_match_set: unexpected column\(s\) \['surprise'\]",
+    "renamed column": (
+        lambda t: t.rename_columns(["airline" if c == "carrier" else c for c in t.column_names]),
+        r"schema change: column 'carrier' removed \(was string\) against the schema \(failed\)",
+    ),
+    "widened type": (
+        lambda t: _set(t, "distance", pc.cast(t["distance"], pa.float64())),
+        r"schema change: column 'distance' widened int32 -> double against the schema",
     ),
     "wrong dtype": (
         lambda t: _set(t, "distance", pc.cast(t["distance"], pa.string())),
@@ -133,3 +139,136 @@ def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
     )
     assert failed.returncode == 1
     assert "expect_table_columns_to_match_set" in failed.stdout and "dest" in failed.stdout
+
+
+def _validate_file(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pipeline_steps.cli", "validate", "--suite", "flights"]
+    return subprocess.run([*command, "--path", str(path), *extra], capture_output=True, text=True)
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("trainyard validate")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    return lines[0]
+
+
+def test_a_file_without_rows_fails_with_one_line(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
+    table.slice(0, 0).to_pandas().to_csv(tmp_path / "header.csv", index=False)
+    (tmp_path / "zero.csv").write_bytes(b"")
+    for name, said in [
+        ("empty.parquet", "has no rows"),
+        ("header.csv", "has no rows (only a header)"),
+        ("zero.csv", "is empty (0 bytes)"),
+    ]:
+        done = _validate_file(tmp_path / name)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"file {tmp_path / name} {said}" in _one_line(done)
+
+
+def test_a_file_of_several_dates_lists_them_or_is_split(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    other = _set(table.slice(0, 3), "day", pa.array([FIRST_DAY.day + 1] * 3, pa.int32()))
+    pq.write_table(pa.concat_tables([table, other]), tmp_path / "two.parquet")
+    done = _validate_file(tmp_path / "two.parquet")
+    assert done.returncode == 1
+    following = date(FIRST_DAY.year, FIRST_DAY.month, FIRST_DAY.day + 1)
+    assert (
+        f"holds several dates: {FIRST_DAY} ({table.num_rows} rows), {following} (3 rows)"
+        in _one_line(done)
+    )
+    split = _validate_file(tmp_path / "two.parquet", "--split-by-date")
+    assert split.returncode == 0, split.stdout + split.stderr
+    assert f"(date {FIRST_DAY}) passed" in split.stdout
+    assert f"(date {following}) passed" in split.stdout
+    dated = _validate_file(tmp_path / "two.parquet", "--date", str(FIRST_DAY))
+    assert dated.returncode == 1 and "on column 'day'" in dated.stdout
+
+
+def test_a_file_without_its_date_columns_names_them(tmp_path: Path, run: RunContext) -> None:
+    table = pq.read_table(run.lake.path(RAW, "data.parquet"))
+    pq.write_table(table.drop_columns(["day"]), tmp_path / "no_day.parquet")
+    done = _validate_file(tmp_path / "no_day.parquet")
+    assert done.returncode == 1
+    assert "date cannot be inferred, column(s) ['day'] missing" in _one_line(done)
+
+
+@pytest.mark.parametrize("content", ["", "header"])
+def test_seeding_from_an_empty_source_file_fails_with_one_line(
+    tmp_path: Path, run: RunContext, content: str
+) -> None:
+    files = tmp_path / "files"
+    for dataset in ("flights", "weather", "planes"):
+        (files / dataset).mkdir(parents=True)
+        table = pq.read_table(run.lake.path(RAW.replace("flights", dataset, 1), "data.parquet"))
+        text = table.slice(0, 0).to_pandas().to_csv(index=False) if content else ""
+        (files / dataset / f"{FIRST_DAY}.csv").write_text(text)
+    home = tmp_path / "other-home"
+    path = f"ingest.path={files}/{{dataset}}/{{date}}.csv"
+    source = ["--set", "ingest.source=file", "--set", path]
+    for command in (
+        ["seed", "--start", str(FIRST_DAY), "--end", str(FIRST_DAY)],
+        ["step", "ingest", "--run-id", "empty", "--logical-date", str(FIRST_DAY)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline_steps.cli", *command, *source],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TRAINYARD_HOME": str(home)},
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert "failed (permanent)" in last and f"{FIRST_DAY}" in last
+    assert not (home / "lake" / "validated").exists()
+
+
+def _with_surprise(ctx: RunContext) -> None:
+    path = ctx.lake.path(RAW, "data.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("surprise", pa.array([1] * table.num_rows)), path)
+
+
+def test_an_added_column_is_reported_and_kept_out_of_validated(run: RunContext) -> None:
+    _with_surprise(run)
+    manifest = validate(run)
+    changes = [
+        (c.column, c.change, c.against, c.action)
+        for c in manifest.datasets["flights"].schema_changes
+    ]
+    assert ("surprise", "added", "schema", "dropped") in changes
+    assert ("surprise", "added", "previous", "kept") in changes
+    validated = run.lake.validated_partition("flights", FIRST_DAY)
+    assert validated is not None
+    assert "surprise" not in run.lake.read_table(validated, "data.parquet").column_names
+    report = run.lake.read_json(f"reports/validation/date={FIRST_DAY}", "flights.json")
+    assert {"column": "surprise", "change": "added", "against": "schema"}.items() <= report[
+        "schema_changes"
+    ][0].items()
+
+
+def test_an_added_column_stops_the_run_when_set_to_fail(
+    run: RunContext, make_settings, lake_home: Path
+) -> None:
+    _with_surprise(run)
+    strict = replace(
+        run,
+        settings=make_settings(
+            "validation.schema_policy={flights.added_columns: fail}", home=lake_home
+        ),
+    )
+    with pytest.raises(StepError, match=r"column 'surprise' added \(int64\) against the schema"):
+        validate(strict)
+    _assert_nothing_downstream(strict)
+
+
+def test_a_reordered_column_set_passes_and_is_reported(run: RunContext) -> None:
+    path = run.lake.path(RAW, "data.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.select(list(reversed(table.column_names))), path)
+    manifest = validate(run)
+    changes = manifest.datasets["flights"].schema_changes
+    assert changes and all(c.change == "reordered" and c.action == "kept" for c in changes)
+    assert {c.against for c in changes} == {"schema", "previous"}
