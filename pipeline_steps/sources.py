@@ -8,6 +8,7 @@ user's data; ``nycflights13``, the default, reads the shipped example's real 201
 from __future__ import annotations
 
 import glob
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -35,6 +36,39 @@ def csv_options(schema: pa.Schema | None) -> pcsv.ConvertOptions:
         null_values=NULLS,
         strings_can_be_null=True,
     )
+
+
+_CSV_COLUMN = re.compile(r"In CSV column #(\d+): (.*)")
+_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes"}
+
+
+def describe_read_error(exc: Exception, header: list[str]) -> str:
+    """One line for a file that cannot be read, naming the column where the reader says which
+    (pyarrow gives only its index) and the likely cause of a decimal comma."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    found = _CSV_COLUMN.search(line)
+    if found and int(found.group(1)) < len(header):
+        name = header[int(found.group(1))]
+        line = f"column {name!r}: {found.group(2)}"
+        if re.search(r"invalid value '-?\d+,\d+'", line):
+            line += " (a decimal comma? numbers must use a decimal point)"
+    return line
+
+
+def single_column_delimiter(names: list[str]) -> str | None:
+    """When a CSV was read as one column whose name holds another delimiter: that delimiter's
+    name (the file is delimited by it, not by commas)."""
+    if len(names) != 1:
+        return None
+    return next((word for mark, word in _DELIMITERS.items() if mark in names[0]), None)
+
+
+def csv_header(fh: Any) -> list[str]:
+    """The first line of a CSV split on commas (to name columns in errors)."""
+    first = fh.readline()
+    text = first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+    return [name.strip().strip('"') for name in text.rstrip("\r\n").split(",")]
 
 
 def open_file(
@@ -128,10 +162,22 @@ class FileSource:
         for path in files:
             try:
                 for batch in self._read(fs, path, self.schemas.get(dataset)):
+                    delimiter = single_column_delimiter(batch.schema.names)
+                    if delimiter:
+                        raise StepError(
+                            f"file {path} is delimited by {delimiter}, not commas: its one "
+                            f"column is {batch.schema.names[0][:60]!r}…"
+                        )
                     batch = conform(batch, self.schemas.get(dataset))
                     yield _rows_of_day(batch, self.date_column, day) if self.date_column else batch
             except pa.ArrowException as exc:
-                raise StepError(f"file {path} cannot be read: {exc}") from exc
+                header: list[str] = []
+                if not path.endswith(".parquet"):
+                    with fs.open(path, "rb", compression="infer") as fh:
+                        header = csv_header(fh)
+                raise StepError(
+                    f"file {path} cannot be read: {describe_read_error(exc, header)}"
+                ) from exc
 
     def _read(self, fs: Any, path: str, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
         with fs.open(path, "rb", compression="infer") as fh:

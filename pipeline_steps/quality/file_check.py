@@ -44,20 +44,41 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
     0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read."""
     import fsspec
 
-    from pipeline_steps.sources import open_file
+    from pipeline_steps.sources import (
+        csv_header,
+        describe_read_error,
+        open_file,
+        single_column_delimiter,
+    )
 
+    header: list[str] = []
     try:
         fs, local = fsspec.core.url_to_fs(path)
         if fs.size(local) == 0:
             raise FileRejected(f"file {path} is empty (0 bytes): no rows to validate")
+        if not path.endswith(".parquet"):
+            with fsspec.open(path, "rb", compression="infer") as fh:
+                header = csv_header(fh)
         with fsspec.open(path, "rb", compression="infer") as fh:
             found, batches = open_file(fh, path, schema, CHUNK_ROWS)
-            return pa.Table.from_batches(list(batches), found)
+            table = pa.Table.from_batches(list(batches), found)
     except FileNotFoundError as exc:
         raise StepError(f"file {path} does not exist") from exc
     except (pa.ArrowException, OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StepError(f"file {path} cannot be read: {first_line}") from exc
+        delimiter = single_column_delimiter(header[:1]) if len(header) == 1 else None
+        if delimiter:
+            raise FileRejected(
+                f"file {path} is delimited by {delimiter}, not commas: its one column is "
+                f"{header[0][:60]!r}…"
+            ) from exc
+        raise StepError(f"file {path} cannot be read: {describe_read_error(exc, header)}") from exc
+    delimiter = single_column_delimiter(table.column_names)
+    if delimiter:
+        raise FileRejected(
+            f"file {path} is delimited by {delimiter}, not commas: its one column is "
+            f"{table.column_names[0][:60]!r}…"
+        )
+    return table
 
 
 def check_file(
