@@ -38,6 +38,7 @@ from pipeline_steps.quality.suites import (
     as_frame,
     gx_context,
     suite_outcome,
+    with_defaults,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ def run_suite_chunked(
     from great_expectations.checkpoint import CheckpointResult, UpdateDataDocsAction
     from great_expectations.core.expectation_suite import ExpectationSuite
 
+    parameters = with_defaults(suite, parameters)
     expectations = [(e, resolve(e.configuration.kwargs, parameters)) for e in suite.expectations]
     whole = [(e, kw) for e, kw in expectations if e.expectation_type in WHOLE_TABLE]
     rowwise = ExpectationSuite(
