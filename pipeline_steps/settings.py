@@ -166,7 +166,7 @@ class ValidationSettings:
     null_share_factor: float = 3.0
     """Highest missing share of a column before a warning, as a multiple of its trailing mean
     (plus ``null_share_floor``)."""
-    null_share_floor: float = 0.1
+    null_share_floor: float = 0.2
     """Missing share always tolerated above ``null_share_factor`` times the trailing mean: days
     with a few more cancellations than usual are ordinary."""
     data_docs: bool = True

@@ -11,8 +11,7 @@ import pytest
 from benchmarks.suite_false_alarms import judge
 
 DAYS = [date(2013, 1, 1) + timedelta(days=12 * n + 3) for n in range(30)]
-KNOWN_WARNINGS = {date(2013, 2, 8), date(2013, 2, 9), date(2013, 3, 6), date(2013, 4, 10)}
-KNOWN_WARNINGS |= {date(2013, 5, 23), date(2013, 9, 12), date(2013, 12, 5)}
+KNOWN_WARNINGS = {date(2013, 2, 8), date(2013, 2, 9)}  # the blizzard
 
 
 @pytest.mark.slow
