@@ -163,6 +163,12 @@ class ValidationSettings:
     """Lowest row count accepted, as a share of the trailing mean."""
     row_count_high: float = 2.0
     """Highest row count accepted, as a multiple of the trailing mean."""
+    null_share_factor: float = 3.0
+    """Highest missing share of a column before a warning, as a multiple of its trailing mean
+    (plus ``null_share_floor``)."""
+    null_share_floor: float = 0.2
+    """Missing share always tolerated above ``null_share_factor`` times the trailing mean: days
+    with a few more cancellations than usual are ordinary."""
     data_docs: bool = True
     """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
     chunk_rows: int = 1_000_000
@@ -210,6 +216,11 @@ class ValidationSettings:
             )
         if self.trailing_days < 1:
             raise SettingsError("validation.trailing_days must be at least 1")
+        if self.null_share_factor < 1 or not 0 <= self.null_share_floor <= 1:
+            raise SettingsError(
+                "validation.null_share_factor must be at least 1 and "
+                "validation.null_share_floor in [0, 1]"
+            )
         if self.chunk_rows < 1:
             raise SettingsError("validation.chunk_rows must be at least 1")
 

@@ -61,6 +61,9 @@ class Domain(ABC):
     """``dataset.column`` numeric features whose drift is measured by default."""
     drift_categorical: tuple[str, ...] = ()
     """``dataset.column`` categorical features whose drift is measured by default."""
+    coverage: tuple[date, date] | None = None
+    """First and last day the data may be dated (the source's declared coverage); rows dated
+    outside fail validation. None: no bound but the ingest time."""
 
     @abstractmethod
     def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:

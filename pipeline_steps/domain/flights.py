@@ -219,6 +219,7 @@ DOMAIN = Flights(
         "weather.pressure",
     ),
     drift_categorical=("flights.carrier", "flights.origin", "flights.dest"),
+    coverage=COVERAGE,
 )
 
 

@@ -18,6 +18,7 @@ rule that no longer matches.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from pipeline_steps.quality.suites import (
     as_frame,
     gx_context,
     suite_outcome,
+    with_defaults,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ def run_suite_chunked(
     from great_expectations.checkpoint import CheckpointResult, UpdateDataDocsAction
     from great_expectations.core.expectation_suite import ExpectationSuite
 
+    parameters = with_defaults(suite, parameters)
     expectations = [(e, resolve(e.configuration.kwargs, parameters)) for e in suite.expectations]
     whole = [(e, kw) for e, kw in expectations if e.expectation_type in WHOLE_TABLE]
     rowwise = ExpectationSuite(
@@ -84,7 +87,7 @@ def run_suite_chunked(
         if first is None:
             first = run
         result = next(iter(run.run_results.values()))
-        merged = result if merged is None else _merge(merged, result, expectations)
+        merged = result if merged is None else _merge(merged, result)
         aggregates.add(frame)
 
     judged = iter(merged.results)
@@ -137,10 +140,17 @@ def _chunks(
         yield as_frame(pa.Table.from_batches([batch]))
 
 
-def _merge(merged: Any, chunk: Any, expectations: list[tuple[Any, dict[str, Any]]]) -> Any:
-    """Fold one chunk's results into the running result (same row-wise expectations, in order)."""
-    kwargs = [kw for e, kw in expectations if e.expectation_type not in WHOLE_TABLE]
-    for total, part, kw in zip(merged.results, chunk.results, kwargs, strict=True):
+def _merge(merged: Any, chunk: Any) -> Any:
+    """Fold one chunk's results into the running result (the same row-wise expectations).
+
+    GX may order a run's results unlike the suite, and differently from one run to the next
+    (two rules on one column), so results are paired by their configuration, whose
+    parameters GX has resolved; ``mostly`` is read from there too."""
+    parts: dict[str, list[Any]] = {}
+    for part in chunk.results:
+        parts.setdefault(_identity(part), []).append(part)
+    for total in merged.results:
+        part = parts[_identity(total)].pop(0)
         if part.exception_info and part.exception_info.get("raised_exception"):
             total.exception_info = part.exception_info
         a, b = total.result, part.result
@@ -155,10 +165,16 @@ def _merge(merged: Any, chunk: Any, expectations: list[tuple[Any, dict[str, Any]
             a.pop("partial_unexpected_counts", None)
             a.pop("partial_unexpected_index_list", None)
             _percentages(a)
-            total.success = _mostly_met(a, kw.get("mostly"))
+            total.success = _mostly_met(a, total.expectation_config.kwargs.get("mostly"))
         elif total.success and not part.success:
             total.result, total.success = b, False
     return merged
+
+
+def _identity(result: Any) -> str:
+    config = result.expectation_config
+    kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+    return json.dumps([config.type, kwargs], sort_keys=True, default=str)
 
 
 def _percentages(result: dict[str, Any]) -> None:

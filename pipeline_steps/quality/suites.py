@@ -26,6 +26,31 @@ if TYPE_CHECKING:
 
 EXAMPLES = 5
 SEVERITIES = ("critical", "warning")
+UNBOUNDED: dict[str, Any] = {
+    "coverage_first": "0001-01-01",
+    "coverage_last": "9999-12-31",
+    "ingested_at": "9999-12-31T23:59:59+00:00",
+}
+"""Values of the parameters a caller may not know (a file checked by hand, a source without a
+declared coverage): each leaves its expectation open."""
+PRESENT_MIN = "_present_min"
+"""Suffix of the per-column parameters ``<column>_present_min`` (share of values present);
+unknown (no trailing history) they are 0."""
+
+
+def with_defaults(suite: ExpectationSuite, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """``parameters`` completed with the open value of every parameter the suite refers to
+    that the caller did not give (``UNBOUNDED``; 0 for ``<column>_present_min``)."""
+    given = dict(parameters or {})
+    for expectation in suite.expectations:
+        for value in expectation.configuration.kwargs.values():
+            name = value.get("$PARAMETER") if isinstance(value, dict) else None
+            if name and name not in given:
+                if name in UNBOUNDED:
+                    given[name] = UNBOUNDED[name]
+                elif name.endswith(PRESENT_MIN):
+                    given[name] = 0.0
+    return given
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,7 +177,8 @@ def run_suite(
     )
     checkpoint = add_checkpoint(context, dataset, suite, actions)
     outcome = checkpoint.run(
-        batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}
+        batch_parameters={"dataframe": frame},
+        expectation_parameters=with_defaults(suite, parameters),
     )
     return suite_outcome(dataset, next(iter(outcome.run_results.values())), data_docs_dir)
 

@@ -31,6 +31,8 @@ from pipeline_steps.manifests import (
 from pipeline_steps.quality.drift import drift_report
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
+    PRESENT_MIN,
+    UNBOUNDED,
     SuiteOutcome,
     as_frame,
     describe,
@@ -49,31 +51,85 @@ MIN_HISTORY = 3  # trailing days needed before row counts are judged against the
 
 
 def suite_parameters(
-    lake: Lake, dataset: str, day: date, settings: ValidationSettings
+    lake: Lake,
+    dataset: str,
+    day: date,
+    settings: ValidationSettings,
+    *,
+    coverage: tuple[date, date] | None = None,
+    ingested_at: str | None = None,
 ) -> dict[str, Any]:
-    """Run-time values the suites refer to: the partition date and row-count bounds."""
+    """Run-time values the suites refer to: the partition date, the source's coverage, the
+    ingest time, and bounds from the trailing validated days on the row count and, per column,
+    the share of values present (``<column>_present_min``)."""
     history = [
         d
         for d in lake.partition_dates("validated", dataset)
         if day - timedelta(days=settings.trailing_days) <= d < day
     ]
-    low, high = 0, 10**12
-    if len(history) >= MIN_HISTORY:
-        counts = [
-            lake.partition_manifest(Lake.partition("validated", dataset, d)).rows for d in history
-        ]
-        mean = sum(counts) / len(counts)
-        low, high = (
-            math.floor(mean * settings.row_count_low),
-            math.ceil(mean * settings.row_count_high),
-        )
-    return {
+    folders = [Lake.partition("validated", dataset, d) for d in history]
+    trailing = [
+        (lake.partition_manifest(folder).rows, partition_missing_shares(lake, folder))
+        for folder in (folders if len(folders) >= MIN_HISTORY else [])
+    ]
+    return UNBOUNDED | {
         "partition_year": day.year,
         "partition_month": day.month,
         "partition_day": day.day,
-        "row_count_min": low,
-        "row_count_max": high,
+        **trailing_bounds(trailing, settings),
+        **(
+            {"coverage_first": coverage[0].isoformat(), "coverage_last": coverage[1].isoformat()}
+            if coverage
+            else {}
+        ),
+        **({"ingested_at": ingested_at} if ingested_at else {}),
     }
+
+
+def trailing_bounds(
+    trailing: list[tuple[int, dict[str, float]]], settings: ValidationSettings
+) -> dict[str, Any]:
+    """Bounds from the trailing days' row counts and missing shares per column (one pair per
+    day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
+    mean count, and ``<column>_present_min``, the least share of values present: 1 minus
+    ``null_share_factor`` times the mean missing share minus ``null_share_floor``."""
+    if len(trailing) < MIN_HISTORY:
+        return {"row_count_min": 0, "row_count_max": 10**12}
+    mean = sum(rows for rows, _ in trailing) / len(trailing)
+    bounds: dict[str, Any] = {
+        "row_count_min": math.floor(mean * settings.row_count_low),
+        "row_count_max": math.ceil(mean * settings.row_count_high),
+    }
+    columns = sorted({column for _, shares in trailing for column in shares})
+    for column in columns:
+        known = [shares[column] for _, shares in trailing if column in shares]
+        missing = settings.null_share_factor * sum(known) / len(known) + settings.null_share_floor
+        bounds[f"{column}{PRESENT_MIN}"] = round(max(0.0, 1.0 - missing), 6)
+    return bounds
+
+
+def partition_missing_shares(lake: Lake, folder: str) -> dict[str, float]:
+    with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
+        return missing_shares(pq.ParquetFile(fh))
+
+
+def missing_shares(parquet: pq.ParquetFile) -> dict[str, float]:
+    """Share of missing values per column of a parquet file, from its row-group statistics
+    (the column is read where a writer left them out)."""
+    meta = parquet.metadata
+    if meta.num_rows == 0:
+        return {}
+    nulls: dict[str, int] = {}
+    for index, name in enumerate(parquet.schema_arrow.names):
+        total = 0
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if stats is None or not stats.has_null_count:
+                total = parquet.read(columns=[name]).column(0).null_count
+                break
+            total += stats.null_count
+        nulls[name] = total
+    return {name: count / meta.num_rows for name, count in nulls.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,7 +212,14 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
         )
         return PartitionVerdict(raw=raw, verdict=cached)
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
-    parameters = suite_parameters(lake, dataset, day, settings)
+    parameters = suite_parameters(
+        lake,
+        dataset,
+        day,
+        settings,
+        coverage=ctx.domain.coverage,
+        ingested_at=raw_manifest.ingested_at,
+    )
     changes = schema_changes(ctx, raw, dataset, day)
     dropped = [c.column for c in changes if c.action == "dropped"]
     docs = None
