@@ -171,6 +171,8 @@ def test_a_file_without_rows_fails_with_one_line(tmp_path: Path, run: RunContext
 def test_a_file_of_several_dates_lists_them_or_is_split(tmp_path: Path, run: RunContext) -> None:
     table = pq.read_table(run.lake.path(RAW, "data.parquet"))
     other = _set(table.slice(0, 3), "day", pa.array([FIRST_DAY.day + 1] * 3, pa.int32()))
+    next_day = pc.add(other["time_hour"], pa.scalar(86_400_000_000, pa.duration("us")))
+    other = _set(other, "time_hour", next_day.cast(other.schema.field("time_hour").type))
     pq.write_table(pa.concat_tables([table, other]), tmp_path / "two.parquet")
     done = _validate_file(tmp_path / "two.parquet")
     assert done.returncode == 1
