@@ -17,7 +17,6 @@ from mlflow import MlflowClient
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.steps.features import build_features
-from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 
@@ -76,13 +75,6 @@ CASES = {
         r"expect_table_row_count_to_be_between",
     ),
 }
-
-
-@pytest.fixture
-def run(lake_home, make_settings) -> RunContext:
-    ctx = RunContext(run_id="bad", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
-    ingest(ctx)
-    return ctx
 
 
 def _assert_nothing_downstream(ctx: RunContext) -> None:
