@@ -450,21 +450,33 @@ class Lineage:
     """The champion the run compared with (as of its date in a backfill)."""
 
 
+SignalKind = Literal["input", "prediction", "label"]
+StatisticName = Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSignal:
     """One signal the monitor measured on the current window (see ``quality/calibration.py``)."""
 
     name: str
-    kind: Literal["input", "prediction", "label"]
-    statistic: Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
+    """A feature column, ``prediction`` or ``label``."""
+    kind: SignalKind
+    statistic: StatisticName
     value: float
     threshold: float
+    """max(calibrated null quantile, effect-size floor)."""
     null_quantile: float
+    """The ``calibration_quantile`` of the statistic over resampled reference windows."""
     p_value: float
+    """Share of resampled reference windows at least as far off as the current window."""
     importance: float | None
+    """Input features: the feature's share of the champion's permutation sensitivity."""
     crossed: bool
+    """Value above threshold."""
     reference: float | None = field(default=None, metadata=OMIT_NONE)
+    """Label drift: the reference delay rate (value is the absolute change)."""
     current: float | None = field(default=None, metadata=OMIT_NONE)
+    """Label drift: the current window's delay rate."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -26,17 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from pipeline_steps.errors import StepError
+from pipeline_steps.manifests import DriftSignal, SignalKind, StatisticName
 from pipeline_steps.quality.drift import EPS
 from pipeline_steps.settings import DriftSettings
 
-SignalKind = Literal["input", "prediction", "label"]
-StatisticName = Literal["psi", "js_distance", "rate_change", "weighted_ratio"]
 PREDICTION = "prediction"
 LABEL = "label"
 INPUTS = "inputs"
@@ -44,52 +43,27 @@ INPUTS = "inputs"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Signal:
-    """One measured signal of a window: its statistic against the calibrated threshold."""
-
-    name: str
-    """A feature column, ``prediction`` or ``label``."""
-    kind: SignalKind
-    statistic: StatisticName
-    value: float
-    threshold: float
-    """max(calibrated null quantile, effect-size floor)."""
-    null_quantile: float
-    """The ``calibration_quantile`` of the statistic over resampled reference windows."""
-    p_value: float
-    """Share of resampled reference windows at least as far off as the current window."""
-    importance: float | None
-    """Input features: the feature's share of the champion's permutation sensitivity."""
-    crossed: bool
-    """Value above threshold."""
-    reference: float | None = None
-    """Label drift: the reference delay rate (value is the absolute change)."""
-    current: float | None = None
-    """Label drift: the current window's delay rate."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Verdict:
     """Every signal of a window and whether drift crossed the thresholds of a trigger signal."""
 
-    signals: list[Signal]
+    signals: list[DriftSignal]
     triggers: tuple[str, ...]
 
     @property
-    def crossed(self) -> list[Signal]:
+    def crossed(self) -> list[DriftSignal]:
         """Trigger signals above their thresholds (``label``, ``prediction``, ``inputs``),
         strongest evidence first."""
         hits = [s for s in self.signals if s.crossed and self.may_trigger(s)]
         return sorted(hits, key=lambda s: (s.p_value, -s.value / max(s.threshold, EPS)))
 
-    def may_trigger(self, signal: Signal) -> bool:
+    def may_trigger(self, signal: DriftSignal) -> bool:
         """Only the weighted ``inputs`` signal speaks for the input features."""
         if signal.kind == "input":
             return signal.name == INPUTS and "input" in self.triggers
         return signal.kind in self.triggers
 
     @property
-    def features_crossed(self) -> list[Signal]:
+    def features_crossed(self) -> list[DriftSignal]:
         """Single input features above their own thresholds (evidence, not triggers)."""
         return [s for s in self.signals if s.crossed and s.kind == "input" and s.name != INPUTS]
 
@@ -283,7 +257,7 @@ def measure_window(
         len(days), cfg.current_days, cfg.calibration_samples, cfg.block_days, seed
     )
     q = cfg.calibration_quantile
-    signals: list[Signal] = []
+    signals: list[DriftSignal] = []
 
     def column(frame: pd.DataFrame, name: str, kind: str) -> np.ndarray:
         if name not in frame.columns:
@@ -299,10 +273,10 @@ def measure_window(
         floor: float,
         share: float | None = None,
         **extra: Any,
-    ) -> Signal:
+    ) -> DriftSignal:
         null_q = float(np.quantile(null, q))
         threshold = max(null_q, floor)
-        return Signal(
+        return DriftSignal(
             name=name,
             kind=kind,
             statistic=statistic,

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from pipeline_steps.context import RunContext
 from pipeline_steps.domain import Domain, FeatureColumns, feature_columns, read_validated
 from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import ChampionDay, DriftSignal, HoldoutMetrics, MonitorManifest
+from pipeline_steps.manifests import ChampionDay, HoldoutMetrics, MonitorManifest
 from pipeline_steps.metrics import classification_report
 from pipeline_steps.quality.calibration import (
     PREDICTION,
@@ -183,7 +183,7 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         today = rows[rows[domain.date_column] == day.isoformat()]
         champion_day = log_champion_day(ctx, champion, today, domain, verdict)
     folder = f"reports/monitor/date={day.isoformat()}"
-    signals = [DriftSignal(**asdict(s)) for s in verdict.signals]
+    signals = verdict.signals
     manifest = MonitorManifest(
         logical_date=day.isoformat(),
         drift_detected=verdict.drift_detected,
