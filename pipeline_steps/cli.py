@@ -31,6 +31,7 @@ from pipeline_steps.manifests import (
     ManifestError,
     SeedSummary,
     StepOutput,
+    TrialRef,
     Trigger,
     load_record,
 )
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_trigger,
         help="how the run started, as JSON (the DAG's trigger task writes it); default: cli",
     )
+    step.add_argument(
+        "--study", help="train as a trial of this Optuna study (with --trial; flight_delay_tuning)"
+    )
+    step.add_argument("--trial", type=int, help="the trial's number in --study")
     common(step)
 
     seed = sub.add_parser("seed", help="ingest and validate a range of dates (history)")
@@ -169,11 +174,15 @@ def run_step(
     config: str | None,
     overrides: list[str],
     trigger: Trigger | None = None,
+    trial: TrialRef | None = None,
 ) -> Manifest | None:
     """Run one step. A given trigger is recorded with the run; without one the step keeps the
-    trigger the run recorded earlier (or ``cli``)."""
+    trigger the run recorded earlier (or ``cli``). With ``trial`` the train step runs as that
+    trial of a tuning study."""
+    if trial is not None and name != "train":
+        raise StepError(f"--study/--trial apply to the train step only, not to {name!r}")
     settings = load_settings(config, overrides)
-    ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings)
+    ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings, trial=trial)
     if trigger is not None:
         ctx = replace(ctx, trigger=trigger)
         if os.environ.get("RANK", "0") == "0":
@@ -260,8 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest: StepOutput | None
         if args.command == "step":
+            if (args.study is None) != (args.trial is None):
+                raise StepError("--study and --trial go together")
+            trial = None if args.study is None else TrialRef(study=args.study, number=args.trial)
             manifest = run_step(
-                args.name, args.run_id, args.logical_date, args.config, args.set, args.trigger
+                args.name,
+                args.run_id,
+                args.logical_date,
+                args.config,
+                args.set,
+                args.trigger,
+                trial,
             )
         elif args.command == "seed":
             manifest = seed(args.start, args.end, args.config, args.set)

@@ -10,7 +10,14 @@ from typing import TypeVar
 from pipeline_steps.domain import Domain, load_domain
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import Manifest, Trigger, load_manifest, load_record, to_json
+from pipeline_steps.manifests import (
+    Manifest,
+    TrialRef,
+    Trigger,
+    load_manifest,
+    load_record,
+    to_json,
+)
 from pipeline_steps.settings import Settings
 
 M = TypeVar("M", bound=Manifest)
@@ -26,6 +33,9 @@ class RunContext:
     settings: Settings
     trigger: Trigger = field(default_factory=Trigger)
     """How the run started (``--trigger``; a step run by hand is ``cli``)."""
+    trial: TrialRef | None = None
+    """Set when the step runs as a trial of a tuning study: it reads the run's manifests (the
+    study's frozen training set) and writes its own under ``runs/<run>/trials/<number>/``."""
 
     @cached_property
     def lake(self) -> Lake:
@@ -43,7 +53,14 @@ class RunContext:
 
     @property
     def run_dir(self) -> str:
-        return Lake.run_dir(self.run_id)
+        """Where this step records: the run's folder, or its trial's inside it."""
+        run = Lake.run_dir(self.run_id)
+        return f"{run}/trials/{self.trial.number}" if self.trial else run
+
+    @property
+    def run_key(self) -> str:
+        """The run (or the run's trial) as MLflow tags name it."""
+        return f"{self.run_id}#trial-{self.trial.number}" if self.trial else self.run_id
 
     def record_trigger(self) -> None:
         """Keep the trigger as ``runs/<run>/trigger.json`` (the same for every step of a run)."""
@@ -68,10 +85,11 @@ class RunContext:
         """The manifest an earlier step of this run recorded; a clear error when it has not run
         or its manifest is not one this version reads."""
         name = step.STEP
-        if not self.lake.exists(self.run_dir, f"{name}.json"):
+        folder = Lake.run_dir(self.run_id)  # a trial's too: it trains on its run's features
+        if not self.lake.exists(folder, f"{name}.json"):
             raise StepError(
                 f"step {name!r} has not completed for run {self.run_id!r} "
-                f"(no {self.lake.path(self.run_dir, name + '.json')}); run it first"
+                f"(no {self.lake.path(folder, name + '.json')}); run it first"
             )
-        payload = self.lake.read_json(self.run_dir, f"{name}.json")
-        return load_manifest(step, payload, self.lake.path(self.run_dir, f"{name}.json"))
+        payload = self.lake.read_json(folder, f"{name}.json")
+        return load_manifest(step, payload, self.lake.path(folder, f"{name}.json"))

@@ -246,7 +246,8 @@ class LoopPosition:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainManifest(Manifest):
     STEP: ClassVar[str] = "train"
-    status: Literal["trained", "cached"]
+    status: Literal["trained", "cached", "pruned"]
+    """``pruned``: a tuning trial its study's pruner stopped (no model is packaged)."""
     config_hash: str
     mlflow_run_id: str
     model_uri: str
@@ -268,6 +269,49 @@ class TrainManifest(Manifest):
     equal on a replay with the same code, settings and data."""
     history: list[dict[str, float]] = field(default_factory=list)
     """Every epoch's metrics, in order (with ``epoch``)."""
+    trial: TrialRef | None = field(default=None, metadata=OMIT_NONE)
+    """Set when this training is a tuning trial (its model is not packaged)."""
+    pruned_at_epoch: int | None = field(default=None, metadata=OMIT_NONE)
+    """The epoch after which the pruner stopped the trial."""
+    tuned_from: TunedParameters | None = field(default=None, metadata=OMIT_NONE)
+    """With ``train.params_from: tuning``: the study's best trial whose parameters it used."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialRef:
+    """A trial of an Optuna study (``flight_delay_tuning``)."""
+
+    study: str
+    number: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TunedParameters:
+    """``tuning/best/<registered model>.json`` (and ``tuning/studies/<study>/best.json``): the
+    best trial of a study, what ``train.params_from: tuning`` trains with."""
+
+    study: str
+    trial: int
+    value: float
+    """The trial's objective: its best per-epoch validation loss."""
+    params: dict[str, Any]
+    """Train settings, as ``train.<name>`` takes them."""
+    logical_date: str
+    """The day whose training window the study tuned on."""
+    training_set_sha256: str
+    search_space: str
+    search_space_sha256: str
+    trials_complete: int
+    trials_pruned: int
+    trials_failed: int
+    mlflow_parent_run_id: str
+    mlflow_run_id: str
+    """The best trial's child run."""
+    recorded_at: str = ""
+
+    @property
+    def ref(self) -> TrialRef:
+        return TrialRef(study=self.study, number=self.trial)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -445,6 +489,8 @@ class Lineage:
     epochs: list[dict[str, float]] = field(default_factory=list)
     weights_sha256: str = ""
     holdout: HoldoutRef | None = None
+    tuned_from: TunedParameters | None = None
+    """The tuning trial whose parameters trained the model (``train.params_from: tuning``)."""
     challenger: HoldoutMetrics | None = None
     champion: ScoredChampion | None = None
     """The champion the run compared with (as of its date in a backfill)."""

@@ -107,6 +107,7 @@ def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> L
         epochs=trained.history,
         weights_sha256=trained.weights_sha256,
         holdout=evaluation.holdout,
+        tuned_from=trained.tuned_from,
         challenger=evaluation.challenger.metrics,
         champion=evaluation.champion,
     )

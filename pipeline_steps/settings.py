@@ -410,6 +410,10 @@ class TrainSettings:
     collective_timeout_s: int = 120
     """Seconds a collective (all-reduce, barrier) may wait for a peer before the process fails,
     so a dead rank ends the attempt quickly instead of hanging (PyTorch's default is 10-30 min)."""
+    params_from: Literal["settings", "tuning"] = "settings"
+    """``settings``: train with the values above. ``tuning``: take the parameters of the best
+    trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered model>.json`` in
+    the lake) over the values above; the run records which study and trial they came from."""
 
     def __post_init__(self) -> None:
         if self.model not in ("mlp", "ft_transformer"):
@@ -451,6 +455,74 @@ class TrainSettings:
             raise SettingsError("train.validation_fraction must be in (0, 0.5)")
         if self.device not in ("auto", "cpu", "cuda"):
             raise SettingsError("train.device must be 'auto', 'cpu' or 'cuda'")
+        if self.params_from not in ("settings", "tuning"):
+            raise SettingsError("train.params_from must be 'settings' or 'tuning'")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TuningSettings:
+    storage: str = ""
+    """Optuna RDB storage URL; default ``sqlite:///$TRAINYARD_HOME/optuna.db``. PostgreSQL in
+    production (``postgresql+psycopg2://user@host/optuna``)."""
+    experiment: str = "flight_delay_tuning"
+    """MLflow experiment holding one parent run per study and a child run per trial."""
+    search_space: str = str(PROJECT_ROOT / "tuning" / "flight_delay.yaml")
+    """YAML file of the search space: which train settings a trial draws, and from what."""
+    sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
+    """``tpe`` (multivariate, constant liar for parallel trials), ``random``, ``grid`` (every
+    parameter needs ``choices`` or ``grid`` in the space) or ``gp`` (Gaussian process)."""
+    pruner: Literal["none", "median", "hyperband"] = "hyperband"
+    """Stops unpromising trials from their per-epoch validation loss: ``median`` (below the median
+    of earlier trials at the same epoch), ``hyperband`` or ``none``."""
+    trials: int = 20
+    """Finished trials (complete or pruned) the study should hold: a run adds only the missing
+    ones, so a study stopped midway and run again continues where it stopped."""
+    parallel_trials: int = 2
+    """Trials of one tuning run training at the same time (at most ``max_parallel_trials``)."""
+    max_parallel_trials: int = 4
+    """Upper bound of ``parallel_trials``: the trial task's ``max_active_tis_per_dagrun``, fixed
+    when the DAG is parsed."""
+    time_budget_s: int = 0
+    """No trial starts later than this many seconds after the study's run began (running
+    trials finish); 0: no budget."""
+    min_epochs: int = 1
+    """Epochs every trial trains before a pruner may stop it."""
+    startup_trials: int = 5
+    """Trials before TPE models the results and before the median pruner prunes."""
+    seed: int = 0
+    """Seed of the sampler: the same seed and results give the same proposals."""
+    heartbeat_s: int = 30
+    """Seconds between a running trial's heartbeats in the study storage."""
+    stale_after_s: int = 1800
+    """A running trial without a heartbeat for this long is failed (its process died and no
+    retry took it up); longer than ``orchestration.max_retry_delay_s``."""
+    schedule: str = ""
+    """Cron of a scheduled tuning (``0 3 1 * *``: monthly); empty: only manual runs."""
+
+    def __post_init__(self) -> None:
+        if self.sampler not in ("tpe", "random", "grid", "gp"):
+            raise SettingsError(
+                f"tuning.sampler {self.sampler!r} is unknown; known: tpe, random, grid, gp"
+            )
+        if self.pruner not in ("none", "median", "hyperband"):
+            raise SettingsError(
+                f"tuning.pruner {self.pruner!r} is unknown; known: none, median, hyperband"
+            )
+        for name in ("trials", "parallel_trials", "max_parallel_trials", "min_epochs"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"tuning.{name} must be at least 1")
+        if self.parallel_trials > self.max_parallel_trials:
+            raise SettingsError(
+                f"tuning.parallel_trials ({self.parallel_trials}) must not exceed "
+                f"tuning.max_parallel_trials ({self.max_parallel_trials})"
+            )
+        for name in ("time_budget_s", "startup_trials", "seed"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"tuning.{name} must not be negative")
+        if self.heartbeat_s < 1 or self.stale_after_s <= self.heartbeat_s:
+            raise SettingsError(
+                "tuning.heartbeat_s must be at least 1 and tuning.stale_after_s above it"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -545,6 +617,7 @@ class Settings:
     drift: DriftSettings = field(default_factory=DriftSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
+    tuning: TuningSettings = field(default_factory=TuningSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -557,7 +630,7 @@ class Settings:
         return json_sha256(self.to_dict())
 
 
-def _coerce(value: Any, annotation: Any, name: str) -> Any:
+def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
     """Convert a YAML/env value to the field's declared type, or raise naming the field."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -591,7 +664,7 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
             if not isinstance(value, list | tuple):
                 raise TypeError
             item_type = args[0]
-            return tuple(_coerce(v, item_type, f"{name}[]") for v in value)
+            return tuple(coerce_setting(v, item_type, f"{name}[]") for v in value)
         if origin is dict:
             if isinstance(value, str):
                 value = yaml.safe_load(value) or {}
@@ -607,7 +680,7 @@ def _coerce(value: Any, annotation: Any, name: str) -> Any:
     raise SettingsError(f"setting {name} expects {annotation}, got {value!r}")
 
 
-def _build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
+def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
@@ -616,7 +689,7 @@ def _build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
             f"unknown setting(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
             f"known in [{section}]: {', '.join(sorted(known))}"
         )
-    kwargs = {k: _coerce(v, hints[k], f"{section}.{k}") for k, v in values.items()}
+    kwargs = {k: coerce_setting(v, hints[k], f"{section}.{k}") for k, v in values.items()}
     return cls(**kwargs)
 
 
@@ -657,8 +730,10 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     # A tracking server decides where artifacts go; a local store keeps them beside it.
     local_store = tracking.startswith(("sqlite:", "file:")) or "://" not in tracking
     artifacts = settings.mlflow.artifact_root or (str(home / "mlartifacts") if local_store else "")
+    storage = settings.tuning.storage or f"sqlite:///{home / 'optuna.db'}"
     return dataclasses.replace(
         settings,
+        tuning=dataclasses.replace(settings.tuning, storage=storage),
         lake=dataclasses.replace(settings.lake, root=lake_root),
         mlflow=dataclasses.replace(settings.mlflow, tracking_uri=tracking, artifact_root=artifacts),
     )
@@ -703,5 +778,5 @@ def load_settings(
             f"unknown settings section(s) {', '.join(unknown)}; known: {', '.join(sections)}"
         )
     hints = typing.get_type_hints(Settings)
-    built = {name: _build_section(hints[name], values, name) for name, values in merged.items()}
+    built = {name: build_section(hints[name], values, name) for name, values in merged.items()}
     return _resolve_defaults(Settings(**built), environ)

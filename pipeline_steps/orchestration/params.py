@@ -102,22 +102,77 @@ FORM: dict[str, FormField] = {
 }
 
 
+TUNING_FORM: dict[str, FormField] = {
+    "trials": FormField(
+        "tuning.trials",
+        "Trials",
+        "Finished trials (complete or pruned) the study should hold; a run adds the missing "
+        "ones, so running it again continues the study.",
+        {"type": "integer", "minimum": 1, "maximum": 1000},
+        "Study",
+    ),
+    "parallel_trials": FormField(
+        "tuning.parallel_trials",
+        "Parallel trials",
+        "Trials training at the same time (each a task: a process or a pod).",
+        {"type": "integer", "minimum": 1},
+        "Study",
+    ),
+    "sampler": FormField(
+        "tuning.sampler",
+        "Sampler",
+        "How trials draw parameters: tpe (Bayesian), random, grid, gp (Gaussian process).",
+        {"type": "string", "enum": ["tpe", "random", "grid", "gp"]},
+        "Study",
+    ),
+    "pruner": FormField(
+        "tuning.pruner",
+        "Pruner",
+        "Stops unpromising trials from their per-epoch validation loss.",
+        {"type": "string", "enum": ["none", "median", "hyperband"]},
+        "Study",
+    ),
+    "search_space": FormField(
+        "tuning.search_space",
+        "Search space file",
+        "YAML file of the parameters the trials draw (tuning/flight_delay.yaml).",
+        {"type": "string", "minLength": 1},
+        "Study",
+    ),
+    "time_budget_s": FormField(
+        "tuning.time_budget_s",
+        "Time budget (s)",
+        "No trial starts later than this after the run began; 0: no budget.",
+        {"type": "integer", "minimum": 0},
+        "Study",
+    ),
+    "epochs": FormField(
+        "train.epochs",
+        "Epochs per trial",
+        "Most epochs a trial trains (the pruner's budget).",
+        {"type": "integer", "minimum": 1, "maximum": 200},
+        "Training",
+    ),
+}
+"""The trigger form of ``flight_delay_tuning`` (besides the day to tune on)."""
+
+
 def setting_value(settings: Settings, key: str) -> Any:
     """The value of ``section.key`` in ``settings``."""
     section, _, name = key.partition(".")
     return getattr(getattr(settings, section), name)
 
 
-def form_defaults(settings: Settings) -> dict[str, Any]:
+def form_defaults(settings: Settings, form: dict[str, FormField] = FORM) -> dict[str, Any]:
     """Each Param's default: the setting's configured value."""
-    return {name: setting_value(settings, f.setting) for name, f in FORM.items()}
+    return {name: setting_value(settings, f.setting) for name, f in form.items()}
 
 
-def training_params(settings: Settings) -> dict[str, Any]:
-    """The DAG's ``params``: one ``airflow.sdk.Param`` per form field."""
+def form_params(settings: Settings, form: dict[str, FormField]) -> dict[str, Any]:
+    """A DAG's ``params``: one ``airflow.sdk.Param`` per form field."""
     from airflow.sdk import Param
 
-    defaults = form_defaults(settings)
+    defaults = form_defaults(settings, form)
     return {
         name: Param(
             defaults[name],
@@ -126,14 +181,19 @@ def training_params(settings: Settings) -> dict[str, Any]:
             section=f.section,
             **f.schema,
         )
-        for name, f in FORM.items()
+        for name, f in form.items()
     }
 
 
-def set_arguments() -> list[str]:
+def training_params(settings: Settings) -> dict[str, Any]:
+    """``flight_delay_training``'s ``params``."""
+    return form_params(settings, FORM)
+
+
+def set_arguments(form: dict[str, FormField] = FORM) -> list[str]:
     """``--set section.key=<param as JSON>`` per form field, as Jinja templates of the argv."""
     argv: list[str] = []
-    for name, f in FORM.items():
+    for name, f in form.items():
         value = f"(params.{name} or '')" if _nullable(f) else f"params.{name}"
         argv += ["--set", f"{f.setting}={{{{ {value} | tojson }}}}"]
     return argv

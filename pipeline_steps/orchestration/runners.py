@@ -158,7 +158,7 @@ def step_failure(step: str, code: int, output: list[str], reason: str) -> Except
     return AirflowException(f"step {step} exited with code {code} (will be retried): {reason}")
 
 
-def _retry_args(settings: Settings) -> dict[str, Any]:
+def retry_args(settings: Settings) -> dict[str, Any]:
     orch = settings.orchestration
     return {
         "retries": orch.retries,
@@ -363,7 +363,7 @@ def step_task(step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_R
     """The task for one step under the configured runtime, with retries and backoff (a task
     group for training on several Kubernetes nodes). ``run_args`` follow ``trainyard step
     <name>`` in the argv."""
-    task_args = _retry_args(settings)
+    task_args = retry_args(settings)
     if settings.orchestration.runtime == "kubernetes":
         if step == "train" and settings.kubernetes.train_nodes > 1:
             return multi_node_training(settings, run_args, **task_args)

@@ -63,6 +63,12 @@ def train(ctx: RunContext) -> TrainManifest | None:
     Resumes from the newest valid checkpoint of the same run, settings and world size, so a
     restarted worker or a retried task recomputes no finished step.
     """
+    tuned = None
+    if ctx.settings.train.params_from == "tuning" and ctx.trial is None:
+        from pipeline_steps.tuning.results import tuned_settings
+
+        ctx, tuned = tuned_settings(ctx)
+        log.info("training with the parameters of trial %d of study %s", tuned.trial, tuned.study)
     cfg, lake = ctx.settings.train, ctx.lake
     features = ctx.upstream(FeaturesManifest)
     procs = distributed.detect(cfg.device)
@@ -166,7 +172,16 @@ def train(ctx: RunContext) -> TrainManifest | None:
             checkpoint.save(lake, folder, state, keep=cfg.keep_checkpoints)
 
     # rank 0 alone keeps the MLflow run (and so logs, packages and records)
-    run_id = mlflow_run.start(ctx, features, world_size, resumed_from) if procs.master else None
+    run_id = (
+        mlflow_run.start(ctx, features, world_size, resumed_from, tuned) if procs.master else None
+    )
+    # a tuning trial reports each epoch to its study, whose pruner may stop it
+    reporter = None
+    if ctx.trial is not None and procs.master:
+        from pipeline_steps.tuning.trials import TrialReporter
+
+        reporter = TrialReporter(ctx.settings, ctx.trial.study, ctx.trial.number)
+    pruned_at: int | None = None
 
     # -- epochs -----------------------------------------------------------------------------------
     while position.epoch < cfg.epochs and not stopping.stopped_early:
@@ -243,6 +258,14 @@ def train(ctx: RunContext) -> TrainManifest | None:
         if run_id is not None:
             mlflow_run.log_epoch(run_id, epoch, metrics, step_losses)
             log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
+        if ctx.trial is not None:
+            stop = reporter.should_stop(epoch, metrics["val_loss"]) if reporter else None
+            if distributed.broadcast(stop, procs):
+                pruned_at = epoch
+                log.info("trial %d pruned after epoch %d", ctx.trial.number, epoch)
+                break
+    if reporter is not None:
+        reporter.close()
 
     # -- the model of the best epoch, packaged and recorded ----------------------------------------
     model_epoch = int(history[-1]["epoch"])
@@ -252,11 +275,14 @@ def train(ctx: RunContext) -> TrainManifest | None:
         log.info("restored the weights of epoch %d (lowest val_loss)", model_epoch)
     manifest = None
     if run_id is not None:
-        model_uri = mlflow_run.finish(ctx, model.cpu(), pre, config, features, model_epoch)
+        if ctx.trial is None:
+            model_uri = mlflow_run.finish(ctx, model.cpu(), pre, config, features, model_epoch)
+        else:  # a trial's result is its validation loss; the model is trained again if chosen
+            model_uri = mlflow_run.finish_trial(pruned_at)
         final = next(h for h in history if h["epoch"] == model_epoch)
         manifest = ctx.record(
             TrainManifest(
-                status="trained",
+                status="trained" if pruned_at is None else "pruned",
                 config_hash=config_hash,
                 logical_date=ctx.logical_date.isoformat(),
                 mlflow_run_id=run_id,
@@ -275,6 +301,9 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 checkpoints=lake.path(ctx.run_dir, "checkpoints"),
                 weights_sha256=weights_sha256(model),
                 history=[{k: float(v) for k, v in h.items()} for h in history],
+                trial=ctx.trial,
+                pruned_at_epoch=pruned_at,
+                tuned_from=tuned,
             )
         )
     if procs.distributed:
@@ -292,7 +321,8 @@ def _already_trained(ctx: RunContext, config_hash: str) -> TrainManifest | None:
         return None
     where = ctx.lake.path(ctx.run_dir, "train.json")
     try:
-        return load_manifest(TrainManifest, {**recorded, "status": "cached"}, where)
+        status = "pruned" if recorded.get("status") == "pruned" else "cached"
+        return load_manifest(TrainManifest, {**recorded, "status": status}, where)
     except ManifestError as exc:
         log.warning("%s; training again", exc)
         return None

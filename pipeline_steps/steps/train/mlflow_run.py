@@ -10,44 +10,69 @@ import json
 import math
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import FeaturesManifest, LoopPosition, Trigger
+from pipeline_steps.manifests import FeaturesManifest, LoopPosition, Trigger, TunedParameters
 from pipeline_steps.steps.train.data import Preprocessor
 
 
 def start(
-    ctx: RunContext, features: FeaturesManifest, world_size: int, resumed: LoopPosition | None
+    ctx: RunContext,
+    features: FeaturesManifest,
+    world_size: int,
+    resumed: LoopPosition | None,
+    tuned: TunedParameters | None = None,
 ) -> str:
     """The MLflow run of this pipeline run, active in this process; returns its id.
 
     An unfinished run of the same pipeline run (a restarted worker, a retried task) is resumed;
     otherwise a new one is started, tagged with the run, the logical date and the training set,
-    with the train settings and the set's size as parameters.
+    with the train settings and the set's size as parameters. A tuning trial's run is a child
+    of its study's run in the tuning experiment; a run trained with tuned parameters is tagged
+    with the trial they came from.
     """
     import mlflow
 
     from pipeline_steps.tracking import RUN_TAG, connect, find_run
 
-    client = connect(ctx.settings.mlflow)
-    previous = find_run(client, ctx.settings.mlflow, ctx.run_id)
+    mlflow_cfg = ctx.settings.mlflow
+    extra: dict[str, str] = trigger_tags(ctx.trigger)
+    name = f"train {ctx.logical_date.isoformat()}"
+    if ctx.trial is not None:
+        mlflow_cfg = replace(mlflow_cfg, experiment=ctx.settings.tuning.experiment)
+        name = f"trial {ctx.trial.number}"
+        extra = {
+            "trainyard.study": ctx.trial.study,
+            "trainyard.trial": str(ctx.trial.number),
+            "trainyard.trial_state": "RUNNING",
+            **_parent_tag(ctx),
+        }
+    if tuned is not None:
+        extra |= {
+            "trainyard.tuned_study": tuned.study,
+            "trainyard.tuned_trial": str(tuned.trial),
+            "trainyard.tuned_run_id": tuned.mlflow_run_id,
+        }
+    client = connect(mlflow_cfg)
+    previous = find_run(client, mlflow_cfg, ctx.run_key)
     if previous is not None and previous.info.status != "FINISHED":
         run_id: str = mlflow.start_run(run_id=previous.info.run_id).info.run_id
         return run_id
     run = mlflow.start_run(
-        run_name=f"train {ctx.logical_date.isoformat()}",
+        run_name=name,
         tags={
-            RUN_TAG: ctx.run_id,
+            RUN_TAG: ctx.run_key,
             "trainyard.logical_date": ctx.logical_date.isoformat(),
             "trainyard.training_set_sha256": features.training_set_sha256,
             "trainyard.train_first_day": features.train_days[0],
             "trainyard.train_last_day": features.train_days[-1],
             "trainyard.resumed": str(resumed is not None).lower(),
-            **trigger_tags(ctx.trigger),
+            **extra,
         },
     )
     params: dict[str, Any] = {f"train.{k}": v for k, v in ctx.settings.to_dict()["train"].items()}
@@ -62,6 +87,27 @@ def start(
     mlflow.log_params(params)
     run_id = run.info.run_id
     return run_id
+
+
+def _parent_tag(ctx: RunContext) -> dict[str, str]:
+    """``mlflow.parentRunId`` of a trial's run: its study's run (the study's user attribute)."""
+    from pipeline_steps.tuning.study import PARENT_ATTR, open_study
+
+    assert ctx.trial is not None
+    parent = open_study(ctx.settings, ctx.trial.study).user_attrs.get(PARENT_ATTR)
+    return {"mlflow.parentRunId": str(parent)} if parent else {}
+
+
+def finish_trial(pruned_at: int | None) -> str:
+    """End a tuning trial's run (nothing packaged); tag where the pruner stopped it."""
+    import mlflow
+
+    if pruned_at is not None:
+        mlflow.set_tags(
+            {"trainyard.pruned_at_epoch": str(pruned_at), "trainyard.trial_state": "PRUNED"}
+        )
+    mlflow.end_run()
+    return ""
 
 
 def trigger_tags(trigger: Trigger) -> dict[str, str]:

@@ -1,0 +1,253 @@
+"""The search space of a study: a YAML file naming the train settings a trial draws.
+
+``parameters`` are drawn by every trial; ``architectures`` maps a model (``mlp``,
+``ft_transformer``) to the parameters only it has, drawn after the trial drew that model. A
+parameter is a range (``low``, ``high``, optional ``log``; ints for int settings) or a set of
+``choices`` (lists allowed, e.g. ``hidden_dims``); ``grid`` lists the values of a range that the
+grid sampler tries. Every problem is a ``SpaceError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline_steps.fingerprints import json_sha256
+from pipeline_steps.settings import TrainSettings
+
+ARCHITECTURE_PARAMETERS: dict[str, frozenset[str]] = {
+    "mlp": frozenset({"hidden_dims", "embedding_dim"}),
+    "ft_transformer": frozenset({"token_dim", "transformer_layers", "attention_heads"}),
+}
+"""The train settings only one architecture reads: they belong under it in ``architectures``."""
+
+NOT_TUNABLE = frozenset(
+    {"model", "epochs", "seed", "device", "nproc_per_node", "params_from", "max_restarts"}
+)
+"""Settings a trial does not draw: the model is drawn through ``architectures``, the epochs are
+the pruner's budget, the rest are how and where training runs, not what it learns."""
+
+_KEYS = frozenset({"low", "high", "log", "choices", "grid"})
+
+
+class SpaceError(ValueError):
+    """The search space file is unreadable or names something it cannot; the message says
+    which file and key."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Parameter:
+    """One drawn train setting: a range (``low``..``high``) or a set of ``choices``."""
+
+    name: str
+    kind: str
+    """``int``, ``float`` or ``categorical``."""
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    grid: tuple[Any, ...] = ()
+
+    def suggest(self, trial: Any) -> Any:
+        """Draw the value for ``trial`` (an Optuna trial), as the setting takes it."""
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        if self.kind == "float":
+            return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+        return decode(trial.suggest_categorical(self.name, [encode(c) for c in self.choices]))
+
+    def grid_values(self) -> list[Any]:
+        return [encode(v) for v in (self.choices or self.grid)]
+
+
+def encode(value: Any) -> Any:
+    """An Optuna categorical value: lists become their JSON text (Optuna keeps scalars only)."""
+    return json.dumps(value) if isinstance(value, list | tuple) else value
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith("["):
+        return json.loads(value)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """What a trial draws, read from ``path``."""
+
+    path: str
+    shared: tuple[Parameter, ...]
+    architectures: dict[str, tuple[Parameter, ...]]
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        """The file's stem: part of the study name."""
+        return Path(self.path).stem
+
+    def suggest(self, trial: Any) -> dict[str, Any]:
+        """Draw one trial's train settings (``{setting: value}``)."""
+        drawn = {p.name: p.suggest(trial) for p in self.shared}
+        if self.architectures:
+            model = trial.suggest_categorical("model", list(self.architectures))
+            drawn["model"] = model
+            drawn |= {p.name: p.suggest(trial) for p in self.architectures[model]}
+        return drawn
+
+    def grid(self) -> dict[str, list[Any]]:
+        """The grid sampler's search space; ``SpaceError`` when a range has no ``grid``."""
+        grid: dict[str, list[Any]] = {}
+        if self.architectures:
+            grid["model"] = list(self.architectures)
+        for p in (*self.shared, *(p for ps in self.architectures.values() for p in ps)):
+            if not p.choices and not p.grid:
+                raise SpaceError(
+                    f"{self.path}: parameter {p.name!r} needs 'grid' (the values to try) or "
+                    "'choices' for tuning.sampler=grid"
+                )
+            grid[p.name] = p.grid_values()
+        return grid
+
+
+def _train_fields() -> dict[str, Any]:
+    hints = typing.get_type_hints(TrainSettings)
+    return {f.name: hints[f.name] for f in dataclasses.fields(TrainSettings)}
+
+
+def _parameter(path: str, where: str, name: str, spec: Any) -> Parameter:
+    fields = _train_fields()
+    if name not in fields:
+        raise SpaceError(
+            f"{path}: {where}{name!r} is not a train setting; settings: {', '.join(sorted(fields))}"
+        )
+    if name in NOT_TUNABLE:
+        raise SpaceError(f"{path}: {where}{name!r} cannot be tuned ({NOT_TUNABLE_REASON[name]})")
+    if not isinstance(spec, dict):
+        raise SpaceError(f"{path}: {where}{name!r} must be a mapping with low/high or choices")
+    unknown = sorted(set(spec) - _KEYS)
+    if unknown:
+        raise SpaceError(
+            f"{path}: {where}{name!r} has unknown key(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(_KEYS))}"
+        )
+    label = f"{path}: {where}{name!r}"
+    if "choices" in spec:
+        choices = spec["choices"]
+        if set(spec) - {"choices"}:
+            raise SpaceError(f"{label}: 'choices' cannot be combined with low/high/log/grid")
+        if not isinstance(choices, list) or not choices:
+            raise SpaceError(f"{label}: 'choices' must be a non-empty list")
+        for choice in choices:
+            _check_value(label, name, choice)
+        return Parameter(name=name, kind="categorical", choices=tuple(choices))
+    kind = {int: "int", float: "float"}.get(fields[name])
+    if kind is None:
+        raise SpaceError(f"{label}: a range needs a number setting; give 'choices' instead")
+    if "low" not in spec or "high" not in spec:
+        raise SpaceError(f"{label}: a range needs both 'low' and 'high'")
+    low, high, log = spec["low"], spec["high"], spec.get("log", False)
+    numbers = (low, high)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
+        raise SpaceError(f"{label}: 'low' and 'high' must be numbers")
+    if kind == "int" and not all(float(v).is_integer() for v in numbers):
+        raise SpaceError(f"{label}: {name} is an int setting; 'low' and 'high' must be ints")
+    if not low < high:
+        raise SpaceError(f"{label}: 'low' ({low}) must be below 'high' ({high})")
+    if not isinstance(log, bool):
+        raise SpaceError(f"{label}: 'log' must be true or false")
+    if log and low <= 0:
+        raise SpaceError(f"{label}: a log-scale range needs 'low' above 0")
+    grid = spec.get("grid", [])
+    if not isinstance(grid, list) or any(not low <= g <= high for g in grid):
+        raise SpaceError(f"{label}: 'grid' must be a list of values between low and high")
+    for value in (low, high, *grid):
+        _check_value(label, name, int(value) if kind == "int" else float(value))
+    return Parameter(
+        name=name, kind=kind, low=float(low), high=float(high), log=log, grid=tuple(grid)
+    )
+
+
+NOT_TUNABLE_REASON = {
+    "model": "the model is drawn from the keys of 'architectures'",
+    "epochs": "the epochs are each trial's budget, set per study run",
+    "seed": "trials share the seed so that they differ only by what they draw",
+    "device": "where training runs is not a model choice",
+    "nproc_per_node": "where training runs is not a model choice",
+    "params_from": "a trial draws its parameters from the study",
+    "max_restarts": "fault tolerance is not a model choice",
+}
+
+
+def _check_value(label: str, name: str, value: Any) -> None:
+    """The value must be one the train setting accepts on its own."""
+    from pipeline_steps.settings import SettingsError, coerce_setting
+
+    hints = _train_fields()
+    try:
+        coerce_setting(value, hints[name], f"train.{name}")
+    except SettingsError as exc:
+        raise SpaceError(f"{label}: value {value!r} is not valid ({exc})") from exc
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read and check a search space file; ``SpaceError`` names the file and the bad key."""
+    where = str(path)
+    file = Path(path)
+    if not file.is_file():
+        raise SpaceError(f"search space file {where} does not exist (setting tuning.search_space)")
+    try:
+        document = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"search space file {where} is not valid YAML: {exc}") from exc
+    if not isinstance(document, dict):
+        raise SpaceError(f"{where}: expected a mapping with 'parameters' and 'architectures'")
+    unknown = sorted(set(document) - {"parameters", "architectures"})
+    if unknown:
+        raise SpaceError(
+            f"{where}: unknown top-level key(s) {', '.join(unknown)}; "
+            "known: parameters, architectures"
+        )
+    shared_specs = document.get("parameters") or {}
+    arch_specs = document.get("architectures") or {}
+    if not isinstance(shared_specs, dict) or not isinstance(arch_specs, dict):
+        raise SpaceError(f"{where}: 'parameters' and 'architectures' must be mappings")
+    owned = {name: arch for arch, names in ARCHITECTURE_PARAMETERS.items() for name in names}
+    shared = []
+    for name, spec in shared_specs.items():
+        if name in owned and arch_specs:
+            raise SpaceError(
+                f"{where}: parameters.{name} belongs to {owned[name]}; "
+                f"move it under architectures.{owned[name]}"
+            )
+        shared.append(_parameter(where, "parameters.", name, spec))
+    architectures: dict[str, tuple[Parameter, ...]] = {}
+    for arch, specs in arch_specs.items():
+        if arch not in ARCHITECTURE_PARAMETERS:
+            raise SpaceError(
+                f"{where}: architectures.{arch} is not a model; "
+                f"models: {', '.join(ARCHITECTURE_PARAMETERS)}"
+            )
+        params = []
+        for name, spec in (specs or {}).items():
+            if name in owned and owned[name] != arch:
+                raise SpaceError(
+                    f"{where}: architectures.{arch}.{name} belongs to {owned[name]}, not {arch}"
+                )
+            if name in shared_specs:
+                raise SpaceError(f"{where}: architectures.{arch}.{name} is also under 'parameters'")
+            params.append(_parameter(where, f"architectures.{arch}.", name, spec))
+        architectures[arch] = tuple(params)
+    if not shared and not architectures:
+        raise SpaceError(f"{where}: the search space draws nothing")
+    return SearchSpace(
+        path=where,
+        shared=tuple(shared),
+        architectures=architectures,
+        sha256=json_sha256(document),
+    )
