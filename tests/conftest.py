@@ -71,3 +71,18 @@ def lake_home(seeded_home: Path, tmp_path: Path) -> Iterator[Path]:
     home = tmp_path / "home"
     shutil.copytree(seeded_home, home)
     yield home
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """The local PostgreSQL (``TRAINYARD_TEST_POSTGRES``); required when ``CI=true``."""
+    import psycopg2
+
+    url = os.environ.get("TRAINYARD_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1/test")
+    try:
+        psycopg2.connect(url.replace("+psycopg2", ""), connect_timeout=3).close()
+    except psycopg2.OperationalError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI: {exc}")
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    return url

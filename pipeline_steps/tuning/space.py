@@ -185,14 +185,15 @@ NOT_TUNABLE_REASON = {
 
 
 def _check_value(label: str, name: str, value: Any) -> None:
-    """The value must be one the train setting accepts on its own."""
-    from pipeline_steps.settings import SettingsError, coerce_setting
+    """The value must be one the train setting accepts on its own (rules tying two settings
+    together, like heads dividing the token width, are checked per trial when it is drawn)."""
+    from pipeline_steps.settings import SettingsError, build_section
 
-    hints = _train_fields()
     try:
-        coerce_setting(value, hints[name], f"train.{name}")
+        build_section(TrainSettings, {name: value}, "train")
     except SettingsError as exc:
-        raise SpaceError(f"{label}: value {value!r} is not valid ({exc})") from exc
+        if "must divide" not in str(exc):
+            raise SpaceError(f"{label}: value {value!r} is not valid ({exc})") from exc
 
 
 def load_space(path: str | Path) -> SearchSpace:

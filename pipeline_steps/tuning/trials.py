@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,7 +102,9 @@ def claim(
         seed = settings.tuning.seed * 1_000_003 + len(opened.get_trials(deepcopy=False))
         opened = open_study(settings, study, space=space, seed=seed)
         for _ in range(DRAWS):
-            trial = opened.ask()
+            with warnings.catch_warnings():  # trials send heartbeats themselves (see study)
+                warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+                trial = opened.ask()
             drawn = space.suggest(trial)
             problem = _refused(settings, drawn)
             if problem is None:

@@ -122,18 +122,6 @@ def test_sql_source_streams_the_day_from_sqlite(make_settings, tmp_path: Path) -
     assert result.datasets["flights"].sha256 == from_package.datasets["flights"].sha256
 
 
-@pytest.fixture
-def postgres_url() -> str:
-    url = os.environ.get("TRAINYARD_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1/test")
-    try:
-        psycopg2.connect(url.replace("+psycopg2", ""), connect_timeout=3).close()
-    except psycopg2.OperationalError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL is required in CI: {exc}")
-        pytest.skip(f"PostgreSQL not reachable: {exc}")
-    return url
-
-
 @pytest.mark.services
 def test_sql_source_streams_the_day_from_postgres(
     make_settings, tmp_path: Path, postgres_url: str
