@@ -177,6 +177,7 @@ def pod_environment(settings: Settings) -> dict[str, str]:
         "TRAINYARD_LAKE__ROOT": lake_root,
         "TRAINYARD_MLFLOW__TRACKING_URI": settings.mlflow.tracking_uri,
         "TRAINYARD_MLFLOW__ARTIFACT_ROOT": settings.mlflow.artifact_root,
+        "TRAINYARD_TUNING__STORAGE": settings.tuning.storage,  # a trial reports to its study
         "TRAINYARD_TRAIN__NPROC_PER_NODE": str(settings.train.nproc_per_node),
         "TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S": str(settings.train.collective_timeout_s),
         # A failed NCCL collective aborts the process instead of leaving peers waiting.
