@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo test lint format airflow mlflow clean
+.PHONY: help venv airflow-db demo tune test lint format airflow mlflow optuna clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metad
 demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened
 	@scripts/demo.sh
 
+tune: airflow-db ## run the tuning DAG (6 trials) on the demo's window and print the study
+	@scripts/tune.sh
+
 test: $(STAMP) ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -59,6 +62,9 @@ airflow: airflow-db ## start Airflow (standalone) on the demo home: http://local
 
 mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000
+
+optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
+	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.settings import load_settings; print(load_settings().tuning.storage)")
 
 clean: ## remove the demo state (.trainyard/); keeps .venv
 	rm -rf $(TRAINYARD_HOME)

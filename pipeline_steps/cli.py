@@ -5,6 +5,7 @@
     trainyard report [--logical-date D]     summarise the recorded runs
     trainyard replay (--run-id R | --logical-date D) [--promote]
                                             run a recorded run again from its lineage and diff
+    trainyard tuning [--study NAME]         summarise a tuning study (default: the newest)
 
 ``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
 line through XCom. A step that cannot go on exits 2 with a readable message and no traceback.
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise recorded runs")
     report.add_argument("--logical-date", type=_date, help="only runs of this date")
     common(report)
+
+    tuning = sub.add_parser("tuning", help="summarise a tuning study (default: the newest)")
+    tuning.add_argument("--study", help="the study's name (flight_delay_tuning logs it)")
+    common(tuning)
 
     again = sub.add_parser(
         "replay", help="run a recorded run again from its lineage and print what differs"
@@ -285,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
             manifest = seed(args.start, args.end, args.config, args.set)
         elif args.command == "validate":
             return check_file_command(args)
+        elif args.command == "tuning":
+            from pipeline_steps.tuning.report import describe_study
+
+            print(describe_study(load_settings(args.config, args.set), args.study), flush=True)
+            return 0
         elif args.command == "replay":
             from pipeline_steps.replay import replay
 
