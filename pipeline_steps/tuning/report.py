@@ -35,9 +35,7 @@ def describe_study(settings: Settings, name: str | None = None) -> str:
         lines.append(f"  best    trial {best.number}: validation loss {best.value:.5f}")
         for key, value in sorted(best.user_attrs.get("trainyard.settings", {}).items()):
             lines.append(f"          train.{key} = {value}")
-    pruned = [
-        t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
-    ]
+    pruned = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
     if pruned:
         epochs = sorted(len(t.intermediate_values) for t in pruned)
         lines.append(f"  pruned  after {', '.join(map(str, epochs))} epoch(s)")
