@@ -12,6 +12,7 @@ import subprocess
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
+from typing import Any
 
 from pipeline_steps import __version__
 from pipeline_steps.context import RunContext
@@ -79,6 +80,15 @@ def raw_versions(ingest: IngestManifest, features: FeaturesManifest) -> Partitio
     return {ds: dict(sorted(days.items())) for ds, days in sorted(refs.items())}
 
 
+def trained_settings(ctx: RunContext, trained: TrainManifest) -> dict[str, Any]:
+    """The run's settings document with the train section as trained: the tuned parameters
+    over the configured values when the run took them from a study (``train.params_from``)."""
+    document: dict[str, Any] = to_json(ctx.settings.to_dict())
+    if trained.tuned_from is not None:
+        document["train"] |= to_json(trained.tuned_from.params)
+    return document
+
+
 def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> Lineage:
     """What this run used and produced, from partitions to the registered ``version`` (None when
     it registered none), with what a replay needs."""
@@ -101,7 +111,7 @@ def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> L
         code=code_version(),
         packages_sha256=packages_sha256(packages),
         packages=packages,
-        settings=to_json(ctx.settings.to_dict()),
+        settings=trained_settings(ctx, trained),
         feature_repo_sha256=str(features.inputs.get("feature_repo", "")),
         raw_versions=raw_versions(ingest, features),
         epochs=trained.history,

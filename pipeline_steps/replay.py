@@ -49,7 +49,13 @@ REPLAY_PREFIX = "replay__"
 LINEAGE = "lineage.json"
 DIFF_FILE = "replay_diff.json"
 # Settings a replay sets itself: they differ from the recorded run's by design.
-REPLAY_SETTINGS = ("ingest.pins", "promotion.skip", "promotion.force", "promotion.reason")
+REPLAY_SETTINGS = (
+    "ingest.pins",
+    "promotion.skip",
+    "promotion.force",
+    "promotion.reason",
+    "train.params_from",  # a replay trains with the recorded values, tuned or not
+)
 # Per-epoch metrics that measure the machine, not the model.
 TIMING_METRICS = ("samples_per_s", "gpu_memory_peak_gib", "gpu_utilization_pct")
 
@@ -146,6 +152,8 @@ def replay_settings(original: Lineage, promote: bool, overrides: list[str], path
     document: dict[str, Any] = json.loads(json.dumps(original.settings))
     document["ingest"]["pins"] = pins_of(original.raw_versions)
     document["promotion"] = {"skip": not promote, "force": False, "reason": ""}
+    # the lineage holds the values trained with (tuned ones included), not the newest study's
+    document["train"]["params_from"] = "settings"
     path.write_text(yaml.safe_dump(document, sort_keys=True))
     settings = load_settings(path, overrides, environ={})
     path.write_text(yaml.safe_dump(settings.to_dict(), sort_keys=True))

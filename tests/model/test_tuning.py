@@ -12,7 +12,10 @@ from mlflow import MlflowClient
 from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.manifests import TrialRef
+from pipeline_steps.replay import read_lineage, replay_settings
 from pipeline_steps.settings import TrainSettings, build_section
+from pipeline_steps.steps.evaluate import evaluate
+from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import mlflow_run, train
 from pipeline_steps.tuning import trials
 from pipeline_steps.tuning.results import finish, prepare
@@ -119,7 +122,7 @@ def test_an_interrupted_study_continues_where_it_stopped(prepare_run) -> None:
     assert frozen.state == States.FAIL  # stale: failed, not counted, not blocking
 
 
-def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run) -> None:
+def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run, tmp_path) -> None:
     ctx = prepare_run("tune_best", "train.epochs=1", "tuning.pruner=none")
     plan = prepare(ctx)
     values = {}
@@ -149,6 +152,18 @@ def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run) -> N
     assert run.data.params["train.params_from"] == "tuning"
     assert run.data.tags["trainyard.tuned_trial"] == str(number)
     assert run.data.tags["trainyard.tuned_study"] == plan.study
+
+    # a tuned challenger passes the gate like any other, and its lineage names the trial
+    for step in (evaluate, promote):
+        step(daily)
+    lineage = read_lineage(daily.lake, daily.run_id)
+    assert lineage.tuned_from is not None and lineage.tuned_from.trial == number
+    assert lineage.settings["train"]["learning_rate"] == best.params["learning_rate"]
+    assert lineage.decision in ("promoted", "rejected")
+    # a replay trains with the recorded values, not with a newer study's
+    replayed = replay_settings(lineage, False, [], tmp_path / "replay.yaml")
+    assert replayed.train.params_from == "settings"
+    assert replayed.train.learning_rate == best.params["learning_rate"]
 
 
 def test_params_from_tuning_without_a_study_is_a_clear_error(make_settings) -> None:
