@@ -1,6 +1,7 @@
 """Hyperparameter tuning of the flight-delay model with Optuna.
 
-ingest → validate → features → prepare_study → trial (mapped, one task per trial) → record_best.
+tuning_day → ingest → validate → features → prepare_study → trial (mapped, one per trial) →
+record_best.
 The run builds one frozen training set for the day to tune on (the trigger form's day, else the
 run's logical date), then trains trials on it: each trial is the real ``train`` step run by the
 configured runtime with parameters drawn by the study (search space ``tuning.search_space``),
@@ -21,6 +22,7 @@ from pipeline_steps.orchestration import step_task
 from pipeline_steps.orchestration.tuning import (
     PrepareStudyOperator,
     RecordBestOperator,
+    TuningDayOperator,
     trial_tasks,
     tuning_params,
     tuning_run_args,
@@ -44,6 +46,7 @@ with DAG(
     run_args = tuning_run_args()
     prepare = PrepareStudyOperator(run_args=run_args)
     chain(
+        TuningDayOperator(),
         *(step_task(step, settings, run_args) for step in ("ingest", "validate", "features")),
         prepare,
         trial_tasks(settings, run_args, prepare.output),

@@ -31,11 +31,39 @@ from pipeline_steps.orchestration.runners import (
 )
 from pipeline_steps.settings import Settings
 
+DAY_TASK = "tuning_day"
 PREPARE_TASK = "prepare_study"
 LANE_WAIT_S = 5
 """Seconds a trial waits for a free lane when the run trains ``parallel_trials`` already."""
 
-TUNING_DAY = "{{ params.logical_date or ds }}"
+TUNING_DAY = f"{{{{ ti.xcom_pull(task_ids='{DAY_TASK}') }}}}"
+
+
+class TuningDayOperator(BaseOperator):
+    """The run's first task: the day whose training window the study tunes on, the form's
+    ``logical_date`` or else the run's logical date; a run with neither fails at once."""
+
+    ui_color = "#fdf2d0"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(task_id=DAY_TASK, retries=0, **kwargs)
+
+    def execute(self, context: Any) -> str:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        chosen = (context.get("params") or {}).get("logical_date")
+        logical = context.get("logical_date")
+        if chosen:
+            day = str(chosen)[:10]
+        elif logical is not None:
+            day = logical.date().isoformat()
+        else:
+            raise AirflowFailException(
+                "this run has no day to tune for: trigger it with logical_date in the form "
+                "(e.g. 2013-06-01; the study tunes on that day's training window)"
+            )
+        self.log.info("tuning on the training window of %s", day)
+        return day
 
 
 def tuning_params(settings: Settings) -> dict[str, Any]:

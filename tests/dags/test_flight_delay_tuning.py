@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import ROOT
 
 DAG_ID = "flight_delay_tuning"
-TASKS = ["ingest", "validate", "features", "prepare_study", "trial", "record_best"]
+TASKS = ["tuning_day", "ingest", "validate", "features", "prepare_study", "trial", "record_best"]
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +99,20 @@ def test_on_kubernetes_a_trial_is_the_train_pod_with_its_gpus(make_settings) -> 
     assert "--nproc-per-node=2" in kwargs["cmds"]
     assert kwargs["container_resources"].limits["nvidia.com/gpu"] == "2"
     assert kwargs["env_vars"]["TRAINYARD_TUNING__STORAGE"] == settings.tuning.storage
+
+
+def test_the_day_to_tune_for_is_the_forms_else_the_runs_and_never_missing() -> None:
+    from datetime import UTC, datetime
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from pipeline_steps.orchestration.tuning import TuningDayOperator
+
+    task = TuningDayOperator()
+    june = datetime(2013, 6, 2, tzinfo=UTC)
+    assert task.execute({"params": {"logical_date": "2013-06-01"}, "logical_date": june}) == (
+        "2013-06-01"
+    )
+    assert task.execute({"params": {"logical_date": None}, "logical_date": june}) == "2013-06-02"
+    with pytest.raises(AirflowFailException, match="trigger it with logical_date"):
+        task.execute({"params": {"logical_date": None}, "logical_date": None})
