@@ -33,8 +33,10 @@ from pipeline_steps.settings import Settings
 
 DAY_TASK = "tuning_day"
 PREPARE_TASK = "prepare_study"
-LANE_WAIT_S = 5
-"""Seconds a trial waits for a free lane when the run trains ``parallel_trials`` already."""
+LANE_WAIT_S = 30
+"""Seconds a trial waits for a free lane when the run trains ``parallel_trials`` already. Not
+much shorter: a task rescheduled again before the scheduler processed its previous end is
+taken for a failure by Airflow (and retried)."""
 
 TUNING_DAY = f"{{{{ ti.xcom_pull(task_ids='{DAY_TASK}') }}}}"
 
