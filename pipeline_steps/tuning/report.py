@@ -11,6 +11,16 @@ from pipeline_steps.tuning.results import read_best
 from pipeline_steps.tuning.study import open_study
 
 
+def shown_url(url: str) -> str:
+    """A storage URL fit to print: its password masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: print only its scheme
+        return url.split("://", 1)[0] + "://…"
+
+
 def describe_study(settings: Settings, name: str | None = None) -> str:
     """The study's trials by state, its best trial and where to look further. Without ``name``
     the study whose best trial was recorded last."""
@@ -22,11 +32,11 @@ def describe_study(settings: Settings, name: str | None = None) -> str:
     try:
         study = open_study(settings, name)
     except KeyError as exc:
-        raise StepError(f"no study {name!r} in {settings.tuning.storage}") from exc
+        raise StepError(f"no study {name!r} in {shown_url(settings.tuning.storage)}") from exc
     states = Counter(t.state.name.lower() for t in study.get_trials(deepcopy=False))
     lines = [
         f"study {name}",
-        f"  storage {settings.tuning.storage}",
+        f"  storage {shown_url(settings.tuning.storage)}",
         "  trials  " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
     ]
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

@@ -18,6 +18,7 @@ from pipeline_steps.steps.evaluate import evaluate
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import mlflow_run, train
 from pipeline_steps.tuning import trials
+from pipeline_steps.tuning.report import describe_study
 from pipeline_steps.tuning.results import finish, prepare
 from pipeline_steps.tuning.space import load_space
 from pipeline_steps.tuning.study import open_study
@@ -140,6 +141,9 @@ def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run, tmp_
     assert open_study(ctx.settings, plan.study).trials[orphan.number].state == States.FAIL
     recorded = ctx.lake.read_json("tuning", "best", "flight_delay.json")
     assert recorded["study"] == plan.study and recorded["trial"] == number
+    summary = describe_study(ctx.settings)
+    assert f"study {plan.study}" in summary and "2 complete, 1 fail" in summary
+    assert f"best    trial {number}: validation loss" in summary
     artifacts = {a.path for a in client(ctx).list_artifacts(plan.parent_run_id)}
     assert {"best_trial.json", "optimization_history.png", "trials.csv"} <= artifacts
     assert Path(ctx.settings.tuning.search_space).name in artifacts
