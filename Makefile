@@ -38,7 +38,7 @@ airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metad
 demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened
 	@scripts/demo.sh
 
-tune: airflow-db ## run the tuning DAG (6 trials) on the demo's window and print the study
+tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print the study
 	@scripts/tune.sh
 
 test: $(STAMP) ## lint, type-check and run the whole test suite

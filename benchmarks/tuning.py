@@ -14,7 +14,8 @@ default), built once by the real ingest, validate and features steps in a fresh 
 Trials of ``pruning`` and ``samplers`` run the train step in this process, as a trial's task
 would in its own process, reporting to an Optuna study in SQLite.
 
-    python benchmarks/tuning.py pruning  [--trials 24 --epochs 9]
+    python benchmarks/tuning.py pruning  [--trials 24 --epochs 9 --pruners none,hyperband]
+    python benchmarks/tuning.py replay --home HOME   (the pruners on the curves recorded there)
     python benchmarks/tuning.py samplers [--trials 16 --epochs 3 --seeds 3]
     python benchmarks/tuning.py overhead [--trials 4]
 """
@@ -133,24 +134,81 @@ def run_study(
     }
 
 
-def pruning(ctx: RunContext, trials: int, epochs: int, seed: int) -> None:
+def pruning(ctx: RunContext, trials: int, epochs: int, seed: int, pruners: list[str]) -> None:
+    """The same trials (random search, one seed) under each pruner; the first is the
+    reference the others are compared with (``none``)."""
     import optuna
 
     rows = {}
-    for pruner in ("none", "hyperband"):
-        sampler = optuna.samplers.RandomSampler(seed=seed)  # the same trials for both
+    for pruner in pruners:
+        sampler = optuna.samplers.RandomSampler(seed=seed)  # the same trials for every pruner
         rows[pruner] = run_study(ctx, f"pruning-{pruner}", sampler, pruner, trials, epochs)
         print(pruner, json.dumps(rows[pruner]), flush=True)
-    none, hb = rows["none"], rows["hyperband"]
+    print("| pruner | trials | epochs trained | pruned | best val loss | seconds |")
+    print("|---|---|---|---|---|---|")
+    for name, row in rows.items():
+        print(
+            f"| {name} | {trials} | {row['epochs']} | {row['pruned']} | {row['best']:.5f} | "
+            f"{row['seconds']:.0f} |"
+        )
+    base = rows[pruners[0]]
+    for name, row in list(rows.items())[1:]:
+        print(
+            f"{name}: epochs saved {1 - row['epochs'] / base['epochs']:.1%}, "
+            f"best loss {row['best'] / base['best'] - 1:+.2%} against {pruners[0]}"
+        )
+
+
+def replay_pruners(home: Path, draws: int) -> None:
+    """Each pruner replayed on the learning curves the unpruned study recorded (training is
+    deterministic on the CPU, so a pruned trial's curve is the start of its unpruned one).
+    Hyperband puts each trial in a bracket by hashing the study name and trial number, so its
+    outcome is drawn ``draws`` times under different study names."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    recorded = optuna.load_study(study_name="pruning-none", storage=f"sqlite:///{home}/optuna.db")
+    curves = [
+        [t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in recorded.trials
+    ]
+    epochs = max(len(c) for c in curves)
+    full, best = sum(len(c) for c in curves), min(min(c) for c in curves)
+
+    def run(pruner: Any, name: str) -> tuple[float, float]:
+        study = optuna.create_study(study_name=name, pruner=pruner)
+        trained, values = 0, []
+        for curve in curves:
+            trial = study.ask()
+            for step, value in enumerate(curve, start=1):
+                trial.report(value, step)
+                trained += 1
+                if trial.should_prune():
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    break
+            else:
+                study.tell(trial, min(curve))
+                values.append(min(curve))
+        return 1 - trained / full, min(values) / best - 1
+
+    pruners = optuna.pruners
+    configs = {
+        "hyperband, min 1 epoch": lambda: pruners.HyperbandPruner(1, epochs, 3),
+        "hyperband, min 2 epochs": lambda: pruners.HyperbandPruner(2, epochs, 3),
+        "median, 5 startup trials, min 1 epoch": lambda: pruners.MedianPruner(5, 1),
+    }
     print(
-        f"| pruner | trials | epochs trained | pruned | best val loss | seconds |\n"
-        f"|---|---|---|---|---|---|\n"
-        f"| none | {trials} | {none['epochs']} | 0 | {none['best']:.5f} | {none['seconds']:.0f} |\n"
-        f"| hyperband | {trials} | {hb['epochs']} | {hb['pruned']} | {hb['best']:.5f} | "
-        f"{hb['seconds']:.0f} |\n"
-        f"epochs saved {1 - hb['epochs'] / none['epochs']:.1%}; "
-        f"best loss {hb['best'] / none['best'] - 1:+.2%} with pruning"
+        "| pruner | epochs saved (median) | best loss vs none (median, worst) | draws within 1 % |"
     )
+    print("|---|---|---|---|")
+    for label, make in configs.items():
+        runs = [run(make(), f"pruning-hyperband-{i}") for i in range(draws)]
+        saved = statistics.median(r[0] for r in runs)
+        losses = [r[1] for r in runs]
+        within = sum(loss <= 0.01 for loss in losses)
+        print(
+            f"| {label} | {saved:.1%} | {statistics.median(losses):+.2%}, {max(losses):+.2%} | "
+            f"{within}/{draws} |"
+        )
 
 
 def samplers(ctx: RunContext, trials: int, epochs: int, seeds: int) -> None:
@@ -273,7 +331,11 @@ def _drawn(settings: Settings, trial: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["pruning", "samplers", "overhead"])
+    parser.add_argument("part", choices=["pruning", "replay", "samplers", "overhead"])
+    parser.add_argument(
+        "--pruners", default="none,hyperband", help="pruning: the pruners, the reference first"
+    )
+    parser.add_argument("--draws", type=int, default=20, help="replay: bracket draws")
     parser.add_argument("--day", type=date.fromisoformat, default=date(2013, 6, 1))
     parser.add_argument("--window", type=int, default=30, help="features.window_days")
     parser.add_argument("--trials", type=int)
@@ -285,13 +347,18 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     home = args.home or Path(tempfile.mkdtemp(prefix="trainyard-tuning-bench-"))
     print(f"home {home}", flush=True)
+    if args.part == "replay":
+        if args.home is None:
+            raise SystemExit("replay needs --home: the home of an earlier pruning run")
+        replay_pruners(args.home, args.draws)
+        return
     if args.part == "overhead":
         prepared_home(home, args.day, args.window)
         overhead(home, args.day, args.window, args.trials or 4)
         return
     ctx = prepared_home(home, args.day, args.window)
     if args.part == "pruning":
-        pruning(ctx, args.trials or 24, args.epochs or 9, args.seed)
+        pruning(ctx, args.trials or 24, args.epochs or 9, args.seed, args.pruners.split(","))
     else:
         samplers(ctx, args.trials or 16, args.epochs or 3, args.seeds)
 

@@ -7,15 +7,15 @@ cd "$(dirname "$0")/.."
 DAY=2013-06-01
 LOGS="$TRAINYARD_HOME/logs"
 mkdir -p "$LOGS"
-CONF='{"logical_date": "2013-06-01", "trials": 6, "parallel_trials": 2, "epochs": 4,
-       "sampler": "tpe", "pruner": "hyperband"}'
+CONF='{"logical_date": "2013-06-01", "trials": 8, "parallel_trials": 2, "epochs": 4,
+       "sampler": "tpe", "pruner": "median"}'
 
 echo "==> loading history: flights of 2013-05-03..2013-05-31 ingested and validated (skipped when done)"
 trainyard seed --start 2013-05-03 --end 2013-05-31 > "$LOGS/seed.log" 2>&1 \
   || { tail -30 "$LOGS/seed.log"; exit 1; }
 
 echo "==> airflow dags test flight_delay_tuning $DAY   (log: $LOGS/tune-$DAY.log)"
-echo "    6 trials of at most 4 epochs, TPE, Hyperband pruning: a few minutes on two cores"
+echo "    8 trials of at most 4 epochs, TPE, median pruning: a few minutes on two cores"
 if ! airflow dags test flight_delay_tuning "$DAY" --conf "$CONF" > "$LOGS/tune-$DAY.log" 2>&1 \
    || ! grep -q "DagRun Finished.*state=success" "$LOGS/tune-$DAY.log"; then
   echo "the tuning run failed; the task errors:" >&2

@@ -60,7 +60,7 @@ def test_the_form_offers_the_study_settings_and_refuses_bad_values(dag) -> None:
         "time_budget_s",
         "epochs",
     }
-    assert params["sampler"] == "tpe" and params["pruner"] == "hyperband"
+    assert params["sampler"] == "tpe" and params["pruner"] == "median"
     for name, value in [
         ("sampler", "bayes"),
         ("pruner", "asha"),
