@@ -131,6 +131,13 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
             f"{m['val_auc']:.4f}, val loss {m['val_loss']:.4f} "
             f"(MLflow run {run.train.mlflow_run_id})"
         )
+        tuned = run.train.tuned_from
+        if tuned is not None:
+            values = ", ".join(f"{k}={v}" for k, v in sorted(tuned.params.items()))
+            lines.append(
+                f"  tuned parameters     trial {tuned.trial} of study {tuned.study} "
+                f"(validation loss {tuned.value:.5f}): {values}"
+            )
     if run.evaluate:
         champion = run.evaluate.champion
         lines.append(f"  challenger           {_metrics(run.evaluate.challenger.metrics)}")

@@ -13,6 +13,7 @@ from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.manifests import TrialRef
 from pipeline_steps.replay import read_lineage, replay_settings
+from pipeline_steps.report import print_report
 from pipeline_steps.settings import TrainSettings, build_section
 from pipeline_steps.steps.evaluate import evaluate
 from pipeline_steps.steps.promote import promote
@@ -123,7 +124,9 @@ def test_an_interrupted_study_continues_where_it_stopped(prepare_run) -> None:
     assert frozen.state == States.FAIL  # stale: failed, not counted, not blocking
 
 
-def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run, tmp_path) -> None:
+def test_the_best_trial_feeds_training_with_params_from_tuning(
+    prepare_run, tmp_path, capsys
+) -> None:
     ctx = prepare_run("tune_best", "train.epochs=1", "tuning.pruner=none")
     plan = prepare(ctx)
     values = {}
@@ -160,6 +163,8 @@ def test_the_best_trial_feeds_training_with_params_from_tuning(prepare_run, tmp_
     # a tuned challenger passes the gate like any other, and its lineage names the trial
     for step in (evaluate, promote):
         step(daily)
+    print_report(daily.settings, daily.logical_date)
+    assert f"tuned parameters     trial {number} of study {plan.study}" in capsys.readouterr().out
     lineage = read_lineage(daily.lake, daily.run_id)
     assert lineage.tuned_from is not None and lineage.tuned_from.trial == number
     assert lineage.settings["train"]["learning_rate"] == best.params["learning_rate"]
