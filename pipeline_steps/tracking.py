@@ -36,14 +36,24 @@ def _client(tracking_uri: str, experiment: str, artifact_root: str) -> Any:
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri, tracking_uri)
-    if client.get_experiment_by_name(experiment) is None:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
         location = artifact_root
         if location and ":/" not in location:
             location = Path(location).resolve().as_uri()
         client.create_experiment(
-            experiment, artifact_location=f"{location}/{experiment}" if location else None
+            experiment,
+            artifact_location=f"{location}/{experiment}" if location else None,
+            tags={EXPERIMENT_KIND: TRAINING_KIND},
         )
+    elif EXPERIMENT_KIND not in (found.tags or {}):
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, TRAINING_KIND)
     return client
+
+
+EXPERIMENT_KIND = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+"""The MLflow UI opens such an experiment on its training runs, not on GenAI traces."""
 
 
 def find_run(client: Any, settings: MlflowSettings, run_id: str) -> Any | None:

@@ -223,6 +223,7 @@ def _log_study(settings: Settings, study: Any, parent: str, tuned: TunedParamete
     client.log_metric(parent, "trials_failed", tuned.trials_failed)
     client.set_tag(parent, "trainyard.best_trial", str(tuned.trial))
     client.set_tag(parent, "trainyard.best_run_id", tuned.mlflow_run_id)
+    client.set_terminated(parent, "FINISHED")  # a later run of the study adds children still
 
 
 def read_best(lake: Lake, settings: Settings) -> TunedParameters:

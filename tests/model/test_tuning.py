@@ -150,6 +150,9 @@ def test_the_best_trial_feeds_training_with_params_from_tuning(
     artifacts = {a.path for a in client(ctx).list_artifacts(plan.parent_run_id)}
     assert {"best_trial.json", "optimization_history.png", "trials.csv"} <= artifacts
     assert Path(ctx.settings.tuning.search_space).name in artifacts
+    assert client(ctx).get_run(plan.parent_run_id).info.status == "FINISHED"
+    experiment = client(ctx).get_experiment_by_name(ctx.settings.tuning.experiment)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # runs view
 
     daily = prepare_run("daily_tuned", "train.epochs=1", "train.params_from=tuning")
     trained = train(daily)
