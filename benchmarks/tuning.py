@@ -26,6 +26,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -264,7 +265,8 @@ def overhead(home: Path, day: date, window: int, trials: int) -> None:
         capture_output=True,
         text=True,
     )
-    if "state=success" not in done.stdout + done.stderr:
+    output = done.stdout + done.stderr
+    if "state=success" not in output:
         print((done.stdout + done.stderr)[-4000:])
         raise SystemExit("the tuning run failed")
     query = (
@@ -281,13 +283,15 @@ def overhead(home: Path, day: date, window: int, trials: int) -> None:
         [sys.executable, "-c", query], env=env, check=True, capture_output=True, text=True
     ).stdout
     spans = json.loads(out.strip().splitlines()[-1])
+    spans.sort(key=lambda span: span[1])  # in the order they ran, as the log lines are
     task_seconds = [end - start for _, start, end in spans]
     settings = load_settings(environ=env)
     lake_runs = sorted((home / "lake" / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-    run_id = next(p.name for p in reversed(lake_runs) if (p / "trials").is_dir())
+    folder = next(p for p in reversed(lake_runs) if (p / "trials").is_dir())
     direct = []
-    for trial_dir in sorted((home / "lake" / "runs" / run_id / "trials").iterdir()):
+    for trial_dir in sorted((folder / "trials").iterdir()):
         recorded = json.loads((trial_dir / "train.json").read_text())
+        run_id = recorded["run_id"]  # Airflow's run id (the folder's name is its safe form)
         drawn = _drawn(settings, recorded["trial"])
         argv = [
             "torchrun",
@@ -314,12 +318,20 @@ def overhead(home: Path, day: date, window: int, trials: int) -> None:
         started = time.perf_counter()
         subprocess.run(argv, env=env, check=True, capture_output=True)
         direct.append(time.perf_counter() - started)
-        (home / "lake" / "runs" / run_id / "train.json").unlink()
+        (folder / "train.json").unlink()
+    # the trial tasks' own subprocess times, as the runner logged them, in the tasks' order
+    inside = [
+        float(x) for x in re.findall(r"step train exited with code 0 after ([0-9.]+) s", output)
+    ]
+    around = [task - step for task, step in zip(task_seconds, inside, strict=True)]
     task, alone = statistics.median(task_seconds), statistics.median(direct)
     print("trial tasks (s):", [round(s, 2) for s in task_seconds])
+    print("their train subprocesses (s):", [round(s, 2) for s in inside])
     print("direct launches (s):", [round(s, 2) for s in direct])
-    print("| median trial as a task | median direct launch | overhead per trial |")
-    print(f"|---|---|---|\n| {task:.2f} s | {alone:.2f} s | {task - alone:.2f} s |")
+    print(
+        "| median trial task | median direct launch | median task minus its own subprocess |\n"
+        f"|---|---|---|\n| {task:.2f} s | {alone:.2f} s | {statistics.median(around):.2f} s |"
+    )
 
 
 def _drawn(settings: Settings, trial: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -117,6 +118,7 @@ class LocalStepOperator(BaseOperator):
             index = argv.index("--no-python") + 1
             argv[index] = _executable(argv[index])
         self.log.info("running %s", " ".join(argv))
+        started = time.monotonic()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._process = subprocess.Popen(
             argv,
@@ -132,6 +134,9 @@ class LocalStepOperator(BaseOperator):
             lines.append(line.rstrip("\n"))
             self.log.info("%s", lines[-1])
         code = self._process.wait()
+        self.log.info(
+            "step %s exited with code %d after %.2f s", self.step, code, time.monotonic() - started
+        )
         if code != 0:
             reason = [ln for ln in lines if ln.startswith("trainyard ")] or lines[-5:]
             raise step_failure(self.step, code, lines, "\n".join(reason))
