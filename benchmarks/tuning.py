@@ -85,7 +85,6 @@ def run_study(
     """``trials`` trials of study ``name``; epochs trained, best value, seconds."""
     import optuna
 
-    from pipeline_steps.settings import build_section
     from pipeline_steps.steps.train import train
     from pipeline_steps.tuning.space import load_space
     from pipeline_steps.tuning.study import SETTINGS_ATTR, make_pruner, storage
@@ -114,10 +113,7 @@ def run_study(
         trial = study.ask()
         drawn = space.suggest(trial)
         trial.set_user_attr(SETTINGS_ATTR, drawn)
-        values = {**settings.to_dict()["train"], **drawn}
-        trial_settings = replace(
-            settings, train=build_section(type(settings.train), values, "train")
-        )
+        trial_settings = settings.with_train(drawn)
         manifest = train(
             replace(ctx, settings=trial_settings, trial=TrialRef(study=name, number=trial.number))
         )

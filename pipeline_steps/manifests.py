@@ -309,10 +309,6 @@ class TunedParameters:
     """The best trial's child run."""
     recorded_at: str = ""
 
-    @property
-    def ref(self) -> TrialRef:
-        return TrialRef(study=self.study, number=self.trial)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HoldoutMetrics:

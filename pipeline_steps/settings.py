@@ -631,6 +631,12 @@ class Settings:
         """sha256 of the canonical JSON form: equal settings give equal fingerprints."""
         return json_sha256(self.to_dict())
 
+    def with_train(self, values: Mapping[str, Any]) -> Settings:
+        """These settings with ``values`` (``{name: value}``) over the train section, checked
+        as the loader checks them; ``SettingsError`` names the refused setting."""
+        merged = {**dataclasses.asdict(self.train), **values}
+        return dataclasses.replace(self, train=build_section(TrainSettings, merged, "train"))
+
 
 def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
     """Convert a YAML/env value to the field's declared type, or raise naming the field."""

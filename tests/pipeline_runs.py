@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 from pipeline_steps.cli import step_function
 from pipeline_steps.context import RunContext
@@ -11,7 +12,7 @@ from pipeline_steps.manifests import STEPS, Trigger, TriggerKind
 from pipeline_steps.settings import Settings, load_settings
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
-from tests.conftest import WINDOW
+from tests.conftest import ROOT, WINDOW
 
 
 def demo_settings(home: Path, *overrides: str) -> Settings:
@@ -51,3 +52,13 @@ def run_step(ctx: RunContext, step: str) -> None:
 def run_all(ctx: RunContext) -> None:
     for step in STEPS:
         run_step(ctx, step)
+
+
+def dag_test(dag_id: str, day: date, conf: dict[str, Any] | None = None) -> Any:
+    """``dag.test()`` of ``dag_id`` for logical date ``day``; the run, which succeeded."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag(dag_id)
+    run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC), run_conf=conf)
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    return run

@@ -12,12 +12,8 @@ from pipeline_steps.orchestration.tuning import TrialMixin
 class PodTrialOperator(TrialMixin, StepPodOperator):
     """Claims a trial, runs ``train`` in the step image with its parameters, concludes it."""
 
+    argv_field = "cmds"
+
     def __init__(self, *, slot: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.slot = slot
-
-    def _base_argv(self) -> list[str]:
-        return list(self.cmds)
-
-    def _extend_argv(self, extra: list[str]) -> None:
-        self.cmds = [*self.cmds, *extra]

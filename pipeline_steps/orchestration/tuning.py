@@ -155,14 +155,18 @@ class PrepareStudyOperator(BaseOperator):
 class TrialMixin:
     """Claim, train through the runtime's operator, conclude; see the module doc."""
 
+    argv_field = "argv"
+    """The operator's attribute holding the step's argv (a pod's is ``cmds``)."""
     slot: int
+    """Set by the operator's own ``__init__``: Airflow's ``expand`` accepts only arguments of
+    an operator class's ``__init__``, not of a mixin's."""
     log: Any
 
     def _base_argv(self) -> list[str]:
-        raise NotImplementedError
+        return list(getattr(self, self.argv_field))
 
     def _extend_argv(self, extra: list[str]) -> None:
-        raise NotImplementedError
+        setattr(self, self.argv_field, [*self._base_argv(), *extra])
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import (
@@ -225,12 +229,6 @@ class LocalTrialOperator(TrialMixin, LocalStepOperator):
     def __init__(self, *, slot: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.slot = slot
-
-    def _base_argv(self) -> list[str]:
-        return list(self.argv)
-
-    def _extend_argv(self, extra: list[str]) -> None:
-        self.argv = [*self.argv, *extra]
 
 
 def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:

@@ -26,7 +26,7 @@ from pipeline_steps.context import RunContext
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.manifests import FeaturesManifest, ManifestError, TunedParameters, load_record
-from pipeline_steps.settings import Settings, SettingsError, TrainSettings, build_section
+from pipeline_steps.settings import Settings, SettingsError
 from pipeline_steps.tuning.space import SearchSpace, load_space
 from pipeline_steps.tuning.study import (
     PARENT_ATTR,
@@ -36,6 +36,7 @@ from pipeline_steps.tuning.study import (
     open_study,
     study_name,
 )
+from pipeline_steps.tuning.trials import fail_trial
 
 log = logging.getLogger(__name__)
 STUDY_TAG = "trainyard.study"
@@ -146,10 +147,7 @@ def finish(ctx: RunContext, study_name: str) -> TunedParameters:
     states = optuna.trial.TrialState
     for trial in study.get_trials(deepcopy=False, states=(states.RUNNING,)):
         if trial.user_attrs.get(RUN_ATTR) == ctx.run_id:  # its task ended without telling
-            study._storage.set_trial_user_attr(
-                trial._trial_id, "trainyard.failure", "its task ended without an outcome"
-            )
-            study.tell(trial.number, state=states.FAIL)
+            fail_trial(study, trial.number, "its task ended without an outcome")
     fail_stale(study)
     counts = {s: len(study.get_trials(deepcopy=False, states=(s,))) for s in states}
     complete = study.get_trials(deepcopy=False, states=(states.COMPLETE,))
@@ -245,10 +243,8 @@ def tuned_settings(ctx: RunContext) -> tuple[RunContext, TunedParameters]:
     """``ctx`` with the train settings of the best tuning trial over the configured ones, and
     the trial they came from. ``StepError`` when there is none or its values are refused."""
     tuned = read_best(ctx.lake, ctx.settings)
-    values = {**dataclasses.asdict(ctx.settings.train), **tuned.params, "params_from": "tuning"}
     try:
-        train = build_section(TrainSettings, values, "train")
+        settings = ctx.settings.with_train({**tuned.params, "params_from": "tuning"})
     except SettingsError as exc:
         raise StepError(f"tuned parameters of study {tuned.study}: {exc}") from exc
-    settings = dataclasses.replace(ctx.settings, train=train)
     return dataclasses.replace(ctx, settings=settings), tuned

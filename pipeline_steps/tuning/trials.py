@@ -15,17 +15,19 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline_steps.manifests import TrainManifest
-from pipeline_steps.settings import Settings, SettingsError, TrainSettings, build_section
+from pipeline_steps.settings import Settings, SettingsError
 from pipeline_steps.tuning.space import SearchSpace
 from pipeline_steps.tuning.study import (
+    PARENT_ATTR,
     RUN_ATTR,
     SETTINGS_ATTR,
     SLOT_ATTR,
     fail_stale,
+    make_sampler,
     open_study,
     study_lock,
 )
@@ -73,15 +75,11 @@ def claim(
     Raises ``LaneBusy`` when the run has ``parallel`` trials running."""
     import optuna
 
-    running = optuna.trial.TrialState.RUNNING
     with study_lock(settings.tuning, study):
         opened = open_study(settings, study)
         fail_stale(opened)
-        owned = [
-            t
-            for t in opened.get_trials(deepcopy=False, states=(running,))
-            if t.user_attrs.get(SLOT_ATTR) == _slot(run_id, slot)
-        ]
+        running = opened.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        owned = [t for t in running if t.user_attrs.get(SLOT_ATTR) == _slot(run_id, slot)]
         if owned:
             trial = owned[0]
             log.info("trial %d of study %s taken back: it resumes", trial.number, study)
@@ -92,15 +90,11 @@ def claim(
                 settings=dict(trial.user_attrs[SETTINGS_ATTR]),
                 resumed=True,
             )
-        busy = sum(
-            1
-            for t in opened.get_trials(deepcopy=False, states=(running,))
-            if t.user_attrs.get(RUN_ATTR) == run_id
-        )
+        busy = sum(1 for t in running if t.user_attrs.get(RUN_ATTR) == run_id)
         if busy >= parallel:
             raise LaneBusy(f"{busy} trial(s) of run {run_id} are training (parallel={parallel})")
         seed = settings.tuning.seed * 1_000_003 + len(opened.get_trials(deepcopy=False))
-        opened = open_study(settings, study, space=space, seed=seed)
+        opened.sampler = make_sampler(settings.tuning, space, seed)
         for _ in range(DRAWS):
             with warnings.catch_warnings():  # trials send heartbeats themselves (see study)
                 warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
@@ -127,7 +121,7 @@ def claim(
 def _refused(settings: Settings, drawn: dict[str, Any]) -> str | None:
     """Why the train settings refuse ``drawn`` over the configured ones (None: they accept)."""
     try:
-        build_section(TrainSettings, {**asdict(settings.train), **drawn}, "train")
+        settings.with_train(drawn)
     except SettingsError as exc:
         return str(exc)
     return None
@@ -143,7 +137,7 @@ def conclude(settings: Settings, claim: Claim, manifest: TrainManifest) -> str:
         state, value = states.PRUNED, None
     else:
         state, value = states.COMPLETE, manifest.best_val_loss
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, claim.number)
+    trial_id = trial_id_of(study, claim.number)
     study._storage.set_trial_user_attr(trial_id, "mlflow_run_id", manifest.mlflow_run_id)
     frozen = study._storage.get_trial(trial_id)
     if frozen.state.is_finished():  # a retry after the tell: nothing left to say
@@ -158,14 +152,25 @@ def conclude(settings: Settings, claim: Claim, manifest: TrainManifest) -> str:
 
 def abandon(settings: Settings, claim: Claim, reason: str) -> None:
     """Tell FAIL: the trial's task gave up. The study goes on with its other trials."""
+    fail_trial(open_study(settings, claim.study), claim.number, reason)
+
+
+def trial_id_of(study: Any, number: int) -> int:
+    """The storage's id of trial ``number`` of ``study`` (what ask-and-tell calls need)."""
+    trial_id: int = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    return trial_id
+
+
+def fail_trial(study: Any, number: int, reason: str) -> None:
+    """Tell FAIL for trial ``number`` with ``reason`` as a user attribute, unless it is
+    finished already."""
     import optuna
 
-    study = open_study(settings, claim.study)
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, claim.number)
+    trial_id = trial_id_of(study, number)
     if study._storage.get_trial(trial_id).state.is_finished():
         return
     study._storage.set_trial_user_attr(trial_id, "trainyard.failure", reason[:2000])
-    study.tell(claim.number, state=optuna.trial.TrialState.FAIL)
+    study.tell(number, state=optuna.trial.TrialState.FAIL)
 
 
 def _tag_run(settings: Settings, run_id: str, tags: dict[str, str]) -> None:
@@ -183,9 +188,10 @@ class TrialReporter:
     def __init__(self, settings: Settings, study: str, number: int) -> None:
         self._study = open_study(settings, study)
         storage = self._study._storage
-        self._trial_id = storage.get_trial_id_from_study_id_trial_number(
-            self._study._study_id, number
-        )
+        self._trial_id = trial_id_of(self._study, number)
+        parent = self._study.user_attrs.get(PARENT_ATTR)
+        self.parent_run_id: str | None = str(parent) if parent else None
+        """The study's MLflow run, the parent of the trial's run."""
         import optuna
 
         self._trial = optuna.trial.Trial(self._study, self._trial_id)

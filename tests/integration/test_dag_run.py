@@ -1,38 +1,24 @@
 """The real DAG, run by dag.test() for two consecutive dates on the embedded default."""
 
-import os
-import subprocess
-import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from tests.conftest import FIRST_DAY, ROOT, WINDOW
+from tests.conftest import FIRST_DAY
+from tests.pipeline_runs import dag_test
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def airflow_env(lake_home, monkeypatch):
-    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
-    monkeypatch.setenv("TRAINYARD_FEATURES__WINDOW_DAYS", str(WINDOW))
+def airflow_env(airflow_env, monkeypatch):
     monkeypatch.setenv("TRAINYARD_TRAIN__EPOCHS", "2")
     monkeypatch.setenv("TRAINYARD_GATE__MIN_AUC", "0.5")
-    # Task subprocesses find `trainyard` and `torchrun` beside this interpreter.
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
-    )
-    return lake_home
+    return airflow_env
 
 
 def _run(day, conf=None) -> str:
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("flight_delay_training")
-    run = dag.test(logical_date=datetime.combine(day, datetime.min.time(), UTC), run_conf=conf)
-    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
-    return run.run_id
+    return dag_test("flight_delay_training", day, conf).run_id
 
 
 def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_env) -> None:

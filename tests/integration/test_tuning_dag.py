@@ -1,39 +1,25 @@
 """The real tuning DAG under dag.test(): mapped trials train, the study continues on a re-run."""
 
-import os
-import subprocess
-import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import optuna
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import FIRST_DAY, ROOT, WINDOW
+from tests.conftest import FIRST_DAY
+from tests.pipeline_runs import dag_test
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def airflow_env(lake_home, monkeypatch):
-    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
-    monkeypatch.setenv("TRAINYARD_FEATURES__WINDOW_DAYS", str(WINDOW))
+def airflow_env(airflow_env, monkeypatch):
     monkeypatch.setenv("TRAINYARD_VALIDATION__DATA_DOCS", "false")
-    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
-    )
-    return lake_home
+    return airflow_env
 
 
 def _tune(run_day, conf):
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag("flight_delay_tuning")
-    when = datetime.combine(run_day, datetime.min.time(), UTC)
-    run = dag.test(logical_date=when, run_conf=conf)
-    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
-    return run
+    return dag_test("flight_delay_tuning", run_day, conf)
 
 
 def test_a_small_study_runs_as_mapped_trials_and_continues_when_run_again(airflow_env) -> None:

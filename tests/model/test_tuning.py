@@ -14,7 +14,6 @@ from pipeline_steps.errors import StepError
 from pipeline_steps.manifests import TrialRef
 from pipeline_steps.replay import read_lineage, replay_settings
 from pipeline_steps.report import print_report
-from pipeline_steps.settings import TrainSettings, build_section
 from pipeline_steps.steps.evaluate import evaluate
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import mlflow_run, train
@@ -30,12 +29,8 @@ States = optuna.trial.TrialState
 
 def as_trial(ctx: RunContext, claim: trials.Claim) -> RunContext:
     """The train step's context in the trial's process: the drawn settings, the trial."""
-    values = {**dataclasses.asdict(ctx.settings.train), **claim.settings}
-    settings = dataclasses.replace(
-        ctx.settings, train=build_section(TrainSettings, values, "train")
-    )
     trial = TrialRef(study=claim.study, number=claim.number)
-    return dataclasses.replace(ctx, settings=settings, trial=trial)
+    return dataclasses.replace(ctx, settings=ctx.settings.with_train(claim.settings), trial=trial)
 
 
 def claim(ctx: RunContext, study: str, slot: int, parallel: int = 2) -> trials.Claim:

@@ -171,10 +171,6 @@ def train(ctx: RunContext) -> TrainManifest | None:
             )
             checkpoint.save(lake, folder, state, keep=cfg.keep_checkpoints)
 
-    # rank 0 alone keeps the MLflow run (and so logs, packages and records)
-    run_id = (
-        mlflow_run.start(ctx, features, world_size, resumed_from, tuned) if procs.master else None
-    )
     # a tuning trial reports each epoch to its study, whose pruner may stop it
     reporter = None
     if ctx.trial is not None and procs.master:
@@ -182,6 +178,13 @@ def train(ctx: RunContext) -> TrainManifest | None:
 
         reporter = TrialReporter(ctx.settings, ctx.trial.study, ctx.trial.number)
     pruned_at: int | None = None
+    # rank 0 alone keeps the MLflow run (and so logs, packages and records)
+    parent = reporter.parent_run_id if reporter else None
+    run_id = (
+        mlflow_run.start(ctx, features, world_size, resumed_from, tuned, parent)
+        if procs.master
+        else None
+    )
 
     # -- epochs -----------------------------------------------------------------------------------
     while position.epoch < cfg.epochs and not stopping.stopped_early:

@@ -27,14 +27,15 @@ def start(
     world_size: int,
     resumed: LoopPosition | None,
     tuned: TunedParameters | None = None,
+    parent_run_id: str | None = None,
 ) -> str:
     """The MLflow run of this pipeline run, active in this process; returns its id.
 
     An unfinished run of the same pipeline run (a restarted worker, a retried task) is resumed;
     otherwise a new one is started, tagged with the run, the logical date and the training set,
     with the train settings and the set's size as parameters. A tuning trial's run is a child
-    of its study's run in the tuning experiment; a run trained with tuned parameters is tagged
-    with the trial they came from.
+    of its study's run (``parent_run_id``) in the tuning experiment; a run trained with tuned
+    parameters is tagged with the trial they came from.
     """
     import mlflow
 
@@ -50,8 +51,9 @@ def start(
             "trainyard.study": ctx.trial.study,
             "trainyard.trial": str(ctx.trial.number),
             "trainyard.trial_state": "RUNNING",
-            **_parent_tag(ctx),
         }
+        if parent_run_id:
+            extra["mlflow.parentRunId"] = parent_run_id
     if tuned is not None:
         extra |= {
             "trainyard.tuned_study": tuned.study,
@@ -87,15 +89,6 @@ def start(
     mlflow.log_params(params)
     run_id = run.info.run_id
     return run_id
-
-
-def _parent_tag(ctx: RunContext) -> dict[str, str]:
-    """``mlflow.parentRunId`` of a trial's run: its study's run (the study's user attribute)."""
-    from pipeline_steps.tuning.study import PARENT_ATTR, open_study
-
-    assert ctx.trial is not None
-    parent = open_study(ctx.settings, ctx.trial.study).user_attrs.get(PARENT_ATTR)
-    return {"mlflow.parentRunId": str(parent)} if parent else {}
 
 
 def finish_trial(pruned_at: int | None) -> str:
