@@ -1,0 +1,1 @@
+"""The production profile as real processes on one machine (``trainyard services up|down``)."""
