@@ -193,9 +193,18 @@ class Lake:
         return found
 
     # -- atomic writes ------------------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """Whether the root is a local (or mounted) folder rather than an object store."""
+        return "file" in self.fs.protocol or "local" in self.fs.protocol
+
     def write_bytes(self, data: bytes, *parts: str) -> str:
-        """Write a file atomically (temp file + rename) and return its path."""
+        """Write a file atomically (temp file + rename; one PUT on an object store, which is
+        atomic there) and return its path."""
         target = self.path(*parts)
+        if not self.is_local:
+            self.fs.pipe_file(target, data)
+            return target
         self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
         with self.fs.open(tmp, "wb") as fh:
@@ -221,7 +230,11 @@ class Lake:
     @contextmanager
     def staged_dir(self, *parts: str) -> Iterator[str]:
         """Yield a temporary folder: on success it replaces ``parts`` whole; on error (or
-        ``Discard``) it is gone and ``parts`` is untouched."""
+        ``Discard``) it is gone and ``parts`` is untouched.
+
+        An object store has no folder rename: there the folder's ``_manifest.json``, which
+        readers take as the mark of a complete folder, goes first when an old folder is
+        replaced and comes last when the new one is moved in."""
         target = self.path(*parts)
         parent = target.rsplit("/", 1)[0]
         self.fs.makedirs(parent, exist_ok=True)
@@ -230,11 +243,14 @@ class Lake:
         try:
             yield tmp
         except Discard:
-            self.fs.rm(tmp, recursive=True)
+            self._remove(tmp)
             return
         except BaseException:
-            self.fs.rm(tmp, recursive=True)
+            self._remove(tmp)
             raise
+        if not self.is_local:
+            self._move_objects(tmp, target)
+            return
         old = f"{parent}/.old-{uuid.uuid4().hex}"
         had_old = self.fs.exists(target)
         if had_old:
@@ -243,6 +259,20 @@ class Lake:
         if had_old:
             self.fs.rm(old, recursive=True)
 
+    def _remove(self, folder: str) -> None:
+        if self.fs.exists(folder):
+            self.fs.rm(folder, recursive=True)
+
+    def _move_objects(self, tmp: str, target: str) -> None:
+        """Replace the objects under ``target`` by those under ``tmp``, manifest last."""
+        if self.fs.exists(f"{target}/{MANIFEST}"):
+            self.fs.rm_file(f"{target}/{MANIFEST}")
+        self._remove(target)
+        staged = sorted(self.fs.find(tmp), key=lambda key: key.endswith(f"/{MANIFEST}"))
+        for key in staged:
+            self.fs.mv(key, target + key[len(tmp) :])
+        self.fs.invalidate_cache()
+
     @contextmanager
     def writer_lock(self, *parts: str) -> Iterator[None]:
         """Hold an exclusive lock on the partition ``parts`` while writing it, so two runs of the
@@ -250,7 +280,7 @@ class Lake:
         the second sees the first's version and finds its content cached. The lock is a
         ``flock`` on ``.<name>.lock`` beside the folder on a local (or network-mounted) lake;
         object stores have no lock (serialise those runs with an Airflow pool)."""
-        if "file" not in self.fs.protocol and "local" not in self.fs.protocol:
+        if not self.is_local:
             yield
             return
         import fcntl

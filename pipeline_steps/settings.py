@@ -322,7 +322,13 @@ class FeatureSettings:
     feature_repo: str = str(PROJECT_ROOT / "feature_repo")
     """Feast repository whose definitions the features step applies."""
     project: str = "trainyard"
-    """Feast project name."""
+    """Feast project name; a config with a shared registry (``${TRAINYARD_FEAST_PROJECT}``)
+    gets ``<project>_<run hash>``, one project per run."""
+    store_config: str = "feature_store.yaml"
+    """Feast config file inside ``feature_repo``: ``feature_store.yaml`` (a registry file and
+    SQLite online store per run, beside its sources) or ``feature_store.production.yaml`` (the
+    SQL registry in PostgreSQL, ``$TRAINYARD_FEAST_REGISTRY``, and the online store in Redis,
+    ``$TRAINYARD_FEAST_REDIS``)."""
     window_days: int = 30
     """Trailing window of validated days, holdout day included."""
     min_train_days: int = 1

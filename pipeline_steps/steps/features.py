@@ -8,6 +8,10 @@ features plus the service's fields.
 
 Each run keeps its own Feast state, ``features/runs/<run>/`` (offline sources, registry, online
 store): runs of different dates never write the same files, so a backfill may run them at once.
+On an object-store lake (the production profile) the offline sources are written to a local
+scratch folder for the step's own point-in-time join, and ``features.store_config`` names a
+Feast config with a shared SQL registry and online store, where each run applies its
+definitions as its own project (``<features.project>_<run hash>``).
 The cache check comes before any write. A backfill run refuses a window with a missing day (an
 earlier day of the same backfill not validated yet) rather than train on less than was known.
 """
@@ -18,6 +22,9 @@ import hashlib
 import importlib.util
 import logging
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -26,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.domain import feature_columns, read_validated
@@ -84,11 +92,32 @@ def feast_dir(run_id: str) -> str:
     return f"features/runs/{safe_run_key(run_id)}"
 
 
-def write_sources(ctx: RunContext, sources: dict[str, pd.DataFrame]) -> None:
-    """Write the domain's Feast offline sources into this run's Feast folder."""
+def feast_project(ctx: RunContext) -> str:
+    """The run's Feast project: its own, so runs sharing a SQL registry never see each other's
+    offline sources."""
+    digest = hashlib.sha256(ctx.run_id.encode()).hexdigest()[:12]
+    return f"{ctx.settings.features.project}_{digest}"
+
+
+@contextmanager
+def feast_workspace(ctx: RunContext) -> Iterator[str]:
+    """The local folder Feast reads the run's offline sources from (``TRAINYARD_FEAST_DIR``):
+    the run's folder in a local lake, a scratch folder removed afterwards on an object store."""
+    if ctx.lake.is_local:
+        folder = ctx.lake.url(feast_dir(ctx.run_id))
+        ctx.lake.fs.makedirs(folder, exist_ok=True)
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="trainyard-feast-") as folder:
+        yield folder
+
+
+def write_sources(folder: str, sources: dict[str, pd.DataFrame]) -> None:
+    """Write the domain's Feast offline sources into the run's Feast folder."""
+    os.makedirs(f"{folder}/sources", exist_ok=True)
     for name, frame in sources.items():
         table = pa.Table.from_pandas(frame, preserve_index=False)
-        ctx.lake.write_table(table, feast_dir(ctx.run_id), "sources", f"{name}.parquet")
+        pq.write_table(table, f"{folder}/sources/{name}.parquet")
 
 
 def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRefs:
@@ -121,17 +150,21 @@ def load_definitions(repo: Path) -> list[Any]:
     return objects
 
 
-def feature_store(ctx: RunContext) -> Any:
-    """The Feast store of this run (``feast_dir``), with the repository's definitions applied."""
+def feature_store(ctx: RunContext, folder: str) -> Any:
+    """The Feast store of this run over ``folder``, with the repository's definitions applied
+    (``features.store_config`` of ``features.feature_repo``)."""
     from feast import FeatureStore
 
-    repo = Path(ctx.settings.features.feature_repo)
-    if not (repo / "feature_store.yaml").is_file():
-        raise StepError(f"Feast repository {repo} has no feature_store.yaml")
-    folder = feast_dir(ctx.run_id)
-    os.environ["TRAINYARD_FEAST_DIR"] = ctx.lake.url(folder)
-    ctx.lake.fs.makedirs(ctx.lake.path(folder), exist_ok=True)
-    store = FeatureStore(repo_path=str(repo))
+    settings = ctx.settings.features
+    repo = Path(settings.feature_repo)
+    config = repo / settings.store_config
+    if not config.is_file():
+        raise StepError(
+            f"features.store_config: Feast repository {repo} has no {settings.store_config}"
+        )
+    os.environ["TRAINYARD_FEAST_DIR"] = folder
+    os.environ["TRAINYARD_FEAST_PROJECT"] = feast_project(ctx)
+    store = FeatureStore(repo_path=str(repo), fs_yaml_file=config)
     store.apply(load_definitions(repo))
     return store
 
@@ -174,8 +207,28 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             log.info("training set of %s is cached: inputs unchanged", ctx.run_id)
             return ctx.record(replace(previous, status="cached"))
 
-    write_sources(ctx, sources)
-    store = feature_store(ctx)
+    with feast_workspace(ctx) as folder:
+        read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
+        manifest = _build(ctx, folder, sources, labelled, read, inputs, days, out_dir)
+    return ctx.record(manifest)
+
+
+def _build(
+    ctx: RunContext,
+    folder: str,
+    sources: dict[str, pd.DataFrame],
+    labelled: pd.DataFrame,
+    read: dict[str, dict[str, str]],
+    inputs: dict[str, Any],
+    days: list[date],
+    out_dir: str,
+) -> FeaturesManifest:
+    """Join, freeze and materialise the training set with the run's Feast store over
+    ``folder``; ``read`` holds the hashes of the partitions read (dataset → date → sha256)."""
+    lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
+    train_days, holdout_days = days[:-1], days[-1:]
+    write_sources(folder, sources)
+    store = feature_store(ctx, folder)
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
     entity_rows = domain.entity_rows(labelled, settings)
@@ -218,12 +271,10 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             key=domain.key,
             sets=TrainingSets(train=frozen["train"], holdout=frozen["holdout"]),
             inputs=inputs,
-            input_sha256=input_hash,
+            input_sha256=json_sha256(inputs),
             training_set_sha256=json_sha256({k: v.sha256 for k, v in frozen.items()}),
-            partitions=partition_refs(
-                lake, {domain.labelled_dataset: labelled_hashes, **source_hashes}
-            ),
-            feast_dir=lake.path(feast_dir(ctx.run_id)),
+            partitions=partition_refs(lake, read),
+            feast_dir=lake.path(feast_dir(ctx.run_id)) if lake.is_local else "",
         )
         lake.dump_json(manifest.to_json(), f"{tmp}/{MANIFEST}")
 
@@ -234,4 +285,4 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     log.info(
         "training set: %d train rows, %d holdout rows", frozen["train"].rows, frozen["holdout"].rows
     )
-    return ctx.record(replace(manifest, materialized=materialized))
+    return replace(manifest, materialized=materialized)

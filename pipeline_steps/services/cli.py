@@ -1,0 +1,58 @@
+"""The command line of the production profile: ``trainyard services up|down|status|env``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+
+from pipeline_steps.services import lifecycle
+from pipeline_steps.services.processes import ServiceError
+from pipeline_steps.services.profile import load_profile
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainyard services",
+        description="The production profile as processes on this machine: Airflow with Celery "
+        "workers, an authenticated MLflow server, an S3 store, on PostgreSQL and Redis.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("up", help="start every process (prepares databases, users and secrets)")
+    down = sub.add_parser("down", help="stop every process")
+    down.add_argument(
+        "--purge",
+        action="store_true",
+        help="also drop the profile's databases, Redis databases and home (.env included)",
+    )
+    sub.add_parser("status", help="which processes run")
+    sub.add_parser(
+        "env", help="print `export` lines for a shell that runs steps against the profile"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        if args.action == "up":
+            profile = lifecycle.up()
+            print("The production profile is up.\n" + lifecycle.describe(profile))
+        elif args.action == "down":
+            stopped = lifecycle.down(purge=args.purge)
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+            if args.purge:
+                print("databases, Redis databases and the profile's home removed")
+        elif args.action == "status":
+            for name, pid in lifecycle.status().items():
+                print(f"{name:24} {'running, pid ' + str(pid) if pid else 'stopped'}")
+        else:
+            profile = load_profile()
+            for key, value in profile.airflow_env().items():
+                print(f"export {key}={shlex.quote(value)}")
+    except ServiceError as exc:
+        print(f"trainyard services {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0

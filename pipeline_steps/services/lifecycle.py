@@ -1,0 +1,237 @@
+"""``trainyard services up|down|status``: the production profile on this machine.
+
+``up`` prepares what the processes need (a PostgreSQL role and one database per component, the
+S3 user and bucket, MLflow's auth config and pipeline user, Airflow's metadata database and
+admin password) and starts them in order, each waited for. ``down`` stops them all; with
+``purge`` it also drops the databases, the Redis databases and the profile's home.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+from dataclasses import replace
+
+from pipeline_steps.services import processes as proc
+from pipeline_steps.services.profile import (
+    DATABASES,
+    PROCESSES,
+    Profile,
+    ensure_env,
+    load_profile,
+)
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 300.0
+
+
+def _admin_engine(profile: Profile):  # type: ignore[no-untyped-def]
+    import sqlalchemy
+
+    return sqlalchemy.create_engine(
+        profile["TRAINYARD_PG_ADMIN_URL"],
+        isolation_level="AUTOCOMMIT",
+        poolclass=sqlalchemy.pool.NullPool,
+    )
+
+
+def prepare_postgres(profile: Profile) -> None:
+    """The profile's role (its password from ``.env``) and one database per component."""
+    import sqlalchemy
+
+    user = profile["TRAINYARD_DB_USER"]
+    engine = _admin_engine(profile)
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(
+                sqlalchemy.text("SELECT 1 FROM pg_roles WHERE rolname = :u"), {"u": user}
+            ).scalar()
+            verb = "ALTER" if exists else "CREATE"
+            password = profile["TRAINYARD_DB_PASSWORD"].replace("'", "''")
+            conn.execute(sqlalchemy.text(f"{verb} ROLE \"{user}\" LOGIN PASSWORD '{password}'"))
+            for name in DATABASES:
+                database = profile.database(name)
+                found = conn.execute(
+                    sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :d"),
+                    {"d": database},
+                ).scalar()
+                if not found:
+                    conn.execute(sqlalchemy.text(f'CREATE DATABASE "{database}" OWNER "{user}"'))
+    except sqlalchemy.exc.OperationalError as exc:
+        raise proc.ServiceError(
+            f"PostgreSQL at TRAINYARD_PG_ADMIN_URL={profile['TRAINYARD_PG_ADMIN_URL']} "
+            f"is not reachable: {exc.orig}"
+        ) from exc
+    finally:
+        engine.dispose()
+
+
+def prepare_s3(profile: Profile) -> Profile:
+    """The S3 server's only user (its keys into ``.env``) and the bucket. moto's server keeps
+    everything in memory, so each start creates them afresh."""
+    import boto3
+
+    endpoint = profile.s3_url
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bootstrap",
+        aws_secret_access_key="bootstrap",
+    )
+    user = profile["TRAINYARD_DB_USER"]
+    iam.create_user(UserName=user)
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+    }
+    iam.put_user_policy(UserName=user, PolicyName="lake", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    values = ensure_env(
+        profile.env_file,
+        S3_ACCESS_KEY_ID=key["AccessKeyId"],
+        S3_SECRET_ACCESS_KEY=key["SecretAccessKey"],
+    )
+    profile = replace(profile, values=values)
+    s3 = boto3.client("s3", region_name="us-east-1", **_boto_args(profile))
+    s3.create_bucket(Bucket=profile["S3_BUCKET"])
+    return profile
+
+
+def _boto_args(profile: Profile) -> dict[str, str]:
+    env = profile.s3_env()
+    return {
+        "endpoint_url": env["AWS_ENDPOINT_URL"],
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def prepare_mlflow_user(profile: Profile) -> None:
+    """The pipeline's own MLflow user (``MLFLOW_TRACKING_USERNAME``), created by the admin."""
+    admin = (profile["MLFLOW_ADMIN_USER"], profile["MLFLOW_ADMIN_PASSWORD"])
+    user, password = profile["MLFLOW_TRACKING_USERNAME"], profile["MLFLOW_TRACKING_PASSWORD"]
+    body = json.dumps({"username": user, "password": password}).encode()
+    status = proc.http_status(f"{profile.mlflow_url}/api/2.0/mlflow/users/create", admin, body)
+    if status == 200:
+        return
+    # It exists from an earlier start: make sure its password is the one in .env.
+    request = proc.urllib.request.Request(
+        f"{profile.mlflow_url}/api/2.0/mlflow/users/update-password", data=body, method="PATCH"
+    )
+    token = proc.b64encode(f"{admin[0]}:{admin[1]}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    request.add_header("Content-Type", "application/json")
+    with proc.urllib.request.urlopen(request, timeout=30):
+        pass
+
+
+def migrate_airflow(profile: Profile) -> None:
+    profile.airflow_home.mkdir(parents=True, exist_ok=True)
+    out = proc.log_file(profile, "airflow-migrate")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as handle:
+        done = subprocess.run(
+            [str(proc.BIN / "airflow"), "db", "migrate"],
+            env=proc.environment(profile, "airflow-scheduler"),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=profile.home,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise proc.ServiceError(f"airflow db migrate failed (log: {out})")
+    proc.write_airflow_passwords(profile)
+
+
+def up(profile: Profile | None = None) -> Profile:
+    """Start every process of the profile (those running already are left alone)."""
+    profile = profile or load_profile()
+    prepare_postgres(profile)
+    s3_fresh = proc.running_pid(profile, "s3") is None
+    proc.start(profile, "s3")
+    proc.wait_for(profile, "s3", lambda: proc.port_open(profile["S3_PORT"]), 60)
+    if s3_fresh:
+        profile = prepare_s3(profile)
+    proc.write_mlflow_auth_config(profile)
+    proc.start(profile, "mlflow")
+    proc.wait_for(
+        profile,
+        "mlflow",
+        lambda: proc.http_status(f"{profile.mlflow_url}/health") == 200,
+        START_TIMEOUT_S,
+    )
+    prepare_mlflow_user(profile)
+    if proc.running_pid(profile, "airflow-apiserver") is None:
+        migrate_airflow(profile)
+    for name in PROCESSES[2:]:
+        proc.start(profile, name)
+    proc.wait_for(
+        profile,
+        "airflow-apiserver",
+        lambda: proc.airflow_healthy(profile, "metadatabase"),
+        START_TIMEOUT_S,
+    )
+    for name, component in (
+        ("airflow-scheduler", "scheduler"),
+        ("airflow-triggerer", "triggerer"),
+        ("airflow-dag-processor", "dag_processor"),
+    ):
+        proc.wait_for(profile, name, lambda c=component: proc.airflow_healthy(profile, c), 120)
+    proc.wait_for(profile, "airflow-worker", lambda: proc.worker_ready(profile), START_TIMEOUT_S)
+    return profile
+
+
+def down(profile: Profile | None = None, purge: bool = False) -> list[str]:
+    """Stop every process (Airflow first, the stores last); return the names that ran."""
+    profile = profile or load_profile()
+    stopped = [name for name in reversed(PROCESSES) if proc.stop(profile, name)]
+    if purge:
+        _purge(profile)
+    return stopped
+
+
+def _purge(profile: Profile) -> None:
+    import redis
+
+    engine = _admin_engine(profile)
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        for name in DATABASES:
+            conn.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{profile.database(name)}"'))
+    engine.dispose()
+    for key in ("TRAINYARD_REDIS_BROKER_DB", "TRAINYARD_REDIS_FEAST_DB"):
+        redis.Redis(
+            host=profile["TRAINYARD_REDIS_HOST"],
+            port=int(profile["TRAINYARD_REDIS_PORT"]),
+            db=int(profile[key]),
+        ).flushdb()
+    shutil.rmtree(profile.home, ignore_errors=True)
+
+
+def status(profile: Profile | None = None) -> dict[str, int | None]:
+    profile = profile or load_profile()
+    return {name: proc.running_pid(profile, name) for name in PROCESSES}
+
+
+def describe(profile: Profile) -> str:
+    """Where everything is, for the person who started it (no secret printed)."""
+    return "\n".join(
+        [
+            f"Airflow   {profile.airflow_url}   user {profile['AIRFLOW_ADMIN_USER']}, "
+            "password AIRFLOW_ADMIN_PASSWORD",
+            f"MLflow    {profile.mlflow_url}   user {profile['MLFLOW_ADMIN_USER']} "
+            "(MLFLOW_ADMIN_PASSWORD); the pipeline's user "
+            f"{profile['MLFLOW_TRACKING_USERNAME']} (MLFLOW_TRACKING_PASSWORD)",
+            f"S3        {profile.s3_url}   bucket {profile['S3_BUCKET']}, keys S3_ACCESS_KEY_ID / "
+            "S3_SECRET_ACCESS_KEY",
+            f"Postgres  {profile.database_url('airflow').rsplit('/', 1)[0]}/"
+            f"{profile['TRAINYARD_DB_PREFIX']}_{{{','.join(DATABASES)}}}   password "
+            "TRAINYARD_DB_PASSWORD",
+            f"Credentials: {profile.env_file} (mode 0600)",
+            f"Logs: {profile.home / 'logs'}",
+        ]
+    )

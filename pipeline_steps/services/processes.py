@@ -1,0 +1,248 @@
+"""Start, watch and stop the production profile's processes on this machine.
+
+Each process runs in its own session with its output in ``<home>/logs/<name>.log`` and its pid
+in ``<home>/run/<name>.pid``; ``down`` stops the whole process group (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pipeline_steps.services.profile import Profile, write_private
+
+log = logging.getLogger(__name__)
+BIN = Path(sys.executable).parent
+
+
+class ServiceError(RuntimeError):
+    """A process did not start or a service is not reachable; the message says which and
+    where its log is."""
+
+
+def command(profile: Profile, name: str) -> list[str]:
+    """The command line of one process."""
+    if name == "s3":
+        return [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", profile["S3_PORT"]]
+    if name == "mlflow":
+        return [
+            str(BIN / "mlflow"),
+            "server",
+            "--app-name",
+            "basic-auth",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            profile["MLFLOW_PORT"],
+            "--workers",
+            "2",
+            "--backend-store-uri",
+            profile.database_url("mlflow"),
+            "--artifacts-destination",
+            f"s3://{profile['S3_BUCKET']}/mlflow",
+            "--serve-artifacts",
+        ]
+    airflow = str(BIN / "airflow")
+    return {
+        "airflow-apiserver": [airflow, "api-server"],
+        "airflow-scheduler": [airflow, "scheduler"],
+        "airflow-dag-processor": [airflow, "dag-processor"],
+        "airflow-triggerer": [airflow, "triggerer"],
+        "airflow-worker": [airflow, "celery", "worker"],
+    }[name]
+
+
+def environment(profile: Profile, name: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
+    base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
+    if name == "s3":
+        # Requests are authenticated after the first three, which create the profile's user.
+        return {**base, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    if name == "mlflow":
+        return {
+            **base,
+            **profile.mlflow_env(),
+            "MLFLOW_AUTH_ADMIN_USERNAME": profile["MLFLOW_ADMIN_USER"],
+            "MLFLOW_AUTH_ADMIN_PASSWORD": profile["MLFLOW_ADMIN_PASSWORD"],
+        }
+    return {**base, **profile.airflow_env()}
+
+
+def pid_file(profile: Profile, name: str) -> Path:
+    return profile.home / "run" / f"{name}.pid"
+
+
+def log_file(profile: Profile, name: str) -> Path:
+    return profile.home / "logs" / f"{name}.log"
+
+
+def running_pid(profile: Profile, name: str) -> int | None:
+    path = pid_file(profile, name)
+    if not path.exists():
+        return None
+    pid = int(path.read_text().strip() or 0)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        path.unlink(missing_ok=True)
+        return None
+    return pid
+
+
+def start(profile: Profile, name: str, env_overrides: Mapping[str, str] | None = None) -> int:
+    """Start one process unless it runs already; return its pid."""
+    pid = running_pid(profile, name)
+    if pid is not None:
+        return pid
+    log_path = log_file(profile, name)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(profile, name).parent.mkdir(parents=True, exist_ok=True)
+    env = {**environment(profile, name), **(env_overrides or {})}
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            command(profile, name),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=profile.home,
+            start_new_session=True,
+        )
+    pid_file(profile, name).write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop(profile: Profile, name: str, grace_s: float = 30.0) -> bool:
+    """Stop one process and everything it started; False when it was not running."""
+    pid = running_pid(profile, name)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pid):
+        time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    pid_file(profile, name).unlink(missing_ok=True)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie leader with no other members counts as gone.
+    status = Path(f"/proc/{pgid}/stat")
+    if status.exists() and status.read_text().split()[2] == "Z":
+        others = (p for p in Path("/proc").iterdir() if p.name.isdigit() and p.name != str(pgid))
+        return any(_pgid_of(p) == pgid for p in others)
+    return True
+
+
+def _pgid_of(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def wait_for(
+    profile: Profile, name: str, check: Callable[[], bool], timeout_s: float, what: str = ""
+) -> None:
+    """Poll ``check`` until it holds; a ServiceError naming the process and its log when the
+    process ends first or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    log_path = log_file(profile, name)
+    outcome = f"did not come up within {timeout_s:.0f} s"
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        if running_pid(profile, name) is None:
+            outcome = "exited"
+            break
+        time.sleep(1.0)
+    tail = ""
+    if log_path.exists():
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+    raise ServiceError(f"{what or name} {outcome} (log: {log_path})\n{tail}")
+
+
+def port_open(port: str | int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", int(port))) == 0
+
+
+def http_status(url: str, auth: tuple[str, str] | None = None, data: bytes | None = None) -> int:
+    request = urllib.request.Request(url, data=data)
+    if auth is not None:
+        token = b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def airflow_token(profile: Profile) -> str:
+    """A JWT for the REST API, from the admin's credentials."""
+    body = json.dumps(
+        {"username": profile["AIRFLOW_ADMIN_USER"], "password": profile["AIRFLOW_ADMIN_PASSWORD"]}
+    ).encode()
+    request = urllib.request.Request(
+        f"{profile.airflow_url}/auth/token",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.load(response)["access_token"])
+
+
+def airflow_healthy(profile: Profile, *components: str) -> bool:
+    with urllib.request.urlopen(f"{profile.airflow_url}/api/v2/monitor/health", timeout=10) as r:
+        health = json.load(r)
+    return all(health.get(c, {}).get("status") == "healthy" for c in components)
+
+
+def worker_ready(profile: Profile) -> bool:
+    text = log_file(profile, "airflow-worker").read_text(errors="replace")
+    return " ready." in text
+
+
+def write_airflow_passwords(profile: Profile) -> None:
+    write_private(
+        profile.passwords_file,
+        json.dumps({profile["AIRFLOW_ADMIN_USER"]: profile["AIRFLOW_ADMIN_PASSWORD"]}),
+    )
+
+
+def write_mlflow_auth_config(profile: Profile) -> None:
+    """The basic-auth app's config; the admin password reaches it through the environment."""
+    write_private(
+        profile.mlflow_auth_config,
+        "[mlflow]\n"
+        "default_permission = READ\n"
+        f"database_uri = {profile.database_url('mlflow_auth')}\n"
+        f"admin_username = {profile['MLFLOW_ADMIN_USER']}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n",
+    )
