@@ -1,4 +1,6 @@
--- One database per service (the Airflow database is created by POSTGRES_DB).
-CREATE DATABASE mlflow;
-CREATE DATABASE optuna;
-CREATE DATABASE feast_registry;
+-- One database per component, all owned by the `trainyard` role (POSTGRES_USER, whose password
+-- is TRAINYARD_DB_PASSWORD). POSTGRES_DB creates `airflow`. Runs once, on an empty volume.
+CREATE DATABASE mlflow OWNER trainyard;
+CREATE DATABASE mlflow_auth OWNER trainyard;
+CREATE DATABASE optuna OWNER trainyard;
+CREATE DATABASE feast OWNER trainyard;
