@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo tune test lint format airflow mlflow optuna clean
+.PHONY: help venv airflow-db demo tune test lint format airflow mlflow optuna prod-up prod-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -65,6 +65,12 @@ mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5
 
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
 	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.settings import load_settings; print(load_settings().tuning.storage)")
+
+prod-up: $(STAMP) ## start the production profile here: Airflow + Celery, MLflow with auth, S3
+	@$(BIN)/trainyard services up
+
+prod-down: ## stop the production profile (PURGE=1 also drops its databases and .trainyard-prod/)
+	@$(BIN)/trainyard services down $(if $(PURGE),--purge)
 
 clean: ## remove the demo state (.trainyard/); keeps .venv
 	rm -rf $(TRAINYARD_HOME)

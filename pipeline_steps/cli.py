@@ -6,6 +6,7 @@
     trainyard replay (--run-id R | --logical-date D) [--promote]
                                             run a recorded run again from its lineage and diff
     trainyard tuning [--study NAME]         summarise a tuning study (default: the newest)
+    trainyard services up|down|status|env   the production profile on this machine
 
 ``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
 line through XCom. A step that cannot go on exits 2 with a readable message and no traceback.
@@ -263,6 +264,11 @@ def fail(args: argparse.Namespace, exc: Exception) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["services"]:
+        from pipeline_steps.services.cli import main as services
+
+        return services(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

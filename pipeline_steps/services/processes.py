@@ -204,20 +204,6 @@ def http_status(url: str, auth: tuple[str, str] | None = None, data: bytes | Non
         return int(exc.code)
 
 
-def airflow_token(profile: Profile) -> str:
-    """A JWT for the REST API, from the admin's credentials."""
-    body = json.dumps(
-        {"username": profile["AIRFLOW_ADMIN_USER"], "password": profile["AIRFLOW_ADMIN_PASSWORD"]}
-    ).encode()
-    request = urllib.request.Request(
-        f"{profile.airflow_url}/auth/token",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return str(json.load(response)["access_token"])
-
-
 def airflow_healthy(profile: Profile, *components: str) -> bool:
     with urllib.request.urlopen(f"{profile.airflow_url}/api/v2/monitor/health", timeout=10) as r:
         health = json.load(r)

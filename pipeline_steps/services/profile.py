@@ -46,6 +46,7 @@ SECRETS: tuple[str, ...] = (
     "MLFLOW_TRACKING_PASSWORD",
     "MLFLOW_FLASK_SERVER_SECRET_KEY",
     "S3_SECRET_ACCESS_KEY",
+    "REDIS_PASSWORD",  # docker-compose's Redis; the machine's own Redis here has none
 )
 """Generated secrets in ``.env``; none of them may appear in logs, manifests, lineage or MLflow."""
 
@@ -214,6 +215,9 @@ class Profile:
             "TRAINYARD_MLFLOW__TRACKING_URI": self.mlflow_url,
             "MLFLOW_TRACKING_USERNAME": self["MLFLOW_TRACKING_USERNAME"],
             "MLFLOW_TRACKING_PASSWORD": self["MLFLOW_TRACKING_PASSWORD"],
+            # Artifacts come through the server: moto answers some of the ranged requests of a
+            # presigned multipart download with 500.
+            "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
             "TRAINYARD_TUNING__STORAGE": self.database_url("optuna"),
             "TRAINYARD_FEATURES__STORE_CONFIG": "feature_store.production.yaml",
             "TRAINYARD_FEAST_REGISTRY": self.database_url("feast"),
@@ -221,7 +225,7 @@ class Profile:
                 f"{self['TRAINYARD_REDIS_HOST']}:{self['TRAINYARD_REDIS_PORT']},"
                 f"db={self['TRAINYARD_REDIS_FEAST_DB']}"
             ),
-            "TRAINYARD_PROMOTION__LOCK": self.database_url("airflow"),
+            # PROMOTION_LOCK_PLACEHOLDER
         }
 
     def airflow_env(self) -> dict[str, str]:
@@ -258,6 +262,9 @@ class Profile:
             "PGPASSWORD": self["TRAINYARD_DB_PASSWORD"],
             "MLFLOW_AUTH_CONFIG_PATH": str(self.mlflow_auth_config),
             "MLFLOW_FLASK_SERVER_SECRET_KEY": self["MLFLOW_FLASK_SERVER_SECRET_KEY"],
+            # The server's background job runner (GenAI evaluation jobs) serves no use here and
+            # costs seven processes.
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         }
 
 

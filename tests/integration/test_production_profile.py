@@ -1,0 +1,237 @@
+"""The production profile for real: `trainyard services up` on this machine (Airflow with the
+CeleryExecutor on PostgreSQL and Redis, an authenticated MLflow server on PostgreSQL with its
+artifacts in S3, the lake in S3, Feast's SQL registry and Redis online store), training runs
+triggered through the authenticated REST API, then everything stopped and purged.
+
+The profile runs on its own ports, databases and Redis databases, so a profile a user started
+on this machine is left alone. The window is 4 days and training 1 epoch, to keep the module
+to a few minutes; the gate's floor is lowered so that such small models can be promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+from collections.abc import Iterator
+from datetime import date
+from typing import Any
+
+import pytest
+
+from pipeline_steps.lake import Lake, safe_run_key
+from pipeline_steps.services import lifecycle
+from pipeline_steps.services import processes as proc
+from pipeline_steps.services.airflow_api import AirflowApi
+from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_profile
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+DAG = "flight_delay_training"
+HISTORY = ("2013-06-01", "2013-06-03")
+CONSECUTIVE = ["2013-06-04", "2013-06-05"]
+AT_ONCE = ["2013-06-06", "2013-06-07", "2013-06-08", "2013-06-09"]
+RUN_TIMEOUT_S = 1200
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
+    home = tmp_path_factory.mktemp("production")
+    environ = {
+        "TRAINYARD_PROD_HOME": str(home),
+        "TRAINYARD_DB_PREFIX": f"trainyard_test_{os.getpid()}",
+        "TRAINYARD_REDIS_BROKER_DB": "13",
+        "TRAINYARD_REDIS_FEAST_DB": "14",
+        "AIRFLOW_PORT": _free_port(),
+        "AIRFLOW_WORKER_LOG_PORT": _free_port(),
+        "MLFLOW_PORT": _free_port(),
+        "S3_PORT": _free_port(),
+        # what the runs train with (the processes inherit TRAINYARD_* from the environment)
+        "TRAINYARD_FEATURES__WINDOW_DAYS": "4",
+        "TRAINYARD_TRAIN__EPOCHS": "1",
+        "TRAINYARD_GATE__MIN_AUC": "0.5",
+        "TRAINYARD_ORCHESTRATION__MAX_ACTIVE_RUNS": "4",
+        "TRAINYARD_ORCHESTRATION__RETRIES": "1",
+        "TRAINYARD_ORCHESTRATION__RETRY_DELAY_S": "5",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in environ.items():
+            patch.setenv(key, value)
+        profile = load_profile()
+        try:
+            profile = lifecycle.up(profile)
+            _seed(profile)
+            # The test itself reads the lake and MLflow as the pipeline does.
+            for key, value in profile.s3_env().items():
+                patch.setenv(key, value)
+            patch.setenv("MLFLOW_TRACKING_USERNAME", profile["MLFLOW_TRACKING_USERNAME"])
+            patch.setenv("MLFLOW_TRACKING_PASSWORD", profile["MLFLOW_TRACKING_PASSWORD"])
+            yield profile
+        finally:
+            lifecycle.down(profile, purge=True)
+    _assert_all_stopped(profile)
+
+
+def _seed(profile: Profile) -> None:
+    env = {**os.environ, **profile.pipeline_env()}
+    done = subprocess.run(
+        ["trainyard", "seed", "--start", HISTORY[0], "--end", HISTORY[1]],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _assert_all_stopped(profile: Profile) -> None:
+    for name in PROCESSES:
+        assert proc.running_pid(profile, name) is None, name
+    for key in ("AIRFLOW_PORT", "MLFLOW_PORT", "S3_PORT", "AIRFLOW_WORKER_LOG_PORT"):
+        assert not proc.port_open(profile[key]), f"{key} {profile[key]} still answers"
+    assert not profile.home.exists()
+
+
+def _api(profile: Profile) -> AirflowApi:
+    return AirflowApi(
+        profile.airflow_url, profile["AIRFLOW_ADMIN_USER"], profile["AIRFLOW_ADMIN_PASSWORD"]
+    )
+
+
+def _mlflow(profile: Profile) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=profile.mlflow_url, registry_uri=profile.mlflow_url)
+
+
+def _lake(profile: Profile) -> Lake:
+    return Lake(f"s3://{profile['S3_BUCKET']}/lake")
+
+
+def _run_all(profile: Profile, days: list[str]) -> list[str]:
+    api = _api(profile)
+    api.unpause(DAG)
+    run_ids = [f"prod__{day}" for day in days]
+    for day, run_id in zip(days, run_ids, strict=True):
+        api.trigger(DAG, day, run_id)
+    states = api.wait(DAG, run_ids, RUN_TIMEOUT_S)
+    failed = {
+        run_id: [t["task_id"] for t in api.task_instances(DAG, run_id) if t["state"] != "success"]
+        for run_id, state in states.items()
+        if state != "success"
+    }
+    assert not failed, f"runs failed (logs under {profile.airflow_home / 'logs'}): {failed}"
+    return run_ids
+
+
+def _versions(client: Any) -> list[Any]:
+    return list(client.search_model_versions("name = 'flight_delay'"))
+
+
+def _assert_one_champion_and_every_decision(client: Any, run_ids: list[str]) -> list[Any]:
+    versions = _versions(client)
+    by_run = {v.tags.get("trainyard.run_id"): v for v in versions}
+    for run_id in run_ids:
+        assert run_id in by_run, f"no registered version records run {run_id}"
+        tags = by_run[run_id].tags
+        assert tags.get("trainyard.decision") in ("promoted", "rejected"), tags
+        assert "trainyard.champion_version" in tags, tags  # what it was compared against
+    model = client.get_registered_model("flight_delay")
+    assert list(model.aliases) == ["champion"], model.aliases
+    champion = model.aliases["champion"]
+    promoted = [v for v in versions if v.tags.get("trainyard.decision") == "promoted"]
+    assert promoted, "no run was promoted"
+    assert champion in {str(v.version) for v in promoted}
+    return versions
+
+
+def test_two_consecutive_dates_through_the_rest_api(production: Profile) -> None:
+    run_ids = _run_all(production, CONSECUTIVE)
+    _assert_one_champion_and_every_decision(_mlflow(production), run_ids)
+
+
+def test_four_runs_at_once_share_one_champion(production: Profile) -> None:
+    run_ids = _run_all(production, AT_ONCE)
+    versions = _assert_one_champion_and_every_decision(
+        _mlflow(production), [f"prod__{d}" for d in CONSECUTIVE] + run_ids
+    )
+    # Promotion was serialised: no two promotions moved the alias from the same champion.
+    promoted_from = [
+        v.tags["trainyard.champion_version"]
+        for v in versions
+        if v.tags.get("trainyard.decision") == "promoted"
+    ]
+    assert len(promoted_from) == len(set(promoted_from)), promoted_from
+    # No clash in the lake: each date ingested once, each run its own folder and lineage.
+    lake = _lake(production)
+    for day in AT_ONCE:
+        versions_of_day = lake.raw_versions("flights", date.fromisoformat(day))
+        assert versions_of_day == [1], (day, versions_of_day)
+    lineages = [lake.read_json("runs", safe_run_key(run_id), "lineage.json") for run_id in run_ids]
+    assert [x["run_id"] for x in lineages] == run_ids
+    assert len({x["training_set_sha256"] for x in lineages}) == len(run_ids)
+
+
+def test_credentials_are_required_everywhere(production: Profile) -> None:
+    airflow, mlflow, s3 = production.airflow_url, production.mlflow_url, production.s3_url
+    assert proc.http_status(f"{airflow}/api/v2/dags") == 401
+    assert proc.http_status(f"{airflow}/api/v2/dags", data=None) == 401
+    bad = AirflowApi(airflow, "admin", "not-the-password")
+    with pytest.raises(Exception, match="HTTP 401"):
+        bad.token()
+    assert proc.http_status(f"{mlflow}/api/2.0/mlflow/experiments/search?max_results=1") == 401
+    assert proc.http_status(f"{mlflow}/") == 401  # the UI
+    write = json.dumps({"name": "intruder"}).encode()
+    assert proc.http_status(f"{mlflow}/api/2.0/mlflow/registered-models/create", data=write) == 401
+    wrong = ("trainyard", "wrong-password")
+    assert (
+        proc.http_status(f"{mlflow}/api/2.0/mlflow/registered-models/create", wrong, write) == 401
+    )
+    # The pipeline's own user may not administer users.
+    pipeline = (production["MLFLOW_TRACKING_USERNAME"], production["MLFLOW_TRACKING_PASSWORD"])
+    user = json.dumps({"username": "intruder", "password": "intruder-password-1"}).encode()
+    assert proc.http_status(f"{mlflow}/api/2.0/mlflow/users/create", pipeline, user) == 403
+    assert proc.http_status(f"{s3}/{production['S3_BUCKET']}/lake/") == 403
+    assert proc.http_status(f"{s3}/{production['S3_BUCKET']}?list-type=2") == 403
+
+
+def test_secret_files_are_private(production: Profile) -> None:
+    for path in (production.env_file, production.passwords_file, production.mlflow_auth_config):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path} has mode {oct(mode)}"
+
+
+def test_no_secret_in_logs_lake_or_mlflow(production: Profile) -> None:
+    values = {key: production[key] for key in SECRETS if production.values.get(key)}
+    places: dict[str, bytes] = {}
+    for folder in (production.airflow_home / "logs", production.home / "logs"):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                places[str(path)] = path.read_bytes()
+    store = _lake(production).fs  # the whole bucket: the lake and MLflow's artifacts
+    for key in store.find(production["S3_BUCKET"]):
+        places[f"s3://{key}"] = store.cat_file(key)
+    client = _mlflow(production)
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id]):
+            places[f"mlflow run {run.info.run_id}"] = json.dumps(
+                [run.data.params, run.data.tags]
+            ).encode()
+    for version in _versions(client):
+        places[f"mlflow version {version.version}"] = json.dumps(version.tags).encode()
+    assert len(places) > 50, "nothing to search: the runs wrote nothing?"
+    leaks = [
+        f"{key} in {where}"
+        for where, content in places.items()
+        for key, value in values.items()
+        if value.encode() in content
+    ]
+    assert not leaks, leaks
