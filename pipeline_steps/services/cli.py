@@ -1,4 +1,4 @@
-"""The command line of the production profile: ``trainyard services up|down|status|env``."""
+"""The command line of the production profile: ``trainyard services up|down|status|init|env``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also drop the profile's databases, Redis databases and home (.env included)",
     )
     sub.add_parser("status", help="which processes run")
+    sub.add_parser("init", help="write the profile's .env (generated secrets, mode 0600) only")
     sub.add_parser(
         "env", help="print `export` lines for a shell that runs steps against the profile"
     )
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
             if args.purge:
                 print("databases, Redis databases and the profile's home removed")
+        elif args.action == "init":
+            print(f"{load_profile().env_file} (mode 0600)")
         elif args.action == "status":
             for name, pid in lifecycle.status().items():
                 print(f"{name:24} {'running, pid ' + str(pid) if pid else 'stopped'}")

@@ -69,6 +69,7 @@ DEFAULTS: dict[str, str] = {
     "MLFLOW_TRACKING_USERNAME": "trainyard",
     "S3_PORT": "9000",
     "S3_BUCKET": "trainyard",
+    "S3_ACCESS_KEY_ID": "trainyard",  # moto's server replaces it with the key it issues
 }
 """Plain settings of the profile and their defaults (an environment variable of the same name
 wins when ``.env`` is first written)."""
@@ -134,7 +135,7 @@ def ensure_env(
             values[key] = environ.get(key, default)
             changed = True
     for key in SECRETS:
-        if key not in values and key != "S3_SECRET_ACCESS_KEY":
+        if key not in values:
             values[key] = _new_secret(key)
             changed = True
     values.update(updates)
