@@ -563,6 +563,12 @@ class PromotionSettings:
     reason and the triggering user are recorded as model-version tags."""
     reason: str = ""
     """Why a promotion is forced (required with ``force``)."""
+    lock: str = ""
+    """What serialises promotions (the registry has no compare-and-set): a folder for file locks
+    across the processes of one machine (default ``$TRAINYARD_HOME/locks``), or a
+    ``postgresql+psycopg2://user@host/db`` URL for an advisory lock across machines (the
+    production profile). One promotion of a registered model at a time, from reading the
+    champion to moving the alias."""
 
     def __post_init__(self) -> None:
         if self.skip and self.force:
@@ -745,8 +751,10 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     local_store = tracking.startswith(("sqlite:", "file:")) or "://" not in tracking
     artifacts = settings.mlflow.artifact_root or (str(home / "mlartifacts") if local_store else "")
     storage = settings.tuning.storage or f"sqlite:///{home / 'optuna.db'}"
+    lock = settings.promotion.lock or str(home / "locks")
     return dataclasses.replace(
         settings,
+        promotion=dataclasses.replace(settings.promotion, lock=lock),
         tuning=dataclasses.replace(settings.tuning, storage=storage),
         lake=dataclasses.replace(settings.lake, root=lake_root),
         mlflow=dataclasses.replace(settings.mlflow, tracking_uri=tracking, artifact_root=artifacts),

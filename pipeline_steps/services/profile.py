@@ -226,7 +226,7 @@ class Profile:
                 f"{self['TRAINYARD_REDIS_HOST']}:{self['TRAINYARD_REDIS_PORT']},"
                 f"db={self['TRAINYARD_REDIS_FEAST_DB']}"
             ),
-            # PROMOTION_LOCK_PLACEHOLDER
+            "TRAINYARD_PROMOTION__LOCK": self.database_url("airflow"),
         }
 
     def airflow_env(self) -> dict[str, str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline_steps.context import RunContext
+from pipeline_steps.locks import exclusive
 from pipeline_steps.manifests import (
     Decision,
     EvaluateManifest,
@@ -131,6 +132,42 @@ def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | Non
     return versions[0] if versions else None
 
 
+def record_decision(
+    ctx: RunContext,
+    client: Any,
+    decision: PromotionDecision,
+    version: str,
+    evaluation: EvaluateManifest,
+) -> None:
+    """Tag the version with the decision and its evidence, then move the alias if it says so.
+    Tags first: a backfill looking for the champion as of its date finds a moved alias's
+    version by its decision tag."""
+    from pipeline_steps.tracking import DATE_TAG, DECISION_TAG, KIND_TAG
+
+    cfg = ctx.settings.mlflow
+    challenger, champion = evaluation.challenger, evaluation.champion
+    tags = {
+        DECISION_TAG: decision.decision,
+        KIND_TAG: ctx.trigger.kind,
+        "trainyard.reasons": " | ".join(decision.reasons),
+        DATE_TAG: ctx.logical_date.isoformat(),
+        "trainyard.challenger_auc": str(challenger.metrics.auc),
+        "trainyard.champion_version": champion.version if champion else "none",
+        "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
+        "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
+        "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
+        "trainyard.holdout_sha256": evaluation.holdout.sha256,
+        "trainyard.trigger": ctx.trigger.describe(),
+    }
+    if decision.decision == "forced":
+        tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
+        tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"
+    for key, value in tags.items():
+        client.set_model_version_tag(cfg.registered_model, version, key, value)
+    if decision.moves_alias:
+        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version)
+
+
 def promote(ctx: RunContext) -> PromoteManifest:
     """Register the challenger, apply the gate, move ``champion`` if it passes.
 
@@ -138,14 +175,7 @@ def promote(ctx: RunContext) -> PromoteManifest:
     """
     import mlflow
 
-    from pipeline_steps.tracking import (
-        DATE_TAG,
-        DECISION_TAG,
-        KIND_TAG,
-        RUN_TAG,
-        champion_version,
-        connect,
-    )
+    from pipeline_steps.tracking import RUN_TAG, champion_version, connect
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)
@@ -161,36 +191,19 @@ def promote(ctx: RunContext) -> PromoteManifest:
         challenger.metrics, champion.metrics if champion else None, ctx.settings.gate
     )
 
-    current = champion_version(client, cfg)
     evaluated_against = champion.version if champion else None
-    current_version = str(current.version) if current else None
-    decision = decide(
-        ctx, passed, reasons, evaluated_against, current_version, str(version.version)
-    )
+    # Read, compare and set under one lock: between reading the champion and moving the alias
+    # no other promotion of this model may move it.
+    with exclusive(
+        ctx.settings.promotion.lock, f"promotion.{cfg.registered_model}", setting="promotion.lock"
+    ):
+        current = champion_version(client, cfg)
+        current_version = str(current.version) if current else None
+        decision = decide(
+            ctx, passed, reasons, evaluated_against, current_version, str(version.version)
+        )
+        record_decision(ctx, client, decision, str(version.version), evaluation)
     reasons = decision.reasons
-
-    tags = {
-        DECISION_TAG: decision.decision,
-        KIND_TAG: ctx.trigger.kind,
-        "trainyard.reasons": " | ".join(reasons),
-        DATE_TAG: ctx.logical_date.isoformat(),
-        "trainyard.challenger_auc": str(challenger.metrics.auc),
-        "trainyard.champion_version": evaluated_against or "none",
-        "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
-        "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
-        "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
-        "trainyard.holdout_sha256": evaluation.holdout.sha256,
-        "trainyard.trigger": ctx.trigger.describe(),
-    }
-    if decision.decision == "forced":
-        tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
-        tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"
-    # Tags first: a backfill looking for the champion as of its date finds a moved alias's
-    # version by its decision tag.
-    for key, value in tags.items():
-        client.set_model_version_tag(cfg.registered_model, version.version, key, value)
-    if decision.moves_alias:
-        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version.version)
     log.info("%s version %s: %s", decision.decision, version.version, "; ".join(reasons))
     manifest = PromoteManifest(
         logical_date=ctx.logical_date.isoformat(),

@@ -10,13 +10,13 @@ the pruner (``trials.TrialReporter``), the task tells the outcome (``trials.conc
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline_steps.locks import exclusive
 from pipeline_steps.manifests import FeaturesManifest
 from pipeline_steps.settings import Settings, TuningSettings
 from pipeline_steps.tuning.space import SearchSpace
@@ -157,27 +157,13 @@ def study_lock(cfg: TuningSettings, name: str) -> Iterator[None]:
     count, which must not change between the count and the ask."""
     url = cfg.storage
     if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///") + ".lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        database = Path(url.removeprefix("sqlite:///"))
+        with exclusive(str(database.parent), database.name, setting="tuning.storage"):
+            yield
         return
     if url.startswith("postgresql"):
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-        with engine.connect() as conn:
-            key = {"name": f"trainyard-study:{name}"}
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(hashtext(:name))"), key)
-            try:
-                yield
-            finally:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(hashtext(:name))"), key)
-        engine.dispose()
+        with exclusive(url, f"study:{name}", setting="tuning.storage"):
+            yield
         return
     log.warning("no claim lock for storage %s: parallel claims may exceed parallel_trials", url)
     yield

@@ -31,13 +31,9 @@ ONE_SHOT = {"volume-init", "airflow-init"}
 RUNS_AS_ROOT = {"volume-init"}
 """Gives fresh volumes (created by Docker as root's) to the services' users, and exits."""
 AIRFLOW_SERVICES = {name for name in (*PROCESSES, "airflow-init") if name.startswith("airflow-")}
-COMPOSE_SECRETS = (*SECRETS, "REDIS_PASSWORD")
-"""What compose needs secret: the profile's generated secrets and the Redis password."""
+COMPOSE_SECRETS = SECRETS
+"""What compose needs secret: the profile's generated secrets (the Redis password among them)."""
 
-PENDING_SETTINGS = {"features.store_config", "promotion.lock"}
-"""Settings the compose file sets ahead of the code that reads them (the Feast store config and
-the promotion lock). Skipped while ``load_settings`` does not know them; delete an entry once it
-does, and it is checked like every other."""
 
 _VARIABLE = re.compile(
     r"\$(?:(?P<escaped>\$)"
@@ -282,11 +278,9 @@ def test_pipeline_settings_load_from_what_compose_sets() -> None:
     known = _known_settings()
     settings_keys = {key: _setting(key) for key in worker}
     unknown = {setting for setting in settings_keys.values() if setting and setting not in known}
-    assert unknown <= PENDING_SETTINGS, f"not settings: {sorted(unknown - PENDING_SETTINGS)}"
+    assert not unknown, f"not settings: {sorted(unknown)}"
 
-    settings = load_settings(
-        environ={key: value for key, value in worker.items() if settings_keys[key] not in unknown}
-    )
+    settings = load_settings(environ=worker)
     assert settings.lake.root == "s3://trainyard/lake"
     assert settings.mlflow.tracking_uri == "http://mlflow:5000"
     assert settings.mlflow.artifact_root == ""  # the MLflow server stores artifacts in s3

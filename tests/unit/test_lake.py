@@ -1,4 +1,5 @@
 import re
+from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,3 +94,29 @@ def test_two_writers_of_one_partition_take_turns(tmp_path) -> None:
     first, second = sorted(spans)
     assert second[0] >= first[1], f"the two writers overlapped: {spans}"
     assert Lake(str(tmp_path)).partition_dates("raw", "flights") == []
+
+
+def test_an_object_store_moves_a_folder_in_with_its_manifest_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import uuid
+
+    lake = Lake(f"memory://lake-{uuid.uuid4().hex}")
+    assert not lake.is_local
+    moved: list[str] = []
+    real_mv = lake.fs.mv
+    monkeypatch.setattr(lake.fs, "mv", lambda a, b, **kw: (moved.append(b), real_mv(a, b, **kw)))
+    folder = "validated/flights/date=2013-06-01"
+    for version in ("v1", "v2"):
+        with lake.staged_dir(folder) as tmp:
+            lake.fs.pipe_file(f"{tmp}/data.parquet", version.encode())
+            lake.fs.pipe_file(f"{tmp}/_manifest.json", b"{}")
+        assert lake.fs.cat_file(lake.path(folder, "data.parquet")) == version.encode()
+        assert moved[-1].endswith("/_manifest.json")  # readers see the folder complete or not
+    with pytest.raises(RuntimeError), lake.staged_dir(folder) as tmp:
+        lake.fs.pipe_file(f"{tmp}/data.parquet", b"half-written v3")
+        raise RuntimeError("writer died")
+    assert lake.fs.cat_file(lake.path(folder, "data.parquet")) == b"v2"
+    assert lake.partition_dates("validated", "flights") == [date(2013, 6, 1)]
+    assert lake.write_bytes(b"x", "runs", "r", "a.json").endswith("runs/r/a.json")
+    assert not [p for p in lake.fs.find(lake.path()) if ".tmp-" in p]

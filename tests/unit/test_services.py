@@ -1,0 +1,75 @@
+"""The production profile's settings and secrets (no process started here; the integration test
+tests/integration/test_production_profile.py starts them)."""
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from pipeline_steps.services.profile import DATABASES, SECRETS, ensure_env, load_profile
+from pipeline_steps.settings import load_settings
+
+
+def test_env_file_is_private_complete_and_kept(tmp_path: Path) -> None:
+    env_file = tmp_path / "prod" / ".env"
+    first = ensure_env(env_file, environ={"AIRFLOW_PORT": "18080"})
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert set(SECRETS) <= set(first)
+    assert all(len(first[key]) >= 32 for key in SECRETS), "secrets are long and random"
+    assert first["AIRFLOW_PORT"] == "18080"  # the environment wins when the file is written
+    again = ensure_env(env_file, environ={"AIRFLOW_PORT": "9999"})
+    assert again == first  # a second start keeps every secret and setting
+    other = ensure_env(tmp_path / "other" / ".env", environ={})
+    assert all(other[key] != first[key] for key in SECRETS)
+
+
+def test_a_hand_edited_env_file_error_names_the_line(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("# comment\nAIRFLOW_PORT=8080\nnot a setting\n")
+    with pytest.raises(ValueError, match=r"\.env:3: expected KEY=value"):
+        ensure_env(env_file, environ={})
+
+
+def test_urls_and_settings_carry_no_secret(tmp_path: Path) -> None:
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+    secrets = [profile[key] for key in SECRETS]
+    passwords_allowed = {
+        "PGPASSWORD",
+        "MLFLOW_TRACKING_PASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "AIRFLOW__CORE__FERNET_KEY",
+        "AIRFLOW__API__SECRET_KEY",
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+    }
+    for key, value in profile.airflow_env().items():
+        if key not in passwords_allowed:
+            assert not any(secret in value for secret in secrets), key
+    pipeline = profile.pipeline_env()
+    settings = load_settings(
+        environ={k: v for k, v in pipeline.items() if k.startswith("TRAINYARD_")}
+    )
+    assert settings.lake.root == "s3://trainyard/lake"
+    assert settings.features.store_config == "feature_store.production.yaml"
+    assert settings.tuning.storage == profile.database_url("optuna")
+    assert {profile.database(name) for name in DATABASES} == {
+        f"trainyard_{name}" for name in DATABASES
+    }
+
+
+def test_the_production_feast_config_reads_its_connections_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from feast.repo_config import load_repo_config
+
+    from pipeline_steps.settings import PROJECT_ROOT
+
+    monkeypatch.setenv("TRAINYARD_FEAST_PROJECT", "trainyard_0123456789ab")
+    monkeypatch.setenv("TRAINYARD_FEAST_REGISTRY", "postgresql+psycopg2://u@h:5432/feast")
+    monkeypatch.setenv("TRAINYARD_FEAST_REDIS", "h:6379,db=2")
+    repo = PROJECT_ROOT / "feature_repo"
+    config = load_repo_config(repo, repo / "feature_store.production.yaml")
+    assert config.project == "trainyard_0123456789ab"
+    assert config.registry.registry_type == "sql"
+    assert config.registry.path == "postgresql+psycopg2://u@h:5432/feast"
+    assert config.online_store.type == "redis"
+    assert config.online_store.connection_string == "h:6379,db=2"
