@@ -190,8 +190,13 @@ def port_open(port: str | int) -> bool:
         return sock.connect_ex(("127.0.0.1", int(port))) == 0
 
 
-def http_status(url: str, auth: tuple[str, str] | None = None, data: bytes | None = None) -> int:
-    request = urllib.request.Request(url, data=data)
+def http_status(
+    url: str,
+    auth: tuple[str, str] | None = None,
+    data: bytes | None = None,
+    method: str | None = None,
+) -> int:
+    request = urllib.request.Request(url, data=data, method=method)
     if auth is not None:
         token = b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")

@@ -5,8 +5,8 @@ triggered through the authenticated REST API, then everything stopped and purged
 
 The profile runs on its own ports, databases and Redis databases, so a profile a user started
 on this machine is left alone. Four consecutive dates are triggered at once (the test raises
-``orchestration.max_active_runs``); the window of 6 days holds the two seeded days for each of
-them whatever the order the runs finish in. Training is 1 epoch, to keep the module to minutes,
+``orchestration.max_active_runs``); the window of 5 days holds the seeded day for each of them,
+whatever the order the runs finish in. Training is 1 epoch, to keep the module to minutes,
 and the gate's floor is lowered so that such small models can be promoted.
 """
 
@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from datetime import date
 from typing import Any
 
+import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from pipeline_steps.lake import Lake, safe_run_key
 from pipeline_steps.services import lifecycle
@@ -33,7 +35,7 @@ from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_pr
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 DAG = "flight_delay_training"
-HISTORY = ("2013-06-02", "2013-06-03")
+HISTORY = ("2013-06-03", "2013-06-03")
 DAYS = ["2013-06-04", "2013-06-05", "2013-06-06", "2013-06-07"]
 RUN_TIMEOUT_S = 1200
 
@@ -57,8 +59,9 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
         "MLFLOW_PORT": _free_port(),
         "S3_PORT": _free_port(),
         # what the runs train with (the processes inherit TRAINYARD_* from the environment)
-        "TRAINYARD_FEATURES__WINDOW_DAYS": "6",
+        "TRAINYARD_FEATURES__WINDOW_DAYS": "5",
         "TRAINYARD_TRAIN__EPOCHS": "1",
+        "TRAINYARD_VALIDATION__DATA_DOCS": "false",
         "TRAINYARD_GATE__MIN_AUC": "0.5",
         "TRAINYARD_ORCHESTRATION__MAX_ACTIVE_RUNS": "4",
         "TRAINYARD_ORCHESTRATION__RETRIES": "1",
@@ -187,7 +190,8 @@ def test_four_consecutive_dates_at_once_through_the_rest_api(production: Profile
 def test_credentials_are_required_everywhere(production: Profile) -> None:
     airflow, mlflow, s3 = production.airflow_url, production.mlflow_url, production.s3_url
     assert proc.http_status(f"{airflow}/api/v2/dags") == 401
-    assert proc.http_status(f"{airflow}/api/v2/dags", data=None) == 401
+    trigger = json.dumps({"logical_date": "2013-06-09T00:00:00Z"}).encode()
+    assert proc.http_status(f"{airflow}/api/v2/dags/{DAG}/dagRuns", data=trigger) == 401
     bad = AirflowApi(airflow, "admin", "not-the-password")
     with pytest.raises(Exception, match="HTTP 401"):
         bad.token()
@@ -203,8 +207,18 @@ def test_credentials_are_required_everywhere(production: Profile) -> None:
     pipeline = (production["MLFLOW_TRACKING_USERNAME"], production["MLFLOW_TRACKING_PASSWORD"])
     user = json.dumps({"username": "intruder", "password": "intruder-password-1"}).encode()
     assert proc.http_status(f"{mlflow}/api/2.0/mlflow/users/create", pipeline, user) == 403
-    assert proc.http_status(f"{s3}/{production['S3_BUCKET']}/lake/") == 403
-    assert proc.http_status(f"{s3}/{production['S3_BUCKET']}?list-type=2") == 403
+    lineage = f"{s3}/{production['S3_BUCKET']}/lake/runs/prod__{DAYS[0]}/lineage.json"
+    assert proc.http_status(lineage) == 403  # an unsigned read
+    assert proc.http_status(lineage, data=b"{}", method="PUT") == 403  # an unsigned write
+    stranger = boto3.client(
+        "s3",
+        endpoint_url=s3,
+        region_name="us-east-1",
+        aws_access_key_id="AKIAIOSFODNN7EXAMPLE",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    )
+    with pytest.raises(ClientError, match="InvalidAccessKeyId"):
+        stranger.list_objects_v2(Bucket=production["S3_BUCKET"])
 
 
 def test_secret_files_are_private(production: Profile) -> None:
