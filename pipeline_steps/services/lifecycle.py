@@ -187,7 +187,9 @@ def up(profile: Profile | None = None) -> Profile:
 def down(profile: Profile | None = None, purge: bool = False) -> list[str]:
     """Stop every process (Airflow first, the stores last); return the names that ran."""
     profile = profile or load_profile()
-    stopped = [name for name in reversed(PROCESSES) if proc.stop(profile, name)]
+    airflow = [name for name in reversed(PROCESSES) if name.startswith("airflow-")]
+    stopped = proc.stop(profile, airflow)  # the workers first: their tasks end while MLflow
+    stopped += proc.stop(profile, ["mlflow", "s3"])  # and S3 still answer
     if purge:
         _purge(profile)
     return stopped

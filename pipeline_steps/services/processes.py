@@ -124,22 +124,24 @@ def start(profile: Profile, name: str, env_overrides: Mapping[str, str] | None =
     return proc.pid
 
 
-def stop(profile: Profile, name: str, grace_s: float = 30.0) -> bool:
-    """Stop one process and everything it started; False when it was not running."""
-    pid = running_pid(profile, name)
-    if pid is None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+def stop(profile: Profile, names: list[str], grace_s: float = 30.0) -> list[str]:
+    """Stop these processes and everything they started, all at once: SIGTERM, then SIGKILL
+    for what is left after ``grace_s``. Returns the names that were running."""
+    pids = {name: running_pid(profile, name) for name in names}
+    running = {name: pid for name, pid in pids.items() if pid is not None}
+    for pid in running.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pid):
+    while time.monotonic() < deadline and any(_group_alive(p) for p in running.values()):
         time.sleep(0.3)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-    pid_file(profile, name).unlink(missing_ok=True)
-    return True
+    for name, pid in running.items():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        pid_file(profile, name).unlink(missing_ok=True)
+    return [name for name in names if name in running]
 
 
 def _group_alive(pgid: int) -> bool:
