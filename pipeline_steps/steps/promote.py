@@ -145,6 +145,7 @@ def promote(ctx: RunContext) -> PromoteManifest:
         RUN_TAG,
         champion_version,
         connect,
+        log_run_cost,
     )
 
     cfg = ctx.settings.mlflow
@@ -203,4 +204,9 @@ def promote(ctx: RunContext) -> PromoteManifest:
     )
     lineage = build_lineage(ctx, manifest.decision, manifest.version)
     ctx.lake.write_json(to_json(lineage), ctx.run_dir, "lineage.json")
+    if lineage.cost is not None:
+        try:
+            log_run_cost(client, lineage.mlflow_run_id, lineage.cost)
+        except Exception as exc:  # the cost is for reading: it never fails a promotion
+            log.warning("cost not logged to MLflow run %s: %s", lineage.mlflow_run_id, exc)
     return ctx.record(manifest)
