@@ -2,7 +2,8 @@
 
     trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
     trainyard seed --start D1 --end D2      ingest + validate history before a first run
-    trainyard report [--logical-date D]     summarise the recorded runs
+    trainyard report [--logical-date D | --start D1 --end D2] [--costs]
+                                            summarise the recorded runs, or list their costs
     trainyard replay (--run-id R | --logical-date D) [--promote]
                                             run a recorded run again from its lineage and diff
     trainyard tuning [--study NAME]         summarise a tuning study (default: the newest)
@@ -39,6 +40,7 @@ from pipeline_steps.manifests import (
 )
 from pipeline_steps.report import SEED_PREFIX
 from pipeline_steps.settings import SettingsError, load_settings
+from pipeline_steps.usage import UsageMeter, recording_usage
 
 # Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
@@ -140,8 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(check)
 
-    report = sub.add_parser("report", help="summarise recorded runs")
+    report = sub.add_parser("report", help="summarise recorded runs, or list what they cost")
     report.add_argument("--logical-date", type=_date, help="only runs of this date")
+    report.add_argument("--start", type=_date, help="only runs of logical dates from this one on")
+    report.add_argument("--end", type=_date, help="only runs of logical dates up to this one")
+    report.add_argument(
+        "--costs",
+        action="store_true",
+        help="list every selected run's usage and cost per step (rates: the cost settings)",
+    )
     common(report)
 
     tuning = sub.add_parser("tuning", help="summarise a tuning study (default: the newest)")
@@ -184,18 +193,24 @@ def run_step(
 ) -> Manifest | None:
     """Run one step. A given trigger is recorded with the run; without one the step keeps the
     trigger the run recorded earlier (or ``cli``). With ``trial`` the train step runs as that
-    trial of a tuning study."""
+    trial of a tuning study.
+
+    The process's usage, from here to the step's end (succeeded or failed), is recorded in the
+    run's ``usage/`` folder (``pipeline_steps.usage``); a step that fails before its settings
+    load has no lake to record it in."""
+    meter = UsageMeter()
     if trial is not None and name != "train":
         raise StepError(f"--study/--trial apply to the train step only, not to {name!r}")
     settings = load_settings(config, overrides)
     ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings, trial=trial)
-    if trigger is not None:
-        ctx = replace(ctx, trigger=trigger)
-        if os.environ.get("RANK", "0") == "0":
-            ctx.record_trigger()
-    else:
-        ctx = replace(ctx, trigger=ctx.recorded_trigger())
-    return step_function(name)(ctx)
+    with recording_usage(meter, ctx, name):
+        if trigger is not None:
+            ctx = replace(ctx, trigger=trigger)
+            if os.environ.get("RANK", "0") == "0":
+                ctx.record_trigger()
+        else:
+            ctx = replace(ctx, trigger=ctx.recorded_trigger())
+        return step_function(name)(ctx)
 
 
 def seed(start: date, end: date, config: str | None, overrides: list[str]) -> SeedSummary:
@@ -316,7 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from pipeline_steps.report import print_report
 
-            print_report(load_settings(args.config, args.set), args.logical_date)
+            if args.logical_date and (args.start or args.end):
+                raise StepError("--logical-date and --start/--end select runs two ways; use one")
+            print_report(
+                load_settings(args.config, args.set),
+                args.logical_date,
+                args.start,
+                args.end,
+                costs=args.costs,
+            )
             return 0
     except (StepError, SettingsError) as exc:
         return fail(args, exc)

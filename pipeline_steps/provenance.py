@@ -2,7 +2,8 @@
 
 ``build_lineage`` gathers ``runs/<run>/lineage.json`` from the run's step manifests: the raw
 versions read, the full settings, the Feast repository's fingerprint, the per-epoch metrics and
-the weights' hash, the holdout scores, and the code and package versions it ran with.
+the weights' hash, the holdout scores, the code and package versions it ran with, and what its
+steps used and cost so far (promote's own usage is recorded after it).
 ``trainyard replay`` reads it back (see :mod:`pipeline_steps.replay`).
 """
 
@@ -30,6 +31,7 @@ from pipeline_steps.manifests import (
     to_json,
 )
 from pipeline_steps.settings import PROJECT_ROOT
+from pipeline_steps.usage import read_usage, summarise
 
 
 @cache
@@ -91,7 +93,8 @@ def trained_settings(ctx: RunContext, trained: TrainManifest) -> dict[str, Any]:
 
 def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> Lineage:
     """What this run used and produced, from partitions to the registered ``version`` (None when
-    it registered none), with what a replay needs."""
+    it registered none), with what a replay needs, and the usage and cost its steps recorded
+    until now (``cost.not_counted`` names the steps without a record: promote at least)."""
     ingest, features = ctx.upstream(IngestManifest), ctx.upstream(FeaturesManifest)
     trained, evaluation = ctx.upstream(TrainManifest), ctx.upstream(EvaluateManifest)
     packages = installed_packages()
@@ -120,4 +123,5 @@ def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> L
         tuned_from=trained.tuned_from,
         challenger=evaluation.challenger.metrics,
         champion=evaluation.champion,
+        cost=summarise(read_usage(ctx.lake, ctx.run_dir), ctx.settings.cost),
     )

@@ -56,6 +56,8 @@ REPLAY_SETTINGS = (
     "promotion.reason",
     "train.params_from",  # a replay trains with the recorded values, tuned or not
 )
+# Rates that price a run's usage: they change nothing a replay reproduces.
+PRICING_SECTION = "cost."
 # Per-epoch metrics that measure the machine, not the model.
 TIMING_METRICS = ("samples_per_s", "gpu_memory_peak_gib", "gpu_utilization_pct")
 
@@ -270,7 +272,11 @@ def diff(original: Lineage, replayed: Lineage, lake: Lake) -> list[DiffLine]:
         )
     )
     before, after = _flatten(original.settings), _flatten(replayed.settings)
-    keys = sorted(k for k in set(before) | set(after) if k not in REPLAY_SETTINGS)
+    keys = sorted(
+        k
+        for k in set(before) | set(after)
+        if k not in REPLAY_SETTINGS and not k.startswith(PRICING_SECTION)
+    )
     settings_changed = [k for k in keys if before.get(k) != after.get(k)]
     lines.append(
         DiffLine(

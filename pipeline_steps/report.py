@@ -1,13 +1,16 @@
-"""Readable summaries of recorded runs, from the step manifests in ``runs/<run>/``."""
+"""Readable summaries of recorded runs, from the step manifests in ``runs/<run>/``, and the
+table of what runs cost (``trainyard report --costs``, from ``runs/<run>/usage/``)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
+from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.manifests import (
+    STEPS,
     EvaluateManifest,
     FeaturesManifest,
     HoldoutMetrics,
@@ -15,13 +18,18 @@ from pipeline_steps.manifests import (
     M,
     ManifestError,
     PromoteManifest,
+    RunCost,
+    StepUsage,
     TrainManifest,
     Trigger,
+    UsageTotals,
     ValidateManifest,
     load_manifest,
     load_record,
 )
-from pipeline_steps.settings import Settings
+from pipeline_steps.settings import CostSettings, Settings
+from pipeline_steps.usage import read_usage
+from pipeline_steps.usage import summarise as summarise_usage
 
 log = logging.getLogger(__name__)
 SEED_PREFIX = "seed__"
@@ -38,6 +46,19 @@ class RecordedRun:
     evaluate: EvaluateManifest | None = None
     promote: PromoteManifest | None = None
     trigger: Trigger | None = None
+    usage: list[StepUsage] = field(default_factory=list)
+    """The usage records of its step processes (``runs/<run>/usage/``)."""
+
+    @property
+    def steps_run(self) -> list[str]:
+        """The pipeline's steps that recorded a manifest in this run."""
+        return [step for step in STEPS if getattr(self, step) is not None]
+
+    def cost(self, settings: CostSettings) -> RunCost | None:
+        """Its usage and cost at ``settings``' rates; None when it recorded no usage."""
+        if not self.usage:
+            return None
+        return summarise_usage(self.usage, settings, self.steps_run)
 
 
 def read_run(lake: Lake, name: str) -> RecordedRun | None:
@@ -62,6 +83,7 @@ def read_run(lake: Lake, name: str) -> RecordedRun | None:
         trigger=load_record(Trigger, lake.read_json("runs", name, "trigger.json"), name)
         if lake.exists("runs", name, "trigger.json")
         else None,
+        usage=read_usage(lake, f"runs/{name}"),
     )
 
 
@@ -91,8 +113,38 @@ def _metrics(metrics: HoldoutMetrics) -> str:
     )
 
 
-def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
-    """The run's lines: rows ingested (counted in ``rows_label``), then what each step did."""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def describe_usage(cost: RunCost | None) -> str:
+    """One line of a run's usage and cost, or why there is none."""
+    if cost is None:
+        return (
+            "no usage recorded (its steps ran before trainyard recorded usage, "
+            "or not through `trainyard step`)"
+        )
+    total, currency = cost.total, cost.rates.currency
+    text = (
+        f"{total.cost:.4f} {currency} over {_count(len(cost.steps), 'step')}: "
+        f"wall {_seconds(total.wall_s)}, "
+        f"CPU {_seconds(total.cpu_s)}, GPU {_seconds(total.gpu_s)}, "
+        f"peak RSS {total.peak_rss_gib:.2f} GiB"
+    )
+    if cost.not_counted:
+        text += f"; not recorded: {', '.join(cost.not_counted)}"
+    return text
+
+
+def summarise(
+    run: RecordedRun, rows_label: str = "flights", rates: CostSettings | None = None
+) -> list[str]:
+    """The run's lines: rows ingested (counted in ``rows_label``), then what each step did, then
+    what its steps used and cost at ``rates`` (default: the ``cost`` settings' defaults)."""
     ingest = run.ingest
     lines = [
         f"run {ingest.run_id or '?'}  (logical date {ingest.logical_date})",
@@ -152,18 +204,114 @@ def summarise(run: RecordedRun, rows_label: str = "flights") -> list[str]:
             f"  registered           {p.registered_model} version {p.version}; "
             + (f"champion is now version {p.champion_after}" if p.champion_after else "no champion")
         )
+    lines.append(f"  usage and cost       {describe_usage(run.cost(rates or CostSettings()))}")
     return lines
 
 
-def print_report(settings: Settings, logical_date: date | None = None) -> None:
-    """Print the latest run of ``logical_date`` (or of every date) to stdout."""
-    runs = recorded_runs(Lake(settings.lake.root))
+_COLUMNS = ("step", "processes", "wall s", "CPU s", "GPU s", "peak RSS GiB", "peak GPU GiB")
+
+
+def _row(name: str, totals: UsageTotals) -> list[str]:
+    processes = str(totals.processes) + (f" ({totals.failed} failed)" if totals.failed else "")
+    return [
+        name,
+        processes,
+        f"{totals.wall_s:.1f}",
+        f"{totals.cpu_s:.1f}",
+        f"{totals.gpu_s:.1f}",
+        f"{totals.peak_rss_gib:.2f}",
+        f"{totals.peak_gpu_memory_bytes / 2**30:.2f}",
+        f"{totals.cost:.4f}",
+    ]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """Aligned columns: the first to the left, the others to the right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  "
+        + "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def cost_table(runs: list[RecordedRun], settings: CostSettings) -> list[str]:
+    """Per run, one row per step (processes are ranks times attempts) and the run's total; then
+    the total over the runs. A run without usage records says so."""
+    currency = settings.currency
+    lines = [
+        f"rates: CPU {settings.cpu_core_hour} {currency}/core-hour, GPU {settings.gpu_hour} "
+        f"{currency}/GPU-hour, memory {settings.memory_gib_hour} {currency}/GiB-hour "
+        "(the cost settings)",
+        "",
+    ]
+    total, without = 0.0, 0
+    for run in runs:
+        lines.append(f"run {run.ingest.run_id or '?'}  (logical date {run.ingest.logical_date})")
+        cost = run.cost(settings)
+        if cost is None:
+            without += 1
+            lines += [f"  {describe_usage(None)}", ""]
+            continue
+        rows = [[*_COLUMNS, f"cost {currency}"]]
+        rows += [_row(part.step, part) for part in cost.steps]
+        rows += [[step, "not recorded", *[""] * 6] for step in cost.not_counted]
+        rows.append(_row("total", cost.total))
+        lines += [*_table(rows), ""]
+        total += cost.total.cost
+    counted = len(runs) - without
+    lines.append(
+        f"total of {_count(counted, 'run')}: {total:.4f} {currency}"
+        + (f"; {without} without usage records" if without else "")
+    )
+    return lines
+
+
+def select_runs(
+    runs: list[RecordedRun],
+    logical_date: date | None = None,
+    start: date | None = None,
+    end: date | None = None,
+) -> list[RecordedRun]:
+    """The runs of ``logical_date``, or of logical dates in [``start``, ``end``] (either bound
+    open when None). Raises ``StepError`` when ``end`` is before ``start``."""
+    if start and end and end < start:
+        raise StepError(f"--end {end} is before --start {start}")
     if logical_date:
-        runs = [r for r in runs if r.ingest.logical_date == logical_date.isoformat()]
-    latest = {run.ingest.logical_date: run for run in runs}
-    if not latest:
-        print("no recorded runs" + (f" for {logical_date}" if logical_date else ""))
+        start = end = logical_date
+    first, last = (start or date.min).isoformat(), (end or date.max).isoformat()
+    return [r for r in runs if first <= r.ingest.logical_date <= last]
+
+
+def _range(logical_date: date | None, start: date | None, end: date | None) -> str:
+    if logical_date:
+        return f" for {logical_date}"
+    if start or end:
+        return f" for logical dates {start or '...'}..{end or '...'}"
+    return ""
+
+
+def print_report(
+    settings: Settings,
+    logical_date: date | None = None,
+    start: date | None = None,
+    end: date | None = None,
+    costs: bool = False,
+) -> None:
+    """Print the latest run of each logical date (of ``logical_date``, or in [``start``,
+    ``end``]) to stdout; with ``costs``, the cost table of every run there instead."""
+    runs = select_runs(recorded_runs(Lake(settings.lake.root)), logical_date, start, end)
+    if not runs:
+        print(f"no recorded runs{_range(logical_date, start, end)}")
         return
+    if costs:
+        print(f"cost of {_count(len(runs), 'run')}{_range(logical_date, start, end)}")
+        print("\n".join(cost_table(runs, settings.cost)))
+        return
+    latest = {run.ingest.logical_date: run for run in runs}
     for _, run in sorted(latest.items()):
-        print("\n".join(summarise(run)))
+        print("\n".join(summarise(run, rates=settings.cost)))
         print()

@@ -9,6 +9,7 @@ Only the standard library and PyYAML are imported: DAG files load settings while
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -580,6 +581,29 @@ class PromotionSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CostSettings:
+    """Rates that turn what a run's step processes used into a cost estimate. The defaults are
+    examples of the order of on-demand cloud list prices: replace them with your own."""
+
+    cpu_core_hour: float = 0.04
+    """Price of one CPU core for an hour (user + system CPU time is what counts)."""
+    gpu_hour: float = 3.0
+    """Price of one GPU for an hour (wall time of each process that used CUDA, per device)."""
+    memory_gib_hour: float = 0.005
+    """Price of one GiB of memory for an hour (a process's peak RSS over its wall time)."""
+    currency: str = "USD"
+    """Currency of the rates, shown beside every cost."""
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_core_hour", "gpu_hour", "memory_gib_hour"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise SettingsError(f"cost.{name} must be a finite number >= 0, got {value!r}")
+        if not self.currency.strip():
+            raise SettingsError("cost.currency must not be empty (e.g. USD)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class KubernetesSettings:
     namespace: str = "trainyard"
     """Namespace the step pods run in."""
@@ -634,6 +658,7 @@ class Settings:
     tuning: TuningSettings = field(default_factory=TuningSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    cost: CostSettings = field(default_factory=CostSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.manifests import Trigger
+from pipeline_steps.manifests import RunCost, Trigger
 from pipeline_steps.settings import MlflowSettings
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,39 @@ def champion_version(client: Any, settings: MlflowSettings) -> Any | None:
         return client.get_model_version_by_alias(settings.registered_model, settings.champion_alias)
     except MlflowException:
         return None
+
+
+def cost_metrics(cost: RunCost) -> dict[str, float]:
+    """A run's usage and cost as metrics of its training run: ``cost.total``, ``cost.<step>``
+    and ``usage.*`` (seconds, GiB)."""
+    total = cost.total
+    return {
+        "cost.total": total.cost,
+        **{f"cost.{part.step}": part.cost for part in cost.steps},
+        "usage.cpu_seconds": total.cpu_s,
+        "usage.gpu_seconds": total.gpu_s,
+        "usage.wall_seconds": total.wall_s,
+        "usage.peak_rss_gib": total.peak_rss_gib,
+        "usage.peak_gpu_memory_gib": total.peak_gpu_memory_bytes / 2**30,
+    }
+
+
+def log_run_cost(client: Any, mlflow_run_id: str, cost: RunCost) -> None:
+    """Log ``cost_metrics`` on the training run, with the currency and the steps counted as
+    tags (``trainyard.cost_currency``, ``trainyard.cost_steps``)."""
+    import time
+
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    client.log_batch(
+        mlflow_run_id,
+        metrics=[Metric(k, v, now, 0) for k, v in cost_metrics(cost).items()],
+        tags=[
+            RunTag("trainyard.cost_currency", cost.rates.currency),
+            RunTag("trainyard.cost_steps", ", ".join(s.step for s in cost.steps) or "none"),
+        ],
+    )
 
 
 DECISION_TAG = "trainyard.decision"

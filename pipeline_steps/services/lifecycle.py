@@ -13,6 +13,8 @@ import logging
 import shutil
 import subprocess
 from dataclasses import replace
+from functools import partial
+from typing import Any
 
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.profile import (
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 300.0
 
 
-def _admin_engine(profile: Profile):  # type: ignore[no-untyped-def]
+def _admin_engine(profile: Profile) -> Any:
     import sqlalchemy
 
     return sqlalchemy.create_engine(
@@ -146,21 +148,23 @@ def migrate_airflow(profile: Profile) -> None:
     proc.write_airflow_passwords(profile)
 
 
-def up(profile: Profile | None = None) -> Profile:
+def up(given: Profile | None = None) -> Profile:
     """Start every process of the profile (those running already are left alone)."""
-    profile = profile or load_profile()
+    profile = given or load_profile()
     prepare_postgres(profile)
     s3_fresh = proc.running_pid(profile, "s3") is None
     proc.start(profile, "s3")
-    proc.wait_for(profile, "s3", lambda: proc.port_open(profile["S3_PORT"]), 60)
+    port = profile["S3_PORT"]
+    proc.wait_for(profile, "s3", lambda: proc.port_open(port), 60)
     if s3_fresh:
         profile = prepare_s3(profile)
+    ready = profile
     proc.write_mlflow_auth_config(profile)
     proc.start(profile, "mlflow")
     proc.wait_for(
         profile,
         "mlflow",
-        lambda: proc.http_status(f"{profile.mlflow_url}/health") == 200,
+        lambda: proc.http_status(f"{ready.mlflow_url}/health") == 200,
         START_TIMEOUT_S,
     )
     prepare_mlflow_user(profile)
@@ -171,7 +175,7 @@ def up(profile: Profile | None = None) -> Profile:
     proc.wait_for(
         profile,
         "airflow-apiserver",
-        lambda: proc.airflow_healthy(profile, "metadatabase"),
+        lambda: proc.airflow_healthy(ready, "metadatabase"),
         START_TIMEOUT_S,
     )
     for name, component in (
@@ -179,8 +183,8 @@ def up(profile: Profile | None = None) -> Profile:
         ("airflow-triggerer", "triggerer"),
         ("airflow-dag-processor", "dag_processor"),
     ):
-        proc.wait_for(profile, name, lambda c=component: proc.airflow_healthy(profile, c), 120)
-    proc.wait_for(profile, "airflow-worker", lambda: proc.worker_ready(profile), START_TIMEOUT_S)
+        proc.wait_for(profile, name, partial(proc.airflow_healthy, ready, component), 120)
+    proc.wait_for(profile, "airflow-worker", lambda: proc.worker_ready(ready), START_TIMEOUT_S)
     return profile
 
 

@@ -175,7 +175,7 @@ def promote(ctx: RunContext) -> PromoteManifest:
     """
     import mlflow
 
-    from pipeline_steps.tracking import RUN_TAG, champion_version, connect
+    from pipeline_steps.tracking import RUN_TAG, champion_version, connect, log_run_cost
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)
@@ -216,4 +216,9 @@ def promote(ctx: RunContext) -> PromoteManifest:
     )
     lineage = build_lineage(ctx, manifest.decision, manifest.version)
     ctx.lake.write_json(to_json(lineage), ctx.run_dir, "lineage.json")
+    if lineage.cost is not None:
+        try:
+            log_run_cost(client, lineage.mlflow_run_id, lineage.cost)
+        except Exception as exc:  # the cost is for reading: it never fails a promotion
+            log.warning("cost not logged to MLflow run %s: %s", lineage.mlflow_run_id, exc)
     return ctx.record(manifest)

@@ -124,3 +124,20 @@ def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu(tmp_path: Path) -> Non
     restored = torch.nn.Linear(4, 1).to("cuda")
     restored.load_state_dict(state.model)
     assert torch.equal(restored.weight, model.weight)
+
+
+def test_usage_records_the_gpu_and_its_peak_memory_across_counter_resets() -> None:
+    from pipeline_steps.steps.train.step import gpu_metrics
+    from pipeline_steps.usage import UsageMeter
+
+    meter = UsageMeter()
+    device = torch.device("cuda", 0)
+    block = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
+    gpu_metrics(device)  # reads and resets the peak counter, as the loop does every epoch
+    del block
+    torch.cuda.empty_cache()
+    measured = meter.measure("succeeded")
+    assert measured.gpus_visible == torch.cuda.device_count()
+    assert measured.gpus_used >= 1
+    assert measured.peak_gpu_memory_bytes >= 256 * 2**20
+    assert measured.gpu_s == pytest.approx(measured.wall_s * measured.gpus_used, abs=0.01)

@@ -21,14 +21,24 @@ def _run(day, conf=None) -> str:
     return dag_test("flight_delay_training", day, conf).run_id
 
 
-def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_env) -> None:
+def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_env, capsys) -> None:
     """The second run is a manual one with the trigger form's values: fewer epochs, another
-    learning rate, and promotion skipped; it trains with them and records them."""
+    learning rate, and promotion skipped; it trains with them and records them. Every step
+    process of both runs records its usage; lineage, MLflow and ``report --costs`` sum them."""
     from mlflow import MlflowClient
 
+    from pipeline_steps.cli import main
     from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import EvaluateManifest, PromoteManifest, TrainManifest
+    from pipeline_steps.manifests import (
+        STEPS,
+        EvaluateManifest,
+        Lineage,
+        PromoteManifest,
+        TrainManifest,
+        load_record,
+    )
     from pipeline_steps.settings import load_settings
+    from pipeline_steps.usage import read_usage
 
     settings = load_settings()
     first_run = _run(FIRST_DAY)
@@ -79,3 +89,41 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     tags = client.get_model_version("flight_delay", "2").tags
     assert tags["trainyard.decision"] == decision.decision
     assert tags["trainyard.champion_version"] == "1"
+
+    # cost per run: each step's process (train's under torchrun) left a record of its own
+    costs = {}
+    for ctx in (first, second):
+        records = {record.step: record for record in read_usage(ctx.lake, ctx.run_dir)}
+        assert sorted(records) == sorted(STEPS), ctx.run_id
+        for step, record in records.items():
+            [process] = record.attempts
+            assert process.outcome == "succeeded", step
+            assert process.cpu_s > 0 and process.wall_s > 0, step
+            assert process.peak_rss_bytes > 50 * 2**20, step  # a Python process with pyarrow
+        where = ctx.lake.path(ctx.run_dir, "lineage.json")
+        lineage = load_record(Lineage, ctx.lake.read_json(ctx.run_dir, "lineage.json"), where)
+        cost = lineage.cost
+        assert cost is not None
+        # promote writes the lineage before its own usage exists
+        assert [part.step for part in cost.steps] == list(STEPS[:-1])
+        assert cost.not_counted == ["promote"]
+        counted = [a for step in STEPS[:-1] for a in records[step].attempts]
+        assert cost.total.cpu_s == pytest.approx(sum(a.cpu_s for a in counted))
+        assert cost.total.cost == pytest.approx(sum(part.cost for part in cost.steps))
+        assert cost.total.cost > 0
+        costs[ctx.run_id] = cost
+    for run in runs:
+        cost = costs[run.data.tags["trainyard.run_id"]]
+        assert run.data.metrics["cost.total"] == pytest.approx(cost.total.cost)
+        assert run.data.metrics["cost.train"] == pytest.approx(cost.step("train").cost)
+        assert run.data.metrics["usage.cpu_seconds"] == pytest.approx(cost.total.cpu_s)
+
+    capsys.readouterr()
+    last = (FIRST_DAY + timedelta(days=1)).isoformat()
+    assert main(["report", "--costs", "--start", FIRST_DAY.isoformat(), "--end", last]) == 0
+    listed = capsys.readouterr().out
+    assert "cost of 2 runs" in listed and "no usage recorded" not in listed
+    for run_id in (first_run, second_run):
+        assert f"run {run_id}  (logical date" in listed
+    assert sum(line.lstrip().startswith("promote ") for line in listed.splitlines()) == 2
+    assert "total of 2 runs:" in listed

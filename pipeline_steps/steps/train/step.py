@@ -25,6 +25,7 @@ from pipeline_steps.steps.train.data import (
     TrainingTable,
     validation_batches,
 )
+from pipeline_steps.usage import note_gpu_peak
 
 AUC_BINS = 1024
 """Bins of the score histograms the validation AUC is computed from (summed over ranks)."""
@@ -150,9 +151,11 @@ def validation_sums(
 
 
 def gpu_metrics(device: torch.device) -> dict[str, float]:
-    """Peak GPU memory since the last call (the counter is reset) and, where NVML is
-    available, utilisation."""
-    metrics = {"gpu_memory_peak_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    """Peak GPU memory since the last call (the counter is reset; the process's usage record
+    keeps the highest) and, where NVML is available, utilisation."""
+    peak = torch.cuda.max_memory_allocated(device)
+    note_gpu_peak(torch.cuda.current_device() if device.index is None else device.index, peak)
+    metrics = {"gpu_memory_peak_gib": peak / 2**30}
     torch.cuda.reset_peak_memory_stats(device)
     with suppress(Exception):  # without NVML: memory alone
         metrics["gpu_utilization_pct"] = float(torch.cuda.utilization(device))
