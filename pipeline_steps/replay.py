@@ -153,7 +153,7 @@ def replay_settings(original: Lineage, promote: bool, overrides: list[str], path
     (unless ``promote``), then ``overrides``; written to ``path`` for the train process."""
     document: dict[str, Any] = json.loads(json.dumps(original.settings))
     document["ingest"]["pins"] = pins_of(original.raw_versions)
-    document["promotion"] = {"skip": not promote, "force": False, "reason": ""}
+    document["promotion"] |= {"skip": not promote, "force": False, "reason": ""}
     # the lineage holds the values trained with (tuned ones included), not the newest study's
     document["train"]["params_from"] = "settings"
     path.write_text(yaml.safe_dump(document, sort_keys=True))

@@ -322,3 +322,10 @@ def test_env_file_stays_out_of_git_and_images() -> None:
     for ignore_file in (".gitignore", ".dockerignore"):
         lines = (ROOT / ignore_file).read_text().splitlines()
         assert ".env" in lines, f".env is not in {ignore_file}"
+
+
+def test_images_run_as_a_non_root_user() -> None:
+    for dockerfile in sorted((ROOT / "containers").glob("*Dockerfile")):
+        users = re.findall(r"^USER\s+(\S+)", dockerfile.read_text(), flags=re.MULTILINE)
+        assert users, f"{dockerfile.name} never sets USER"
+        assert users[-1].partition(":")[0] not in ("0", "root"), f"{dockerfile.name} ends as root"

@@ -27,7 +27,7 @@ from tests.manifests import (
 )
 
 pytestmark = pytest.mark.slow
-ROUNDS = 8
+ROUNDS = 5
 DAY = date(2013, 6, 4)
 READ_TO_SET_S = 0.3  # widens the window between reading the champion and moving the alias
 
