@@ -208,6 +208,10 @@ def _purge(profile: Profile) -> None:
     with engine.connect() as conn:
         for name in DATABASES:
             conn.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{profile.database(name)}"'))
+        try:
+            conn.execute(sqlalchemy.text(f'DROP ROLE IF EXISTS "{profile["TRAINYARD_DB_USER"]}"'))
+        except sqlalchemy.exc.DBAPIError as exc:  # it owns something outside the profile
+            log.warning("role %s kept: %s", profile["TRAINYARD_DB_USER"], exc.orig)
     engine.dispose()
     for key in ("TRAINYARD_REDIS_BROKER_DB", "TRAINYARD_REDIS_FEAST_DB"):
         redis.Redis(

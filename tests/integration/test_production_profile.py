@@ -52,6 +52,7 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
     environ = {
         "TRAINYARD_PROD_HOME": str(home),
         "TRAINYARD_DB_PREFIX": f"trainyard_test_{os.getpid()}",
+        "TRAINYARD_DB_USER": f"trainyard_test_{os.getpid()}",
         "TRAINYARD_REDIS_BROKER_DB": "13",
         "TRAINYARD_REDIS_FEAST_DB": "14",
         "AIRFLOW_PORT": _free_port(),
