@@ -120,14 +120,10 @@ def prepare_mlflow_user(profile: Profile) -> None:
     if status == 200:
         return
     # It exists from an earlier start: make sure its password is the one in .env.
-    request = proc.urllib.request.Request(
-        f"{profile.mlflow_url}/api/2.0/mlflow/users/update-password", data=body, method="PATCH"
-    )
-    token = proc.b64encode(f"{admin[0]}:{admin[1]}".encode()).decode()
-    request.add_header("Authorization", f"Basic {token}")
-    request.add_header("Content-Type", "application/json")
-    with proc.urllib.request.urlopen(request, timeout=30):
-        pass
+    url = f"{profile.mlflow_url}/api/2.0/mlflow/users/update-password"
+    status = proc.http_status(url, admin, body, method="PATCH")
+    if status != 200:
+        raise proc.ServiceError(f"MLflow refused to set the password of user {user}: HTTP {status}")
 
 
 def migrate_airflow(profile: Profile) -> None:
