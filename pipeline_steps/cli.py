@@ -2,11 +2,17 @@
 
     trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
     trainyard seed --start D1 --end D2      ingest + validate history before a first run
-    trainyard report [--logical-date D | --start D1 --end D2] [--costs]
-                                            summarise the recorded runs, or list their costs
+    trainyard report [--logical-date D | --start D1 --end D2] [--costs | --champion]
+                                            summarise the recorded runs, list their costs, or
+                                            show the champion's moves and daily score
+    trainyard rollback --to-version N --reason TEXT [--user NAME]
+                                            move the champion back to version N, recorded
     trainyard replay (--run-id R | --logical-date D) [--promote]
                                             run a recorded run again from its lineage and diff
     trainyard tuning [--study NAME]         summarise a tuning study (default: the newest)
+    trainyard predict --logical-date D [--flights FILE] [--output FILE]
+                                            score a day's flights with the champion from
+                                            features read in the Feast online store
     trainyard services up|down|status|env   the production profile on this machine
 
 ``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
@@ -146,16 +152,52 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--logical-date", type=_date, help="only runs of this date")
     report.add_argument("--start", type=_date, help="only runs of logical dates from this one on")
     report.add_argument("--end", type=_date, help="only runs of logical dates up to this one")
-    report.add_argument(
+    shown = report.add_mutually_exclusive_group()
+    shown.add_argument(
         "--costs",
         action="store_true",
         help="list every selected run's usage and cost per step (rates: the cost settings)",
     )
+    shown.add_argument(
+        "--champion",
+        action="store_true",
+        help="every move of the champion alias (promotions, rollbacks) and the champion's score "
+        "per monitored day (the dates select the days)",
+    )
     common(report)
+
+    back = sub.add_parser(
+        "rollback", help="move the champion alias back to an earlier version, with a record"
+    )
+    back.add_argument(
+        "--to-version", required=True, help="the registered version to make champion again"
+    )
+    back.add_argument("--reason", required=True, help="why; recorded on the version")
+    back.add_argument("--user", help="who rolls back (default: the operating-system user)")
+    common(back)
 
     tuning = sub.add_parser("tuning", help="summarise a tuning study (default: the newest)")
     tuning.add_argument("--study", help="the study's name (flight_delay_tuning logs it)")
     common(tuning)
+
+    serve = sub.add_parser(
+        "predict", help="score a day's flights with the champion, features read online"
+    )
+    serve.add_argument(
+        "--logical-date",
+        required=True,
+        type=_date,
+        help="the day whose validated sources feed the online store",
+    )
+    serve.add_argument(
+        "--flights",
+        help="parquet or CSV file of that day's rows to score (default: its validated partition)",
+    )
+    serve.add_argument(
+        "--output",
+        help="write the predictions to this .parquet or .csv file (default: JSON lines on stdout)",
+    )
+    common(serve)
 
     again = sub.add_parser(
         "replay", help="run a recorded run again from its lineage and print what differs"
@@ -175,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 def emit(manifest: StepOutput) -> None:
     """Print the manifest as one JSON line, last on stdout (and where the pod's XCom sidecar
     reads it)."""
-    line = json.dumps(manifest.to_json(), sort_keys=True, default=str)
+    line = json.dumps(manifest.to_json(), sort_keys=True, default=str, allow_nan=False)
     if KPO_XCOM_FILE.parent.is_dir():
         KPO_XCOM_FILE.write_text(line)
     sys.stdout.flush()
@@ -264,6 +306,30 @@ def check_file_command(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def predict_command(args: argparse.Namespace) -> int:
+    """Print the predictions as JSON lines, or write them to ``--output`` and say where; the
+    failures of ``serving.predict`` are raised (exit 2)."""
+    from pipeline_steps.serving import check_output, json_lines, predict, write_predictions
+
+    if args.output:
+        check_output(args.output)
+    result = predict(load_settings(args.config, args.set), args.logical_date, args.flights)
+    model = result.model
+    summary = (
+        f"{len(result.rows)} prediction(s) for {args.logical_date} by champion version "
+        f"{model.version} (trained by run {model.run_id})"
+    )
+    if args.output:
+        write_predictions(result.rows, args.output)
+        print(f"{summary} written to {args.output}", file=sys.stderr, flush=True)
+        return 0
+    for line in json_lines(result.rows):
+        print(line)
+    sys.stdout.flush()
+    print(summary, file=sys.stderr, flush=True)
+    return 0
+
+
 def fail(args: argparse.Namespace, exc: Exception) -> int:
     """Print the one failure line (with its class, see ``errors``) and return the exit code.
     In a Kubernetes pod the line is also the container's termination message."""
@@ -316,6 +382,23 @@ def main(argv: list[str] | None = None) -> int:
 
             print(describe_study(load_settings(args.config, args.set), args.study), flush=True)
             return 0
+        elif args.command == "rollback":
+            from pipeline_steps.champion import current_user, rollback
+
+            move = rollback(
+                load_settings(args.config, args.set),
+                args.to_version,
+                args.reason,
+                current_user() if args.user is None else args.user,
+            )
+            print(
+                f"champion moved back from version {move.from_version or 'none'} to version "
+                f"{move.to_version} by {move.by} at {move.at}: {move.reasons[0]}",
+                flush=True,
+            )
+            return 0
+        elif args.command == "predict":
+            return predict_command(args)
         elif args.command == "replay":
             from pipeline_steps.replay import replay
 
@@ -339,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.start,
                 args.end,
                 costs=args.costs,
+                champion=args.champion,
             )
             return 0
     except (StepError, SettingsError) as exc:

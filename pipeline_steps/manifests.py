@@ -212,6 +212,7 @@ class FeaturesManifest(Manifest):
     status: Literal["built", "cached"]
     train_days: list[str]
     holdout_day: str
+    """The logical date D, the holdout's last day."""
     categorical: list[str]
     numeric: list[str]
     label: str
@@ -223,11 +224,14 @@ class FeaturesManifest(Manifest):
     input_sha256: str
     training_set_sha256: str
     materialized: TimeRange | None = field(default=None, metadata=OMIT_NONE)
-    """The event-time range written to the online store (absent when the set was cached)."""
+    """The event-time range the run's online store holds, both ends included (absent when the
+    set was cached)."""
     partitions: PartitionRefs = field(default_factory=dict)
     """The raw version of every partition the set was built from (a replay pins them)."""
     feast_dir: str = ""
     """This run's Feast registry, online store and offline sources (``features/runs/<run>``)."""
+    holdout_days: list[str] = field(default_factory=list)
+    """The holdout's days (``evaluate.holdout_days`` ending at D)."""
 
     @property
     def feature_columns(self) -> list[str]:
@@ -319,6 +323,75 @@ class HoldoutMetrics:
     accuracy: float
     positive_rate: float
     rows: int
+    brier: float = float("nan")
+    """Brier score: mean squared error of the probabilities."""
+    ece: float = float("nan")
+    """Expected calibration error over ten equal-width probability bins."""
+
+
+HIGHER_IS_BETTER = {"auc": True, "accuracy": True, "log_loss": False, "brier": False, "ece": False}
+"""The direction of each metric with an interval."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Interval:
+    """A difference of a metric (one model minus another) with its paired-bootstrap interval.
+
+    ``low`` and ``high`` are the ``1 - confidence`` and ``confidence`` quantiles of the
+    resampled differences: each a one-sided bound at ``confidence``, together a two-sided
+    interval at ``2 * confidence - 1``. NaN where the metric is undefined on the rows."""
+
+    estimate: float
+    low: float
+    high: float
+
+    def worst(self, metric: str) -> float:
+        """The bound least favourable to the first model."""
+        return self.low if HIGHER_IS_BETTER[metric] else self.high
+
+    def best(self, metric: str) -> float:
+        """The bound most favourable to the first model."""
+        return self.high if HIGHER_IS_BETTER[metric] else self.low
+
+    def describe(self, digits: int = 4) -> str:
+        """``+0.0012 [-0.0030, +0.0051]``."""
+        return f"{self.estimate:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SliceScores:
+    """One model's metrics on the rows of one slice."""
+
+    auc: float
+    log_loss: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SliceResult:
+    """Both models on the holdout rows where ``column`` equals ``value``."""
+
+    column: str
+    value: str
+    rows: int
+    positives: int
+    challenger: SliceScores
+    champion: SliceScores | None = None
+    differences: dict[str, Interval] = field(default_factory=dict)
+    """Challenger minus champion (AUC, log loss), for slices of at least
+    ``gate.min_slice_rows`` rows with both classes; empty otherwise."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoredBaseline:
+    """A reference model on the same holdout: ``trivial`` (the training window's delay rate for
+    every row) or ``logistic_regression`` (on the same features)."""
+
+    name: str
+    metrics: HoldoutMetrics
+    differences: dict[str, Interval] = field(default_factory=dict)
+    """Challenger minus this baseline, per metric."""
+    rate: float | None = field(default=None, metadata=OMIT_NONE)
+    """``trivial``: the probability it gives every row (the training set's positive rate)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -328,6 +401,10 @@ class HoldoutRef:
     path: str
     sha256: str
     rows: int
+    positives: int = -1
+    """Rows labelled positive (delayed flights); -1 when not recorded."""
+    days: list[str] = field(default_factory=list)
+    """The holdout's days (``evaluate.holdout_days`` ending at D)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -361,10 +438,21 @@ class EvaluateManifest(Manifest):
     holdout: HoldoutRef
     challenger: ScoredChallenger
     champion: ScoredChampion | None
+    confidence: float = 0.95
+    """Confidence of each one-sided interval bound (``evaluate.confidence``)."""
+    resamples: int = 0
+    """Bootstrap resamples behind the intervals (``evaluate.resamples``)."""
+    differences: dict[str, Interval] = field(default_factory=dict)
+    """Challenger minus champion per metric; empty without a champion."""
+    baselines: list[ScoredBaseline] = field(default_factory=list)
+    slices: list[SliceResult] = field(default_factory=list)
+    report: str = ""
+    """The HTML evaluation report (``reports/evaluation/...``)."""
 
 
-Decision = Literal["promoted", "rejected", "skipped", "forced", "passed"]
+Decision = Literal["promoted", "rejected", "skipped", "forced", "passed", "undecided"]
 """``promoted``: the gate passed and the alias moved; ``rejected``: the gate refused;
+``undecided``: the holdout was too small to decide (``gate.min_positives``), the champion stays;
 ``skipped``: the run asked not to promote (the gate's verdict is in the reasons); ``forced``: the
 alias moved by request whatever the gate said; ``passed``: the gate passed in a backfill, which
 compares with the champion as of its date and never moves the alias."""
@@ -691,7 +779,10 @@ STEPS: tuple[str, ...] = tuple(STEP_MANIFESTS)
 
 def to_json(value: Any) -> Any:
     """A manifest (or any value inside one) as plain JSON data; ``OMIT_NONE`` fields left out
-    while None."""
+    while None. A NaN (a metric undefined on its rows, e.g. the AUC of a slice with one class)
+    becomes null, which strict JSON (XCom, HTTP) accepts; the loader reads it back as NaN."""
+    if isinstance(value, float) and value != value:
+        return None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             f.name: to_json(getattr(value, f.name))
@@ -781,6 +872,8 @@ def _convert(value: Any, annotation: Any, where: str, path: str) -> Any:
             raise _wrong(value, "a list", where, path)
         return [_convert(v, args[0], where, f"{path}[{i}]") for i, v in enumerate(value)]
     if annotation is float:
+        if value is None:
+            return float("nan")  # written for a NaN by to_json
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
         raise _wrong(value, "a number", where, path)

@@ -6,6 +6,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn import metrics
 
+from pipeline_steps.manifests import HoldoutMetrics
+
 
 def roc_auc(labels: ArrayLike, scores: ArrayLike) -> float:
     """Area under the ROC curve, tied scores counting half; NaN when only one class is present.
@@ -44,16 +46,72 @@ def accuracy(labels: ArrayLike, probabilities: ArrayLike, threshold: float = 0.5
     return float(metrics.accuracy_score(y, predicted))
 
 
+def brier(labels: ArrayLike, probabilities: ArrayLike) -> float:
+    """Mean squared error of the probabilities (Brier score); NaN if any probability is NaN."""
+    y = np.asarray(labels, dtype=np.int8)
+    p = np.asarray(probabilities, dtype=np.float64)
+    if np.isnan(p).any():
+        return float("nan")
+    return float(metrics.brier_score_loss(y, np.clip(p, 0.0, 1.0), pos_label=1))
+
+
+CALIBRATION_BINS = 10
+"""Equal-width probability bins of the calibration error and the calibration curve."""
+
+
+def calibration_bins(probabilities: ArrayLike, bins: int = CALIBRATION_BINS) -> np.ndarray:
+    """Each probability's bin among ``bins`` equal-width bins of [0, 1], as
+    ``calibration_curve`` assigns them (an edge belongs to the bin below it)."""
+    p = np.nan_to_num(np.asarray(probabilities, dtype=np.float64), nan=0.0)
+    edges = np.linspace(0.0, 1.0, bins + 1)[1:-1]
+    return np.searchsorted(edges, np.clip(p, 0.0, 1.0)).astype(np.int64)
+
+
+def expected_calibration_error(
+    labels: ArrayLike, probabilities: ArrayLike, bins: int = CALIBRATION_BINS
+) -> float:
+    """Expected calibration error: over equal-width probability bins, the gap between the mean
+    probability and the observed positive rate, weighted by the bin's share of rows (the
+    calibration curve of ``sklearn.calibration.calibration_curve``, with its bin sizes)."""
+    from sklearn.calibration import calibration_curve
+
+    y = np.asarray(labels, dtype=np.int8)
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), 0.0, 1.0)
+    if len(y) == 0 or np.isnan(p).any():
+        return float("nan")
+    observed, predicted = calibration_curve(y, p, n_bins=bins, strategy="uniform")
+    counts = np.bincount(calibration_bins(p, bins), minlength=bins)
+    weights = counts[counts > 0] / len(y)
+    return float(np.sum(weights * np.abs(observed - predicted)))
+
+
 def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[str, float]:
-    """AUC, log loss, accuracy and the positive rate, rounded for reports."""
+    """AUC, log loss, Brier score, accuracy, calibration error and the positive rate, rounded
+    for reports."""
     y = np.asarray(labels)
     return {
         "auc": round(roc_auc(y, probabilities), 6),
         "log_loss": round(log_loss(y, probabilities), 6),
+        "brier": round(brier(y, probabilities), 6),
         "accuracy": round(accuracy(y, probabilities), 6),
+        "ece": round(expected_calibration_error(y, probabilities), 6),
         "positive_rate": round(float(np.mean(y)), 6),
         "rows": len(y),
     }
+
+
+def holdout_metrics(labels: ArrayLike, probabilities: ArrayLike) -> HoldoutMetrics:
+    """``classification_report`` of one model's probabilities as the manifests record it."""
+    report = classification_report(labels, probabilities)
+    return HoldoutMetrics(
+        auc=report["auc"],
+        log_loss=report["log_loss"],
+        brier=report["brier"],
+        accuracy=report["accuracy"],
+        ece=report["ece"],
+        positive_rate=report["positive_rate"],
+        rows=int(report["rows"]),
+    )
 
 
 def binned_auc(positives: ArrayLike, negatives: ArrayLike) -> float:

@@ -1,12 +1,14 @@
-"""Readable summaries of recorded runs, from the step manifests in ``runs/<run>/``, and the
-table of what runs cost (``trainyard report --costs``, from ``runs/<run>/usage/``)."""
+"""Readable summaries of recorded runs, from the step manifests in ``runs/<run>/``, the table of
+what runs cost (``trainyard report --costs``, from ``runs/<run>/usage/``), and the champion's
+history (``trainyard report --champion``, from the MLflow registry and monitoring experiment)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 
+from pipeline_steps.champion import ChampionHistory, MonitoredDay, Move, champion_history
 from pipeline_steps.errors import StepError
 from pipeline_steps.lake import Lake
 from pipeline_steps.manifests import (
@@ -109,8 +111,27 @@ def recorded_runs(lake: Lake) -> list[RecordedRun]:
 
 def _metrics(metrics: HoldoutMetrics) -> str:
     return (
-        f"auc {metrics.auc:.4f}, log_loss {metrics.log_loss:.4f}, accuracy {metrics.accuracy:.4f}"
+        f"auc {metrics.auc:.4f}, log_loss {metrics.log_loss:.4f}, brier {metrics.brier:.4f}, "
+        f"accuracy {metrics.accuracy:.4f}, ece {metrics.ece:.4f}"
     )
+
+
+def _differences(evaluation: EvaluateManifest) -> list[str]:
+    """Challenger minus champion and minus each baseline, with their intervals."""
+    level = f"{2 * evaluation.confidence - 1:.0%}"
+    against = [("champion", evaluation.differences)] if evaluation.differences else []
+    against += [(b.name.replace("_", " "), b.differences) for b in evaluation.baselines]
+    lines = []
+    for name, differences in against:
+        shown = ", ".join(
+            f"{m} {differences[m].describe()}"
+            for m in ("auc", "log_loss", "brier")
+            if m in differences
+        )
+        lines.append(f"    {name:<17} {shown}")
+    if lines:
+        lines.insert(0, f"  challenger minus     ({level} intervals)")
+    return lines
 
 
 def _count(n: int, noun: str) -> str:
@@ -197,6 +218,9 @@ def summarise(
             "  champion             "
             + (f"v{champion.version}: {_metrics(champion.metrics)}" if champion else "none yet")
         )
+        lines += _differences(run.evaluate)
+        if run.evaluate.report:
+            lines.append(f"  evaluation report    {run.evaluate.report}")
     if run.promote:
         p = run.promote
         lines.append(f"  decision             {p.decision.upper()}: {'; '.join(p.reasons)}")
@@ -270,6 +294,89 @@ def cost_table(runs: list[RecordedRun], settings: CostSettings) -> list[str]:
     return lines
 
 
+def _when(at: str) -> str:
+    try:
+        return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except ValueError:
+        return at or "unknown time"
+
+
+def _version(version: str | None) -> str:
+    return f"v{version}" if version else "none"
+
+
+def describe_move(move: Move) -> list[str]:
+    """A move of the champion alias: when, from which version to which, the decision and who or
+    which run; then its reasons, one per line."""
+    head = f"  {_when(move.at)}  {_version(move.from_version)} -> {_version(move.to_version)}  "
+    if move.kind == "rollback":
+        lines = [head + f"ROLLBACK by {move.by}"]
+    else:
+        lines = [
+            head + f"{move.decision.upper()}  logical date {move.logical_date or '?'}",
+            f"      run {move.run_id or '?'} (MLflow run {move.mlflow_run_id or '?'}), "
+            f"trigger {move.by}",
+        ]
+    return lines + [f"      - {reason}" for reason in move.reasons]
+
+
+def _score(value: float) -> str:
+    return "n/a" if value != value else f"{value:.4f}"
+
+
+def _day_row(day: MonitoredDay) -> list[str]:
+    m = day.metrics
+    return [
+        day.day,
+        day.version,
+        _score(m.auc),
+        _score(m.log_loss),
+        _score(m.accuracy),
+        _score(m.positive_rate),
+        str(m.rows),
+        _score(day.mean_score),
+        ", ".join(day.crossed) if day.drift_detected else "none",
+    ]
+
+
+_DAY_COLUMNS = (
+    "date",
+    "version",
+    "AUC",
+    "log loss",
+    "accuracy",
+    "positive rate",
+    "rows",
+    "mean score",
+    "drift",
+)
+
+
+def champion_report(history: ChampionHistory, monitoring_experiment: str) -> list[str]:
+    """The champion and challenger now, every move of the champion alias (oldest first) and the
+    champion's score per monitored day (from ``monitoring_experiment``)."""
+    lines = [
+        f"registered model {history.registered_model}: champion {_version(history.champion)}, "
+        f"challenger {_version(history.challenger)}",
+        "",
+        f"moves of the champion alias, oldest first ({_count(len(history.moves), 'move')})",
+    ]
+    for move in history.moves:
+        lines += describe_move(move)
+    if not history.moves:
+        lines.append("  none: no run has promoted a version yet")
+    lines += [
+        "",
+        f"the champion day by day (monitoring experiment {monitoring_experiment}, "
+        f"{_count(len(history.days), 'day')})",
+    ]
+    if history.days:
+        lines += _table([list(_DAY_COLUMNS), *[_day_row(day) for day in history.days]])
+    else:
+        lines.append("  none: the drift monitor has not scored the champion on these days")
+    return lines
+
+
 def select_runs(
     runs: list[RecordedRun],
     logical_date: date | None = None,
@@ -300,9 +407,21 @@ def print_report(
     start: date | None = None,
     end: date | None = None,
     costs: bool = False,
+    champion: bool = False,
 ) -> None:
     """Print the latest run of each logical date (of ``logical_date``, or in [``start``,
-    ``end``]) to stdout; with ``costs``, the cost table of every run there instead."""
+    ``end``]) to stdout; with ``costs``, the cost table of every run there instead; with
+    ``champion``, the champion's history instead: every move of its alias, and its daily score
+    on the monitored days of that date or range. Raises ``StepError`` when ``end`` is before
+    ``start``; what MLflow raises when the registry cannot be reached."""
+    if champion:
+        if start and end and end < start:
+            raise StepError(f"--end {end} is before --start {start}")
+        if logical_date:
+            start = end = logical_date
+        history = champion_history(settings, start, end)
+        print("\n".join(champion_report(history, settings.mlflow.monitoring_experiment)))
+        return
     runs = select_runs(recorded_runs(Lake(settings.lake.root)), logical_date, start, end)
     if not runs:
         print(f"no recorded runs{_range(logical_date, start, end)}")

@@ -64,9 +64,22 @@ class MlflowSettings:
     """Registered model the challenger is added to and the ``champion`` alias lives on."""
     champion_alias: str = "champion"
     """Alias that marks the production model."""
+    challenger_alias: str = "challenger"
+    """Alias that marks the latest evaluated candidate: the promote step of every run but a
+    backfill moves it to the version it registered, whatever the gate decided."""
     monitoring_experiment: str = "flight_delay_monitoring"
     """Experiment that holds one run per monitored day: the champion's score on that day and the
     drift statistics of the window ending there."""
+
+    def __post_init__(self) -> None:
+        for key in ("champion_alias", "challenger_alias"):
+            if not getattr(self, key).strip():
+                raise SettingsError(f"mlflow.{key} must not be empty")
+        if self.champion_alias == self.challenger_alias:
+            raise SettingsError(
+                f"mlflow.challenger_alias and mlflow.champion_alias are both "
+                f"{self.champion_alias!r}: one version cannot mark both roles"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -535,22 +548,94 @@ class TuningSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluateSettings:
+    holdout_days: int = 1
+    """Last days of the features window (ending at D) that form the holdout; the days before
+    them are the training set. More days give the gate more rows to decide on."""
+    confidence: float = 0.95
+    """Confidence of each one-sided bound of the paired-bootstrap intervals: the gate's
+    "not worse beyond the margin" and "better" hold with this confidence; the printed interval
+    (both bounds) is two-sided at ``2 * confidence - 1``."""
+    resamples: int = 1000
+    """Stratified bootstrap resamples of the holdout behind every interval."""
+    seed: int = 2013
+    """Seed of the resamples: the same holdout, predictions and seed give the same intervals."""
+    slices: tuple[str, ...] = ()
+    """Holdout columns to slice by besides the domain's (for flights: carrier, origin and the
+    departure-hour band); each value of each column is a slice."""
+    logistic_baseline: bool = True
+    """Also fit a logistic regression on the training set's features as a reference model
+    (seconds on a month of flights); the trivial model (the window's delay rate) is always
+    scored."""
+    report: bool = True
+    """Write the HTML evaluation report with ROC, precision-recall and calibration curves
+    (``reports/evaluation/``) and log it to the challenger's MLflow run."""
+
+    def __post_init__(self) -> None:
+        if self.holdout_days < 1:
+            raise SettingsError("evaluate.holdout_days must be at least 1")
+        if not 0.5 < self.confidence < 1.0:
+            raise SettingsError("evaluate.confidence must be in (0.5, 1)")
+        if self.resamples < 100:
+            raise SettingsError("evaluate.resamples must be at least 100")
+
+
+GATE_METRICS = ("auc", "log_loss", "brier")
+"""Metrics the gate can hold a challenger to (``gate.primary_metrics``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GateSettings:
     min_auc: float = 0.6
     """Absolute AUC floor a challenger must reach when there is no champion yet."""
-    max_auc_drop: float = 0.005
-    """How much lower than the champion's AUC a promoted challenger's AUC may be."""
-    max_log_loss_rise: float = 0.02
-    """How much higher than the champion's holdout log loss a promoted challenger's may be: a
-    model that ranks well but whose probabilities are off is not promoted."""
+    primary_metrics: tuple[str, ...] = ("auc", "log_loss")
+    """Metrics on which the challenger must not be worse than the champion beyond their margin
+    (of ``auc``, ``log_loss``, ``brier``)."""
+    max_auc_drop: float = 0.01
+    """Non-inferiority margin of AUC: the challenger is promoted only if, with
+    ``evaluate.confidence``, its AUC is not lower than the champion's by more than this."""
+    max_log_loss_rise: float = 0.01
+    """Non-inferiority margin of log loss: with ``evaluate.confidence``, the challenger's
+    holdout log loss is not higher than the champion's by more than this."""
+    max_brier_rise: float = 0.005
+    """Non-inferiority margin of the Brier score (when ``brier`` is a primary metric)."""
+    require_improvement: bool = False
+    """Also require the challenger to be better than the champion, with
+    ``evaluate.confidence``, on at least one primary metric."""
+    min_positives: int = 50
+    """Fewest positive (delayed) holdout rows the gate decides on; with fewer the decision is
+    ``undecided`` and the champion stays (bootstrap intervals of AUC are unreliable below a few
+    dozen events; 8 days of 2013 have fewer than 50 delayed flights)."""
+    min_slice_rows: int = 200
+    """Slices with at least this many holdout rows (and both classes) are held to
+    ``max_slice_auc_drop``."""
+    max_slice_auc_drop: float = 0.03
+    """A challenger whose AUC on a slice is lower than the champion's by more than this, with
+    ``evaluate.confidence``, is refused; its reason names the slice."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
             raise SettingsError("gate.min_auc must be in [0, 1]")
-        if self.max_auc_drop < 0:
-            raise SettingsError("gate.max_auc_drop must not be negative")
-        if not self.max_log_loss_rise >= 0:
-            raise SettingsError("gate.max_log_loss_rise must not be negative")
+        for name in ("max_auc_drop", "max_log_loss_rise", "max_brier_rise", "max_slice_auc_drop"):
+            if not getattr(self, name) >= 0:
+                raise SettingsError(f"gate.{name} must not be negative")
+        unknown = sorted(set(self.primary_metrics) - set(GATE_METRICS))
+        if unknown or not self.primary_metrics:
+            raise SettingsError(
+                f"gate.primary_metrics must name at least one of {', '.join(GATE_METRICS)}; "
+                f"unknown: {unknown}"
+            )
+        if self.min_positives < 1 or self.min_slice_rows < 1:
+            raise SettingsError("gate.min_positives and gate.min_slice_rows must be at least 1")
+
+    def margin(self, metric: str) -> float:
+        """How much worse than the champion the challenger may be on ``metric``."""
+        margins = {
+            "auc": self.max_auc_drop,
+            "log_loss": self.max_log_loss_rise,
+            "brier": self.max_brier_rise,
+        }
+        return margins[metric]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -656,6 +741,7 @@ class Settings:
     features: FeatureSettings = field(default_factory=FeatureSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
     tuning: TuningSettings = field(default_factory=TuningSettings)
+    evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
     cost: CostSettings = field(default_factory=CostSettings)

@@ -114,6 +114,10 @@ def log_run_cost(client: Any, mlflow_run_id: str, cost: RunCost) -> None:
 DECISION_TAG = "trainyard.decision"
 DATE_TAG = "trainyard.logical_date"
 KIND_TAG = "trainyard.trigger_kind"
+MOVED_AT_TAG = "trainyard.moved_at"
+"""When (UTC, ISO) the promote step moved the champion alias to the version."""
+MOVED_FROM_TAG = "trainyard.moved_from"
+"""The version the champion alias left for this one (``none`` when there was no champion)."""
 
 
 def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | None:

@@ -32,6 +32,10 @@ What to open next:
   make airflow   Airflow UI on http://localhost:8080: trigger flight_delay_training for 2013-06-03
                  and follow its task logs and XComs (these runs' logs: $LOGS/dag-<date>.log)
   make mlflow    MLflow UI on http://localhost:5000 (experiment flight_delay_training,
-                 registered model flight_delay with its champion alias)
+                 registered model flight_delay with its champion and challenger aliases; each
+                 version's description says why it was or was not promoted)
+  trainyard report --champion      every move of the champion alias, and why
+  trainyard predict --logical-date 2013-06-02   the champion's probabilities from the online store
+Evaluation reports: $TRAINYARD_HOME/lake/reports/evaluation/date=<date>/run=<run>/index.html
 Artifacts: $TRAINYARD_HOME/lake (partitions, reports, training sets, runs/<run>/lineage.json)
 MSG

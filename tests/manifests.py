@@ -11,6 +11,7 @@ from pipeline_steps.manifests import (
     HoldoutRef,
     IngestedPartition,
     IngestManifest,
+    Interval,
     ScoredChallenger,
     ScoredChampion,
     TrainingSets,
@@ -82,14 +83,28 @@ def train_manifest(mlflow_run_id: str, model_uri: str) -> TrainManifest:
     )
 
 
+def interval(estimate: float, half_width: float = 0.01) -> Interval:
+    return Interval(estimate=estimate, low=estimate - half_width, high=estimate + half_width)
+
+
 def evaluate_manifest(
     mlflow_run_id: str, model_uri: str, auc: float, champion: ScoredChampion | None
 ) -> EvaluateManifest:
+    """The challenger scored ``auc`` (log loss 0.5); against a champion, the differences carry
+    intervals ±0.01 around the point differences."""
+    challenger = scored(auc)
+    differences = {}
+    if champion is not None:
+        differences = {
+            "auc": interval(round(auc - champion.metrics.auc, 6)),
+            "log_loss": interval(round(challenger.log_loss - champion.metrics.log_loss, 6)),
+        }
     return EvaluateManifest(
         logical_date=DAY,
-        holdout=HoldoutRef(path="holdout.parquet", sha256="h", rows=10),
+        holdout=HoldoutRef(path="holdout.parquet", sha256="h", rows=900, positives=180),
         challenger=ScoredChallenger(
-            model_uri=model_uri, mlflow_run_id=mlflow_run_id, metrics=scored(auc)
+            model_uri=model_uri, mlflow_run_id=mlflow_run_id, metrics=challenger
         ),
         champion=champion,
+        differences=differences,
     )

@@ -16,11 +16,12 @@ from tests.conftest import ROOT, WINDOW
 
 
 def demo_settings(home: Path, *overrides: str) -> Settings:
-    """The test profile: a short window, one epoch, a low AUC floor, no Data Docs."""
+    """The test profile: a short window, four epochs (one learns nothing the trivial model does
+    not know, and is never promoted), a low AUC floor, no Data Docs."""
     return load_settings(
         overrides=[
             f"features.window_days={WINDOW}",
-            "train.epochs=1",
+            "train.epochs=4",
             "gate.min_auc=0.5",
             "validation.data_docs=false",
             *overrides,

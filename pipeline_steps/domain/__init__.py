@@ -64,6 +64,18 @@ class Domain(ABC):
     coverage: tuple[date, date] | None = None
     """First and last day the data may be dated (the source's declared coverage); rows dated
     outside fail validation. None: no bound but the ingest time."""
+    request_columns: tuple[str, ...] = ()
+    """Columns a row of the labelled dataset must carry to be scored (``trainyard predict``
+    checks a file of rows against them). Empty: every column of the dataset's schema."""
+
+    slice_columns: tuple[str, ...] = ()
+    """Holdout columns whose values are the evaluation's slices by default (``slice_rows`` may
+    derive more)."""
+
+    def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The slice columns of holdout rows, as strings; a domain overrides it to derive slices
+        from features (e.g. bands of an hour)."""
+        return rows[list(self.slice_columns)].astype("string")
 
     @abstractmethod
     def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
@@ -76,6 +88,12 @@ class Domain(ABC):
     ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
         """The Feast offline sources (name → frame) for a window of validated days, and the
         partition hashes they were read from (dataset → date → sha256)."""
+
+    def request_rows(self, rows: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """Entity rows for rows to score: ``entity_rows`` without the label. This default needs
+        the label's source columns; a domain whose rows are scored before the outcome is known
+        overrides it."""
+        return self.entity_rows(rows, settings).drop(columns=[self.label])
 
     def empty_message(self, day: date, source: str) -> str:
         """Why a day with no labelled rows cannot be trained on, for the user."""
@@ -104,6 +122,21 @@ def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
         for field in projection.features:
             (categorical if field.dtype == String else numeric).append(field.name)
     return FeatureColumns(categorical=categorical, numeric=numeric)
+
+
+MISSING_CATEGORY = "<missing>"
+"""What a missing categorical feature value becomes in the model's rows."""
+
+
+def cast_features(rows: pd.DataFrame, columns: FeatureColumns) -> pd.DataFrame:
+    """``rows`` with the model's column types, in place: numeric features float64, categorical
+    ones strings with missing values as ``MISSING_CATEGORY``. The features step, the monitor and
+    serving all type rows this way, so the model sees the same values from each."""
+    for column in columns.numeric:
+        rows[column] = rows[column].astype("float64")
+    for column in columns.categorical:
+        rows[column] = rows[column].astype("string").fillna(MISSING_CATEGORY).astype(object)
+    return rows
 
 
 def read_validated(

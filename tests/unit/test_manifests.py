@@ -63,3 +63,25 @@ def test_a_foreign_manifest_or_a_wrong_type_is_refused() -> None:
 
 def test_the_step_order_is_written_once() -> None:
     assert STEPS == ("ingest", "validate", "features", "train", "evaluate", "promote")
+
+
+def test_undefined_metrics_travel_as_strict_json_and_come_back_as_nan() -> None:
+    """A slice with one class has no AUC: the manifest still goes through XCom (strict JSON)."""
+    import json
+    import math
+    from dataclasses import replace
+
+    from pipeline_steps.manifests import EvaluateManifest, SliceResult, SliceScores, load_manifest
+    from tests.manifests import evaluate_manifest
+
+    one_class = SliceResult(
+        column="carrier",
+        value="HA",
+        rows=1,
+        positives=0,
+        challenger=SliceScores(auc=float("nan"), log_loss=0.1),
+    )
+    evaluation = replace(evaluate_manifest("r", "m", 0.7, None), slices=[one_class])
+    line = json.dumps(evaluation.to_json(), allow_nan=False)
+    back = load_manifest(EvaluateManifest, json.loads(line), "evaluate.json")
+    assert math.isnan(back.slices[0].challenger.auc) and back.slices[0].challenger.log_loss == 0.1

@@ -2,43 +2,24 @@
 
 from datetime import date
 
-import mlflow
-import numpy as np
 import pytest
 from mlflow import MlflowClient
-from mlflow.pyfunc import PythonModel
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.manifests import ScoredChampion
 from pipeline_steps.steps.promote import promote
-from pipeline_steps.tracking import connect
 from tests.manifests import (
-    evaluate_manifest,
-    features_manifest,
-    ingest_manifest,
     scored,
-    train_manifest,
 )
+from tests.registry import logged_model, record_evaluated
 
 DAY = date(2013, 6, 4)
-
-
-class Constant(PythonModel):
-    def predict(self, context, model_input, params=None):
-        return np.full(len(model_input), 0.5)
 
 
 def _prepare(settings, run_id: str, auc: float, champion: ScoredChampion | None) -> RunContext:
     """A run whose earlier steps are recorded: a logged model and its evaluation."""
     ctx = RunContext(run_id=run_id, logical_date=DAY, settings=settings)
-    connect(settings.mlflow)
-    with mlflow.start_run() as run:
-        info = mlflow.pyfunc.log_model(name="model", python_model=Constant())
-    ctx.record(ingest_manifest())
-    ctx.record(features_manifest())
-    ctx.record(train_manifest(run.info.run_id, info.model_uri))
-    ctx.record(evaluate_manifest(run.info.run_id, info.model_uri, auc, champion))
-    return ctx
+    return record_evaluated(ctx, *logged_model(settings), auc, champion)
 
 
 @pytest.fixture
@@ -79,7 +60,7 @@ def test_failing_gate_keeps_the_champion_and_records_why(settings) -> None:
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     tags = client.get_model_version("flight_delay", "2").tags
     assert tags["trainyard.decision"] == "rejected"
-    assert "champion AUC 0.7000" in tags["trainyard.reasons"]
+    assert "AUC challenger - champion -0.0500 [-0.0600, -0.0400]" in tags["trainyard.reasons"]
 
 
 def test_no_promotion_over_a_champion_the_run_did_not_compare_against(settings) -> None:
@@ -132,3 +113,67 @@ def test_forcing_without_a_reason_is_a_settings_error(make_settings) -> None:
 
     with pytest.raises(SettingsError, match=r"promotion.force=true needs promotion.reason"):
         make_settings("promotion.force=true")
+
+
+def test_the_version_page_says_why_and_the_challenger_alias_marks_the_candidate(settings) -> None:
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    promote(_prepare(settings, "run-1", auc=0.7, champion=None))
+    first = client.get_model_version("flight_delay", "1")
+    assert first.description.splitlines() == [
+        "Decision: **promoted** (run run-1, logical date 2013-06-04)",
+        "",
+        "Compared with: no champion",
+        "",
+        "Trigger: cli",
+        "",
+        "Reasons:",
+        "- no champion yet; challenger AUC 0.7000 >= floor 0.6",
+    ]
+    assert first.tags["trainyard.moved_from"] == "none" and first.tags["trainyard.moved_at"]
+    assert "challenger" in first.aliases and "champion" in first.aliases
+
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    promote(_prepare(settings, "run-2", auc=0.65, champion=champion))
+    second = client.get_model_version("flight_delay", "2")
+    assert second.description.startswith("Decision: **rejected** (run run-2,")
+    assert "Compared with: version 1" in second.description
+    assert (
+        "- AUC challenger - champion -0.0500 [-0.0600, -0.0400]: may be worse" in second.description
+    )
+    assert "trainyard.moved_at" not in second.tags  # the champion did not move
+    assert second.aliases == ["challenger"] and _champion(settings) == "1"
+
+
+def test_a_backfill_moves_neither_alias(settings) -> None:
+    from dataclasses import replace
+
+    from pipeline_steps.manifests import Trigger
+
+    promote(_prepare(settings, "run-1", auc=0.7, champion=None))
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    ctx = _prepare(settings, "backfill-2", auc=0.9, champion=champion)
+    decision = promote(replace(ctx, trigger=Trigger(kind="backfill")))
+    assert decision.decision == "passed" and decision.version == "2"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert str(client.get_model_version_by_alias("flight_delay", "challenger").version) == "1"
+    assert _champion(settings) == "1"
+    assert "Decision: **passed**" in client.get_model_version("flight_delay", "2").description
+
+
+def test_a_holdout_too_small_to_decide_leaves_the_champion_and_says_so(make_settings) -> None:
+    from dataclasses import replace
+
+    from pipeline_steps.manifests import EvaluateManifest
+
+    promote(_prepare(make_settings("gate.min_auc=0.6"), "run-1", auc=0.7, champion=None))
+    settings = make_settings("gate.min_auc=0.6", "gate.min_positives=100")
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    ctx = _prepare(settings, "run-2", auc=0.9, champion=champion)  # much better, on 60 positives
+    evaluation = ctx.upstream(EvaluateManifest)
+    ctx.record(replace(evaluation, holdout=replace(evaluation.holdout, positives=60)))
+    decision = promote(ctx)
+    assert decision.decision == "undecided" and decision.champion_after == "1"
+    assert "60 positive rows, fewer than gate.min_positives=100" in decision.reasons[0]
+    assert _champion(settings) == "1"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert client.get_model_version("flight_delay", "2").tags["trainyard.decision"] == "undecided"

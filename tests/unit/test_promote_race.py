@@ -3,38 +3,30 @@ exactly one moves the alias each time, because reading the champion, deciding an
 alias happen under one lock (``promotion.lock``). Without the lock the race is there to see."""
 
 import contextlib
+import functools
+import itertools
 import threading
 import time
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
 import mlflow
-import numpy as np
 import pytest
 from mlflow import MlflowClient
-from mlflow.pyfunc import PythonModel
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.manifests import PromoteManifest, ScoredChampion
 from pipeline_steps.steps import promote as promote_step
-from pipeline_steps.tracking import connect
 from tests.manifests import (
-    evaluate_manifest,
-    features_manifest,
-    ingest_manifest,
     scored,
-    train_manifest,
 )
+from tests.registry import logged_model, record_evaluated
 
 pytestmark = pytest.mark.slow
 ROUNDS = 5
 DAY = date(2013, 6, 4)
 READ_TO_SET_S = 0.3  # widens the window between reading the champion and moving the alias
-
-
-class Constant(PythonModel):
-    def predict(self, context, model_input, params=None):
-        return np.full(len(model_input), 0.5)
 
 
 @pytest.fixture
@@ -44,9 +36,7 @@ def settings(make_settings):
 
 @pytest.fixture
 def model_uri(settings) -> str:
-    connect(settings.mlflow)
-    with mlflow.start_run():
-        return mlflow.pyfunc.log_model(name="model", python_model=Constant()).model_uri
+    return logged_model(settings)[1]
 
 
 def _challenger(settings, model_uri: str, name: str, auc: float, champion) -> RunContext:
@@ -54,25 +44,22 @@ def _challenger(settings, model_uri: str, name: str, auc: float, champion) -> Ru
     ctx = RunContext(run_id=name, logical_date=DAY, settings=settings)
     with mlflow.start_run() as run:
         pass
-    ctx.record(ingest_manifest())
-    ctx.record(features_manifest())
-    ctx.record(train_manifest(run.info.run_id, model_uri))
-    ctx.record(evaluate_manifest(run.info.run_id, model_uri, auc, champion))
-    return ctx
+    return record_evaluated(ctx, run.info.run_id, model_uri, auc, champion)
 
 
-def _released_together(contexts: list[RunContext]) -> list[PromoteManifest]:
-    barrier = threading.Barrier(len(contexts))
-    results: list[Any] = [None] * len(contexts)
+def _together(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Each call in its own thread, all released at the same instant; their results."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
 
     def run(index: int) -> None:
         barrier.wait()
         try:
-            results[index] = promote_step.promote(contexts[index])
+            results[index] = calls[index]()
         except BaseException as exc:  # reported below, in the test's thread
             results[index] = exc
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(contexts))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -81,6 +68,10 @@ def _released_together(contexts: list[RunContext]) -> list[PromoteManifest]:
         if isinstance(result, BaseException):
             raise result
     return results
+
+
+def _released_together(contexts: list[RunContext]) -> list[PromoteManifest]:
+    return _together([functools.partial(promote_step.promote, ctx) for ctx in contexts])
 
 
 def _slow_reader(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,3 +147,62 @@ def test_a_lock_setting_that_is_neither_folder_nor_postgres_is_refused(make_sett
     lock = exclusive("redis://x", "promotion.flight_delay", setting="promotion.lock")
     with pytest.raises(SettingsError, match=r"promotion.lock='redis://x'"), lock:
         pass
+
+
+def _promote_then_rollback_race(settings, model_uri: str, rounds: int) -> list[tuple]:
+    """Version 1, then 2, promoted; then per round a challenger that beats the live champion
+    and a rollback to the champion before it, released together. Returns per round the
+    promotion's manifest, the rollback's move and the live champion afterwards."""
+    from pipeline_steps.champion import rollback
+
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    for n, auc in enumerate((0.7, 0.71)):
+        promote_step.promote(_challenger(settings, model_uri, f"setup-{n}", auc, _champion(client)))
+    previous, outcomes = "1", []
+    for n in range(rounds):
+        champion = _champion(client)
+        assert champion is not None
+        ctx = _challenger(settings, model_uri, f"race-{n}", 0.8 + 0.01 * n, champion)
+        results = _together(
+            [
+                functools.partial(promote_step.promote, ctx),
+                functools.partial(rollback, settings, previous, "race", "ada"),
+            ]
+        )
+        live = str(client.get_model_version_by_alias("flight_delay", "champion").version)
+        outcomes.append((*results, live))
+        previous = champion.version
+    return outcomes
+
+
+def _consistent(promoted: PromoteManifest, move, live: str) -> bool:
+    """One went first and the other saw it: the rollback records the promoted version as what
+    it rolled back from, or the promotion was refused because the champion had changed."""
+    if promoted.decision == "promoted":
+        return move.from_version == promoted.version and live == move.to_version
+    return promoted.champion_before == move.to_version and live == move.to_version
+
+
+def test_a_rollback_and_a_promotion_take_turns(settings, model_uri, monkeypatch) -> None:
+    from pipeline_steps.champion import champion_moves
+
+    _slow_reader(monkeypatch)
+    for promoted, move, live in _promote_then_rollback_race(settings, model_uri, 3):
+        assert _consistent(promoted, move, live), (promoted.reasons, move, live)
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    moves = champion_moves(client, settings.mlflow)
+    assert all(b.from_version == a.to_version for a, b in itertools.pairwise(moves))
+    assert moves[-1].to_version == live
+
+
+def test_without_the_lock_a_rollback_loses_track(settings, model_uri, monkeypatch) -> None:
+    from pipeline_steps import champion
+
+    _slow_reader(monkeypatch)
+    nolock = lambda *a, **k: contextlib.nullcontext()  # noqa: E731
+    monkeypatch.setattr(promote_step, "exclusive", nolock)
+    monkeypatch.setattr(champion, "exclusive", nolock)
+    outcomes = _promote_then_rollback_race(settings, model_uri, 2)
+    assert not all(_consistent(*outcome) for outcome in outcomes), (
+        "the race did not show: this test no longer proves the rollback needs the lock"
+    )

@@ -62,3 +62,6 @@ def test_summary_says_what_each_step_decided() -> None:
     assert "champion             v1: auc 0.7200" in text
     assert "REJECTED: challenger AUC 0.7000 < floor" in text
     assert "flight_delay version 2; champion is now version 1" in text
+    # the differences from the champion, with their intervals (evaluate_manifest: ±0.01)
+    assert "  challenger minus     (90% intervals)" in text
+    assert "    champion          auc -0.0200 [-0.0300, -0.0100], log_loss +0.0000" in text
