@@ -66,9 +66,38 @@ def single_column_delimiter(names: list[str]) -> str | None:
 
 def csv_header(fh: Any) -> list[str]:
     """The first line of a CSV split on commas (to name columns in errors)."""
-    first = fh.readline()
-    text = first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
+    first = b""
+    while b"\n" not in first:
+        block = fh.read(1 << 16)
+        if not block:
+            break
+        first += block
+    text = first.split(b"\n", 1)[0].decode("utf-8", "replace")
     return [name.strip().strip('"') for name in text.rstrip("\r\n").split(",")]
+
+
+_ARROW_CODECS = ("gzip", "bz2", "zstd", "lz4")
+"""Compressions Arrow decompresses itself; fsspec's file objects read the others."""
+
+
+def open_source_file(fs: Any, path: str) -> Any:
+    """A file to read ``path`` of ``fs`` from, as a context manager.
+
+    A local file opens as a native Arrow file: Arrow's CSV reader reads ahead on its own threads,
+    and reading ahead from a Python file object would hold the interpreter's lock on them, which
+    aborts the process when it exits while one is still reading (after a conversion error).
+    Other filesystems, and compressions Arrow lacks, read through fsspec.
+    """
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.utils import infer_compression
+
+    codec = infer_compression(path)
+    if isinstance(fs, LocalFileSystem):
+        if path.endswith(".parquet"):
+            return pa.memory_map(path)
+        if codec is None or codec in _ARROW_CODECS:
+            return pa.input_stream(path, compression=codec)
+    return fs.open(path, "rb", compression="infer")
 
 
 def open_file(
@@ -173,14 +202,14 @@ class FileSource:
             except pa.ArrowException as exc:
                 header: list[str] = []
                 if not path.endswith(".parquet"):
-                    with fs.open(path, "rb", compression="infer") as fh:
+                    with open_source_file(fs, path) as fh:
                         header = csv_header(fh)
                 raise StepError(
                     f"file {path} cannot be read: {describe_read_error(exc, header)}"
                 ) from exc
 
     def _read(self, fs: Any, path: str, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
-        with fs.open(path, "rb", compression="infer") as fh:
+        with open_source_file(fs, path) as fh:
             yield from open_file(fh, path, schema, self.batch_rows)[1]
 
 

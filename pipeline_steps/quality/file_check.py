@@ -48,6 +48,7 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
         csv_header,
         describe_read_error,
         open_file,
+        open_source_file,
         single_column_delimiter,
     )
 
@@ -57,9 +58,9 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
         if fs.size(local) == 0:
             raise FileRejected(f"file {path} is empty (0 bytes): no rows to validate")
         if not path.endswith(".parquet"):
-            with fsspec.open(path, "rb", compression="infer") as fh:
+            with open_source_file(fs, local) as fh:
                 header = csv_header(fh)
-        with fsspec.open(path, "rb", compression="infer") as fh:
+        with open_source_file(fs, local) as fh:
             found, batches = open_file(fh, path, schema, CHUNK_ROWS)
             table = pa.Table.from_batches(list(batches), found)
     except FileNotFoundError as exc:
