@@ -116,20 +116,35 @@ DATE_TAG = "trainyard.logical_date"
 KIND_TAG = "trainyard.trigger_kind"
 MOVED_AT_TAG = "trainyard.moved_at"
 """When (UTC, ISO) the promote step moved the champion alias to the version."""
+COMPARED_WITH_TAG = "trainyard.champion_version"
+"""The champion version a run's challenger was compared with (``none`` when there was none)."""
 MOVED_FROM_TAG = "trainyard.moved_from"
 """The version the champion alias left for this one (``none`` when there was no champion)."""
 
 
 def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | None:
-    """The champion as it was on ``day``: of the versions whose recorded decision moved the live
-    alias (``promoted`` or ``forced``), the one of the newest logical date before ``day`` (the
-    highest version among equals). Backfill runs never move the alias, so their versions never
-    count. None when no run before ``day`` promoted anything."""
+    """The champion as it was on ``day``.
+
+    When a run that was not a backfill already decided ``day`` (the first such version of that
+    logical date), the champion it compared with, as recorded on its version: that holds
+    whatever moved the alias before it ran, rollbacks included. Otherwise it is reconstructed
+    from promotions: of the versions whose recorded decision moved the live alias (``promoted``
+    or ``forced``), the one of the newest logical date before ``day`` (the highest version
+    among equals); a rollback has no logical date, so it cannot count there. Backfill runs
+    never move the alias, so their versions never count. None when no run before ``day``
+    promoted anything."""
     from pipeline_steps.manifests import PROMOTED
 
+    versions = client.search_model_versions(f"name = '{settings.registered_model}'")
+    recorded = _compared_on(versions, day)
+    if recorded == "none":
+        return None
+    by_number = {str(version.version): version for version in versions}
+    if recorded in by_number:
+        return by_number[recorded]
     best: tuple[str, int] | None = None
     chosen = None
-    for version in client.search_model_versions(f"name = '{settings.registered_model}'"):
+    for version in versions:
         tags = version.tags or {}
         promoted_on = tags.get(DATE_TAG, "")
         if tags.get(DECISION_TAG) not in PROMOTED or tags.get(KIND_TAG) == "backfill":
@@ -140,6 +155,22 @@ def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | No
         if best is None or key > best:
             best, chosen = key, version
     return chosen
+
+
+def _compared_on(versions: list[Any], day: date) -> str | None:
+    """The champion version (or ``none``) recorded by the first run that decided ``day`` and
+    was not a backfill; None when no such run recorded one."""
+    decided = [
+        version
+        for version in versions
+        if (version.tags or {}).get(DATE_TAG) == day.isoformat()
+        and (version.tags or {}).get(KIND_TAG) not in (None, "backfill")
+        and COMPARED_WITH_TAG in (version.tags or {})
+    ]
+    if not decided:
+        return None
+    first = min(decided, key=lambda version: int(version.version))
+    return str(first.tags[COMPARED_WITH_TAG])
 
 
 def reference_champion(

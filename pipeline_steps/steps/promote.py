@@ -141,6 +141,7 @@ def record_decision(
     version by its decision tag."""
     from pipeline_steps.champion import decision_description, now_utc
     from pipeline_steps.tracking import (
+        COMPARED_WITH_TAG,
         DATE_TAG,
         DECISION_TAG,
         KIND_TAG,
@@ -156,7 +157,7 @@ def record_decision(
         "trainyard.reasons": " | ".join(decision.reasons),
         DATE_TAG: ctx.logical_date.isoformat(),
         "trainyard.challenger_auc": str(challenger.metrics.auc),
-        "trainyard.champion_version": champion.version if champion else "none",
+        COMPARED_WITH_TAG: champion.version if champion else "none",
         "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
         "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
         "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",

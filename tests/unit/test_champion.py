@@ -3,6 +3,7 @@ an audit record and refuses what it cannot do without changing anything; ``repor
 reads the moves from the registry and the daily score from the monitoring experiment."""
 
 import json
+from dataclasses import replace
 from datetime import date
 from types import SimpleNamespace
 
@@ -107,6 +108,40 @@ def test_rollback_moves_the_champion_back_with_an_audit_record(settings) -> None
     tags = _client(settings).get_model_version("flight_delay", "1").tags
     assert json.loads(tags["trainyard.rollbacks.2"])["reason"] == "it was not"
     assert tags["trainyard.rollback_reason"] == "it was not"  # the flat tags: the latest
+
+
+def test_a_backfill_compares_with_the_champion_the_original_run_saw(settings) -> None:
+    """A date already decided by a run that was not a backfill keeps the champion that run
+    compared with, rollbacks included; a date never decided is reconstructed from promotions,
+    where a rollback (which has no logical date) cannot count."""
+    from pipeline_steps.manifests import Trigger
+    from pipeline_steps.tracking import champion_as_of, reference_champion
+
+    assert _promote(settings, "run-1", 0.7, date(2013, 6, 2)) == "1"
+    assert _promote(settings, "run-2", 0.8, date(2013, 6, 3)) == "2"
+    rollback(settings, "1", "v2 scores the new carrier badly", "ada")
+    assert _promote(settings, "run-3", 0.65, DAY) == "3"  # judged against version 1
+    client, cfg = _client(settings), settings.mlflow
+
+    def as_of(day: date) -> str | None:
+        found = champion_as_of(client, cfg, day)
+        return str(found.version) if found else None
+
+    assert as_of(date(2013, 6, 2)) is None  # the first run had no champion
+    assert as_of(date(2013, 6, 3)) == "1"
+    assert as_of(DAY) == "1"  # after the rollback, not version 2
+    assert as_of(date(2013, 6, 5)) == "2"  # never decided: the newest promotion before it
+    backfill = Trigger(kind="backfill")
+    assert str(reference_champion(client, cfg, backfill, DAY).version) == "1"
+
+    # A backfill's own versions never stand for the date.
+    day = date(2013, 6, 5)
+    ctx = RunContext(run_id="backfill-5", logical_date=day, settings=settings)
+    champion = ScoredChampion(version="2", model_uri="models:/flight_delay/2", metrics=scored(0.8))
+    backfilled = record_evaluated(ctx, *logged_model(settings), 0.9, champion)
+    promote(replace(backfilled, trigger=backfill))
+    assert as_of(day) == "2"
+    assert _champion(settings) == "1"
 
 
 def _unregistered_version(settings) -> None:
