@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pipeline_steps.context import RunContext
 from pipeline_steps.evaluation.gate import Verdict, gate
@@ -117,6 +117,27 @@ def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | Non
     return versions[0] if versions else None
 
 
+def _recorded_promotion(
+    version: Any, current_version: str | None
+) -> tuple[PromotionDecision, str | None] | None:
+    """When the version is the live champion because its own promote step moved the alias (a
+    retried task after that step got that far): the decision and reasons recorded then, and
+    the version the alias left. None otherwise: the step decides afresh."""
+    from pipeline_steps.manifests import PROMOTED
+    from pipeline_steps.tracking import DECISION_TAG, MOVED_AT_TAG, MOVED_FROM_TAG
+
+    tags = dict(version.tags or {})
+    if str(version.version) != current_version or tags.get(DECISION_TAG) not in PROMOTED:
+        return None
+    if MOVED_AT_TAG not in tags:
+        return None
+    reasons = [r.strip() for r in tags.get("trainyard.reasons", "").split(" | ") if r.strip()]
+    moved_from = tags.get(MOVED_FROM_TAG, "none")
+    decided = cast(Decision, tags[DECISION_TAG])
+    decision = PromotionDecision(decided, reasons, champion=True, moves_alias=False)
+    return decision, None if moved_from == "none" else moved_from
+
+
 def gate_summary(evaluation: EvaluateManifest) -> str:
     """The challenger's differences from the champion with their intervals, in one line."""
     if not evaluation.differences:
@@ -217,8 +238,16 @@ def promote(ctx: RunContext) -> PromoteManifest:
     ):
         current = champion_version(client, cfg)
         current_version = str(current.version) if current else None
-        decision = decide(ctx, verdict, evaluated_against, current_version, str(version.version))
-        record_decision(ctx, client, decision, str(version.version), evaluation, current_version)
+        recorded = _recorded_promotion(version, current_version)
+        if recorded is not None:  # a retry after this run's own promotion: keep its record
+            decision, current_version = recorded
+        else:
+            decision = decide(
+                ctx, verdict, evaluated_against, current_version, str(version.version)
+            )
+            record_decision(
+                ctx, client, decision, str(version.version), evaluation, current_version
+            )
     reasons = decision.reasons
     log.info("%s version %s: %s", decision.decision, version.version, "; ".join(reasons))
     manifest = PromoteManifest(

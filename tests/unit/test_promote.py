@@ -36,9 +36,13 @@ def test_first_passing_model_becomes_champion_and_a_retry_changes_nothing(settin
     ctx = _prepare(settings, "run-1", auc=0.7, champion=None)
     first = promote(ctx)
     assert first.decision == "promoted" and first.version == "1"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    recorded = client.get_model_version("flight_delay", "1")
     again = promote(ctx)  # a retried task
     assert again.version == "1" and again.decision == "promoted"
-    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert (again.reasons, again.champion_before) == (first.reasons, first.champion_before)
+    retried = client.get_model_version("flight_delay", "1")
+    assert (retried.tags, retried.description) == (recorded.tags, recorded.description)
     assert len(client.search_model_versions("name = 'flight_delay'")) == 1
     assert _champion(settings) == "1"
     assert ctx.lake.read_json(ctx.run_dir, "lineage.json")["registered_version"] == "1"
