@@ -109,10 +109,6 @@ def now_utc() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _reasons(text: str | None) -> list[str]:
-    return [r.strip() for r in (text or "").split(" | ") if r.strip()]
-
-
 def _rollback_records(tags: dict[str, str]) -> list[tuple[int, dict[str, Any]]]:
     """The version's rollback records, by their number; an unreadable one is left out with a
     warning naming its tag."""
@@ -143,6 +139,7 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
         MOVED_AT_TAG,
         MOVED_FROM_TAG,
         RUN_TAG,
+        recorded_reasons,
     )
 
     # (when, version, rollback number, the move, whether its origin was recorded)
@@ -158,7 +155,7 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
                 to_version=str(number),
                 from_version=None if moved_from in (None, "none") else moved_from,
                 decision=tags[DECISION_TAG],
-                reasons=_reasons(tags.get("trainyard.reasons")),
+                reasons=recorded_reasons(tags),
                 by=tags.get("trainyard.trigger", "unknown trigger"),
                 logical_date=tags.get(DATE_TAG),
                 run_id=tags.get(RUN_TAG),
@@ -242,12 +239,10 @@ def champion_days(
 
 
 def _alias(client: Any, settings: MlflowSettings, alias: str) -> str | None:
-    from mlflow.exceptions import MlflowException
+    from pipeline_steps.tracking import aliased_version
 
-    try:
-        return str(client.get_model_version_by_alias(settings.registered_model, alias).version)
-    except MlflowException:
-        return None
+    version = aliased_version(client, settings, alias)
+    return str(version.version) if version is not None else None
 
 
 def champion_history(

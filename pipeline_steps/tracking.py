@@ -68,14 +68,20 @@ def find_run(client: Any, settings: MlflowSettings, run_id: str) -> Any | None:
     return runs[0] if runs else None
 
 
-def champion_version(client: Any, settings: MlflowSettings) -> Any | None:
-    """The model version the champion alias points at, or None when there is no champion."""
+def aliased_version(client: Any, settings: MlflowSettings, alias: str) -> Any | None:
+    """The version of the registered model that ``alias`` points at, or None when it points
+    at none."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version_by_alias(settings.registered_model, settings.champion_alias)
+        return client.get_model_version_by_alias(settings.registered_model, alias)
     except MlflowException:
         return None
+
+
+def champion_version(client: Any, settings: MlflowSettings) -> Any | None:
+    """The model version the champion alias points at, or None when there is no champion."""
+    return aliased_version(client, settings, settings.champion_alias)
 
 
 def cost_metrics(cost: RunCost) -> dict[str, float]:
@@ -116,6 +122,8 @@ DATE_TAG = "trainyard.logical_date"
 KIND_TAG = "trainyard.trigger_kind"
 MOVED_AT_TAG = "trainyard.moved_at"
 """When (UTC, ISO) the promote step moved the champion alias to the version."""
+REASONS_TAG = "trainyard.reasons"
+"""The promote step's reasons, joined by `` | ``."""
 COMPARED_WITH_TAG = "trainyard.champion_version"
 """The champion version a run's challenger was compared with (``none`` when there was none)."""
 MOVED_FROM_TAG = "trainyard.moved_from"
@@ -160,17 +168,19 @@ def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | No
 def _compared_on(versions: list[Any], day: date) -> str | None:
     """The champion version (or ``none``) recorded by the first run that decided ``day`` and
     was not a backfill; None when no such run recorded one."""
-    decided = [
-        version
-        for version in versions
-        if (version.tags or {}).get(DATE_TAG) == day.isoformat()
-        and (version.tags or {}).get(KIND_TAG) not in (None, "backfill")
-        and COMPARED_WITH_TAG in (version.tags or {})
-    ]
-    if not decided:
-        return None
-    first = min(decided, key=lambda version: int(version.version))
-    return str(first.tags[COMPARED_WITH_TAG])
+    recorded = {}
+    for version in versions:
+        tags = version.tags or {}
+        if tags.get(DATE_TAG) != day.isoformat() or tags.get(KIND_TAG) in (None, "backfill"):
+            continue
+        if COMPARED_WITH_TAG in tags:
+            recorded[int(version.version)] = str(tags[COMPARED_WITH_TAG])
+    return recorded[min(recorded)] if recorded else None
+
+
+def recorded_reasons(tags: dict[str, str]) -> list[str]:
+    """The promote step's reasons as recorded in a version's ``REASONS_TAG``."""
+    return [r.strip() for r in tags.get(REASONS_TAG, "").split(" | ") if r.strip()]
 
 
 def reference_champion(

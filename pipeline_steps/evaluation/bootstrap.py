@@ -10,8 +10,6 @@ on the whole holdout; the resamples give its interval.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from scipy.stats import mannwhitneyu
 
@@ -54,11 +52,9 @@ def _auc(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.asarray(u, dtype=np.float64) / (positives * (len(y) - positives))
 
 
-def _mean_of(values: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    def replicate(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return values[rows].mean(axis=1)
-
-    return replicate
+def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The mean of per-row ``values`` over each resample."""
+    return values[rows].mean(axis=1)
 
 
 def _ece(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -84,11 +80,11 @@ def replicates(
     clipped = np.clip(p, 0.0, 1.0)
     if metric == "log_loss":
         q = np.clip(p, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-        return _mean_of(-(y * np.log(q) + (1 - y) * np.log1p(-q)))(y, p, rows)
+        return _mean(-(y * np.log(q) + (1 - y) * np.log1p(-q)), rows)
     if metric == "brier":
-        return _mean_of((clipped - y) ** 2)(y, p, rows)
+        return _mean((clipped - y) ** 2, rows)
     if metric == "accuracy":
-        return _mean_of(((p >= 0.5) == (y == 1)).astype(np.float64))(y, p, rows)
+        return _mean(((p >= 0.5) == (y == 1)).astype(np.float64), rows)
     if metric == "ece":
         return _ece(y, clipped, rows)
     raise ValueError(f"no bootstrap for metric {metric!r}; known: {', '.join(METRICS)}")

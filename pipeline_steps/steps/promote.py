@@ -124,14 +124,18 @@ def _recorded_promotion(
     retried task after that step got that far): the decision and reasons recorded then, and
     the version the alias left. None otherwise: the step decides afresh."""
     from pipeline_steps.manifests import PROMOTED
-    from pipeline_steps.tracking import DECISION_TAG, MOVED_AT_TAG, MOVED_FROM_TAG
+    from pipeline_steps.tracking import (
+        DECISION_TAG,
+        MOVED_AT_TAG,
+        MOVED_FROM_TAG,
+        recorded_reasons,
+    )
 
     tags = dict(version.tags or {})
-    if str(version.version) != current_version or tags.get(DECISION_TAG) not in PROMOTED:
+    mine = str(version.version) == current_version and MOVED_AT_TAG in tags
+    if not mine or tags.get(DECISION_TAG) not in PROMOTED:
         return None
-    if MOVED_AT_TAG not in tags:
-        return None
-    reasons = [r.strip() for r in tags.get("trainyard.reasons", "").split(" | ") if r.strip()]
+    reasons = recorded_reasons(tags)
     moved_from = tags.get(MOVED_FROM_TAG, "none")
     decided = cast(Decision, tags[DECISION_TAG])
     decision = PromotionDecision(decided, reasons, champion=True, moves_alias=False)
@@ -168,6 +172,7 @@ def record_decision(
         KIND_TAG,
         MOVED_AT_TAG,
         MOVED_FROM_TAG,
+        REASONS_TAG,
     )
 
     cfg = ctx.settings.mlflow
@@ -175,7 +180,7 @@ def record_decision(
     tags = {
         DECISION_TAG: decision.decision,
         KIND_TAG: ctx.trigger.kind,
-        "trainyard.reasons": " | ".join(decision.reasons),
+        REASONS_TAG: " | ".join(decision.reasons),
         DATE_TAG: ctx.logical_date.isoformat(),
         "trainyard.challenger_auc": str(challenger.metrics.auc),
         COMPARED_WITH_TAG: champion.version if champion else "none",
