@@ -64,7 +64,7 @@ mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000
 
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
-	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.settings import load_settings; print(load_settings().tuning.storage)")
+	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.core.settings import load_settings; print(load_settings().tuning.storage)")
 
 prod-up: $(STAMP) ## start the production profile here: Airflow + Celery, MLflow with auth, S3
 	@$(BIN)/trainyard services up

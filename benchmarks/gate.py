@@ -37,10 +37,11 @@ import numpy as np
 def run_day(settings: Any, day: date) -> dict[str, Any]:
     """The whole pipeline for ``day``; the evaluation, the decision and both models' holdout
     predictions."""
-    from pipeline_steps.cli import step_function
-    from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import STEPS, EvaluateManifest, FeaturesManifest, Trigger
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.manifests import STEPS, EvaluateManifest, FeaturesManifest
+    from pipeline_steps.core.trigger import Trigger
     from pipeline_steps.steps.evaluate import score
+    from pipeline_steps.steps.registry import step_function
 
     ctx = RunContext(
         run_id=f"scheduled__{day.isoformat()}",
@@ -90,7 +91,7 @@ def load(folder: Path) -> list[tuple[date, dict[str, Any]]]:
     """The saved days, as ``run_day`` returned them (the holdout reduced to its labels)."""
     import pandas as pd
 
-    from pipeline_steps.manifests import EvaluateManifest, load_manifest
+    from pipeline_steps.core.manifests import EvaluateManifest, load_manifest
 
     days = []
     for path in sorted(folder.glob("*.npz")):
@@ -141,8 +142,8 @@ def judge(settings: Any, day: dict[str, Any], challenger: np.ndarray) -> tuple[s
     """The gate's verdict on ``challenger``'s predictions against the day's champion."""
     from pipeline_steps.evaluation.bootstrap import paired_differences
     from pipeline_steps.evaluation.gate import gate
+    from pipeline_steps.evaluation.metrics import holdout_metrics
     from pipeline_steps.evaluation.slices import slice_results
-    from pipeline_steps.metrics import holdout_metrics
 
     cfg = settings.evaluate
     evaluation, holdout = day["evaluation"], day["holdout"]
@@ -227,8 +228,8 @@ def main() -> None:
     import os
 
     os.environ["TRAINYARD_HOME"] = str(args.home)
-    from pipeline_steps.cli import seed
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.commands.cli import seed
+    from pipeline_steps.core.settings import load_settings
 
     overrides = ["validation.data_docs=false", *args.set]
     settings = load_settings(overrides=overrides)

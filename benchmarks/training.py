@@ -59,10 +59,10 @@ def feature_columns() -> tuple[list[str], list[str], str]:
     ``(categorical, numeric, label)``."""
     from feast import FeatureService
 
-    from pipeline_steps.domain import feature_columns as domain_columns
+    from pipeline_steps.core.domain import feature_columns as domain_columns
+    from pipeline_steps.core.feature_store import load_definitions
+    from pipeline_steps.core.settings import FeatureSettings
     from pipeline_steps.domain.flights import DOMAIN
-    from pipeline_steps.settings import FeatureSettings
-    from pipeline_steps.steps.features import load_definitions
 
     definitions = load_definitions(Path(FeatureSettings().feature_repo))
     service = next(
@@ -118,7 +118,7 @@ def write_set(rows: int, path: Path, seed: int = 0) -> None:
 def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str, Any]:
     import fsspec
 
-    from pipeline_steps.settings import TrainSettings
+    from pipeline_steps.core.settings import TrainSettings
     from pipeline_steps.steps.train.data import Preprocessor, TrainingTable
     from pipeline_steps.steps.train.models import build_model, model_config
     from pipeline_steps.steps.train.step import make_optimizer, make_schedule
@@ -285,8 +285,8 @@ def bench_memory(path: Path) -> dict[str, float]:
 
 def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
     """(d) Save (atomic, to the lake) and load of a full checkpoint after some steps."""
-    from pipeline_steps.lake import Lake
-    from pipeline_steps.manifests import LoopPosition
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.core.manifests import LoopPosition
     from pipeline_steps.steps.train import checkpoint
     from pipeline_steps.steps.train.distributed import get_rng_state
     from pipeline_steps.steps.train.state import TrainingState

@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from pipeline_steps.context import RunContext  # noqa: E402
-from pipeline_steps.lake import Lake  # noqa: E402
-from pipeline_steps.manifests import TrialRef  # noqa: E402
-from pipeline_steps.settings import Settings, load_settings  # noqa: E402
+from pipeline_steps.core.context import RunContext  # noqa: E402
+from pipeline_steps.core.lake import Lake  # noqa: E402
+from pipeline_steps.core.manifests import TrialRef  # noqa: E402
+from pipeline_steps.core.settings import Settings, load_settings  # noqa: E402
 
 RUN = "tuning_benchmark"
 

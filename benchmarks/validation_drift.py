@@ -130,9 +130,9 @@ def drift_plain(reference: Path, current: Path, cfg: object) -> dict:
 
 
 def run_mode(mode: str, folder: Path) -> dict:
-    from pipeline_steps.domain import load_domain
-    from pipeline_steps.lake import Lake
-    from pipeline_steps.settings import DriftSettings, load_settings
+    from pipeline_steps.core.domain import load_domain
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.core.settings import DriftSettings, load_settings
 
     settings = load_settings(environ={})
     domain = load_domain(settings.domain.module)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, chain
 
+from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration import drift_event_task, step_task
 from pipeline_steps.orchestration.trigger import SourceDataSensor
-from pipeline_steps.settings import load_settings
 
 settings = load_settings()
 orchestration = settings.orchestration

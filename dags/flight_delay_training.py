@@ -14,7 +14,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, chain
 
-from pipeline_steps.manifests import STEPS
+from pipeline_steps.core.manifests import STEPS
+from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration import step_task, training_schedule
 from pipeline_steps.orchestration.params import training_params
 from pipeline_steps.orchestration.trigger import (
@@ -22,7 +23,6 @@ from pipeline_steps.orchestration.trigger import (
     TriggerOperator,
     training_run_args,
 )
-from pipeline_steps.settings import load_settings
 
 settings = load_settings()
 orchestration = settings.orchestration

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, chain
 
+from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration import step_task
 from pipeline_steps.orchestration.tuning import (
     PrepareStudyOperator,
@@ -27,7 +28,6 @@ from pipeline_steps.orchestration.tuning import (
     tuning_params,
     tuning_run_args,
 )
-from pipeline_steps.settings import load_settings
 
 settings = load_settings()
 orchestration = settings.orchestration

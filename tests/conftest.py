@@ -36,7 +36,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture
 def make_settings(tmp_path: Path) -> Callable[..., object]:
     """Settings rooted in this test's tmp_path, with optional ``section.key=value`` overrides."""
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.settings import load_settings
 
     def make(*overrides: str, home: Path | None = None) -> object:
         environ = {"TRAINYARD_HOME": str(home or tmp_path / "home")}
@@ -49,8 +49,8 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
 @pytest.fixture(scope="session")
 def seeded_home() -> Path:
     """A trainyard home whose lake holds the validated history days (built once, read-only)."""
-    from pipeline_steps.context import RunContext
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.settings import load_settings
     from pipeline_steps.steps.ingest import ingest
     from pipeline_steps.steps.validate import validate
 

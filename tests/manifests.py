@@ -3,7 +3,7 @@ without running them."""
 
 from __future__ import annotations
 
-from pipeline_steps.manifests import (
+from pipeline_steps.core.manifests import (
     EvaluateManifest,
     FeaturesManifest,
     FrozenSet,

@@ -6,11 +6,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.cli import step_function
-from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import STEPS, Trigger, TriggerKind
-from pipeline_steps.settings import Settings, load_settings
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import STEPS
+from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.trigger import Trigger, TriggerKind
 from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.registry import step_function
 from pipeline_steps.steps.validate import validate
 from tests.conftest import ROOT, WINDOW
 

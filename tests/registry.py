@@ -7,9 +7,9 @@ import mlflow
 import numpy as np
 from mlflow.pyfunc import PythonModel
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import ScoredChampion
-from pipeline_steps.tracking import connect
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import ScoredChampion
+from pipeline_steps.core.tracking import connect
 from tests.manifests import evaluate_manifest, features_manifest, ingest_manifest, train_manifest
 
 

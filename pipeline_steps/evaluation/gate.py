@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline_steps.manifests import HIGHER_IS_BETTER, EvaluateManifest, Interval
-from pipeline_steps.settings import GateSettings
+from pipeline_steps.core.manifests import EvaluateManifest, Interval
+from pipeline_steps.core.settings import GateSettings
+from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, best, worst
 
 Outcome = Literal["pass", "refuse", "undecided"]
 NAMES = {"auc": "AUC", "log_loss": "log loss", "brier": "Brier score", "accuracy": "accuracy"}
@@ -39,14 +40,14 @@ class Verdict:
 
 def _worse_beyond(metric: str, interval: Interval, margin: float) -> bool:
     """Whether the difference may, with the interval's confidence, be worse than ``margin``."""
-    worst = interval.worst(metric)
-    return worst < -margin if HIGHER_IS_BETTER[metric] else worst > margin
+    bound = worst(interval, metric)
+    return bound < -margin if HIGHER_IS_BETTER[metric] else bound > margin
 
 
 def _better(metric: str, interval: Interval) -> bool:
     """Whether the first model is better, with the interval's confidence."""
-    worst = interval.worst(metric)
-    return worst > 0 if HIGHER_IS_BETTER[metric] else worst < 0
+    bound = worst(interval, metric)
+    return bound > 0 if HIGHER_IS_BETTER[metric] else bound < 0
 
 
 def _trivial(evaluation: EvaluateManifest) -> tuple[bool, str] | None:
@@ -129,7 +130,7 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         interval = piece.differences.get("auc")
         if interval is None or interval.estimate != interval.estimate:
             continue
-        if interval.best("auc") < -settings.max_slice_auc_drop:
+        if best(interval, "auc") < -settings.max_slice_auc_drop:
             ok = False
             reasons.append(
                 f"slice {piece.column}={piece.value} ({piece.rows} rows): AUC challenger - "

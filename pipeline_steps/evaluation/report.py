@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics
 from pipeline_steps.evaluation.gate import NAMES, Verdict
-from pipeline_steps.manifests import EvaluateManifest, HoldoutMetrics
-from pipeline_steps.metrics import CALIBRATION_BINS
+from pipeline_steps.evaluation.metrics import CALIBRATION_BINS
 
 PLOTS = ("roc", "precision_recall", "calibration")
 TITLES = {"roc": "ROC", "precision_recall": "Precision-recall", "calibration": "Calibration"}

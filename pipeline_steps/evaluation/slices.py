@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pipeline_steps.core.manifests import SliceResult, SliceScores
 from pipeline_steps.evaluation.bootstrap import paired_differences
-from pipeline_steps.manifests import SliceResult, SliceScores
-from pipeline_steps.metrics import log_loss, roc_auc
+from pipeline_steps.evaluation.metrics import log_loss, roc_auc
 
 SLICE_METRICS = ("auc", "log_loss")
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from pipeline_steps.manifests import MonitorManifest, to_json
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.manifests import MonitorManifest, to_json
+from pipeline_steps.core.settings import Settings
 
 DRIFT_ASSET = Asset(name="flight_delay_drift", uri="trainyard://drift/flight_delay")
 """Updated when the monitor finds drift outside the cooldown; schedules flight_delay_training."""
@@ -95,7 +95,7 @@ class DriftEventOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from pipeline_steps.manifests import load_manifest
+        from pipeline_steps.core.manifests import load_manifest
         from pipeline_steps.quality.calibration import cooldown_reason
 
         payload = context["ti"].xcom_pull(task_ids=MONITOR_TASK)

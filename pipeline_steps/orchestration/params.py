@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -7,28 +7,26 @@
                         many pods (KubernetesJobOperator) between the creation and removal of the
                         headless Service its torchrun rendezvous goes through.
 
-Kept light: DAG parsing imports this, so nothing heavy is imported at module level. This is the
-only module of the package that imports Airflow; the steps never do.
+Kept light: DAG parsing imports this, so nothing heavy is imported at module level. A step's
+command comes from :mod:`pipeline_steps.steps.registry`, as for ``trainyard replay``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from pipeline_steps.errors import failure_class
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.settings import Settings
+from pipeline_steps.orchestration.failures import step_failure
+from pipeline_steps.steps.registry import TRAIN_SERVICE, local_argv, step_argv
 
 RUN_ID = "{{ run_id }}"
 LOGICAL_DATE = "{{ ds }}"
@@ -37,41 +35,6 @@ LOGICAL_DATE = "{{ ds }}"
 DEFAULT_RUN_ARGS = ("--run-id", RUN_ID, "--logical-date", LOGICAL_DATE)
 """The run's arguments of a step: Airflow's run id and logical date (a training run adds its
 trigger and the trigger form's values, see ``orchestration.trigger``)."""
-
-
-def step_argv(
-    step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
-) -> list[str]:
-    """The command of a step, identical for every runtime; ``train`` goes through torchrun."""
-    argv = ["trainyard", "step", step, *run_args]
-    if step != "train":
-        return argv
-    k8s = settings.kubernetes
-    on_gpus = settings.orchestration.runtime == "kubernetes" and k8s.train_gpus
-    processes = k8s.train_gpus if on_gpus else settings.train.nproc_per_node
-    if settings.orchestration.runtime == "kubernetes" and k8s.train_nodes > 1:
-        # Kubernetes expands $(VAR) from the container's environment (see multi_node_env).
-        endpoint = f"$(TRAINYARD_JOB_NAME)-0.{TRAIN_SERVICE}:{k8s.rendezvous_port}"
-        launch = [
-            f"--nnodes={k8s.train_nodes}",
-            "--node-rank=$(JOB_COMPLETION_INDEX)",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            "--rdzv-id=$(TRAINYARD_JOB_NAME)",
-        ]
-    else:
-        launch = ["--standalone", "--nnodes=1"]
-    return [
-        "torchrun",
-        *launch,
-        f"--nproc-per-node={processes}",
-        f"--max-restarts={settings.train.max_restarts}",
-        "--no-python",
-        *argv,
-    ]
-
-
-TRAIN_SERVICE = "trainyard-train"  # headless Service of a multi-node training Job
 
 
 def parse_manifest(lines: list[str]) -> dict[str, Any] | None:
@@ -86,15 +49,6 @@ def parse_manifest(lines: list[str]) -> dict[str, Any] | None:
             if isinstance(payload, dict) and "step" in payload:
                 return payload
     return None
-
-
-def _executable(name: str) -> str:
-    """Resolve a console script on PATH, else beside the running interpreter (a venv's bin/)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else name
 
 
 class LocalStepOperator(BaseOperator):
@@ -112,11 +66,7 @@ class LocalStepOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
-        argv = [_executable(self.argv[0]), *self.argv[1:]]
-        if self.argv[0] == "torchrun":
-            # torchrun --no-python runs the console script by name: resolve it the same way.
-            index = argv.index("--no-python") + 1
-            argv[index] = _executable(argv[index])
+        argv = local_argv(self.argv)
         self.log.info("running %s", " ".join(argv))
         started = time.monotonic()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -148,19 +98,6 @@ class LocalStepOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)
-
-
-def step_failure(step: str, code: int, output: list[str], reason: str) -> Exception:
-    """The exception a failed step's task raises: ``AirflowFailException`` (no retry) for a
-    permanent failure (bad data, bad configuration), ``AirflowException`` (retried with backoff)
-    for anything else, see ``pipeline_steps.errors``."""
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-    if failure_class(code, output) == "permanent":
-        return AirflowFailException(
-            f"step {step} failed permanently (exit code {code}; not retried): {reason}"
-        )
-    return AirflowException(f"step {step} exited with code {code} (will be retried): {reason}")
 
 
 def retry_args(settings: Settings) -> dict[str, Any]:
@@ -306,18 +243,6 @@ def kubernetes_step(
         **pod,
         **task_args,
     )
-
-
-def pod_outcome(remote_pod: Any, container: str) -> tuple[int, str]:
-    """The step container's exit code and termination message (-1 and "" when unknown)."""
-    statuses = (
-        remote_pod.status.container_statuses if remote_pod and remote_pod.status else None
-    ) or []
-    for status in statuses:
-        terminated = status.state.terminated if status.state else None
-        if status.name == container and terminated is not None:
-            return int(terminated.exit_code), str(terminated.message or "")
-    return -1, ""
 
 
 def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args: Any) -> Any:

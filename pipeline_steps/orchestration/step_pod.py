@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-from pipeline_steps.orchestration.runners import pod_outcome, step_failure
+from pipeline_steps.orchestration.failures import pod_outcome, step_failure
 
 
 class StepPodOperator(KubernetesPodOperator):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline_steps.orchestration.step_pod import StepPodOperator
-from pipeline_steps.orchestration.tuning import TrialMixin
+from pipeline_steps.orchestration.trials import TrialMixin
 
 
 class PodTrialOperator(TrialMixin, StepPodOperator):

@@ -19,9 +19,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
-from pipeline_steps.manifests import SettingOverride, Trigger, TriggerKind, to_json
+from pipeline_steps.core.manifests import to_json
+from pipeline_steps.core.settings import Settings, SettingsError, load_settings
+from pipeline_steps.core.trigger import SettingOverride, Trigger, TriggerKind
 from pipeline_steps.orchestration.params import FORM, overrides_of, set_arguments
-from pipeline_steps.settings import Settings, SettingsError, load_settings
 
 TRIGGER_TASK = "trigger"
 _TRIGGER = f"ti.xcom_pull(task_ids='{TRIGGER_TASK}')"
@@ -193,9 +194,9 @@ class SourceDataSensor(BaseSensorOperator):
 
 def source_availability(settings: Settings, day: date) -> Any:
     """Whether the configured source has the labelled dataset's rows for ``day``."""
-    from pipeline_steps.domain import load_domain
-    from pipeline_steps.sources import open_source
+    from pipeline_steps.core.domain import load_domain
+    from pipeline_steps.domain.sources import open_source
 
     domain = load_domain(settings.domain.module)
-    source = open_source(settings.ingest, domain.schemas)
+    source = open_source(settings.ingest, domain)
     return source.availability(domain.labelled_dataset, day)

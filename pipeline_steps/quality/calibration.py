@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import DriftSignal, SignalKind, StatisticName
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import DriftSignal, SignalKind, StatisticName
+from pipeline_steps.core.settings import DriftSettings
 from pipeline_steps.quality.drift import EPS
-from pipeline_steps.settings import DriftSettings
 
 PREDICTION = "prediction"
 LABEL = "label"

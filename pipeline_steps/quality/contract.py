@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.settings import ValidationSettings
+from pipeline_steps.core.settings import ValidationSettings
 
 DATASETS = ("flights", "weather", "planes")
 HEADER = """# Data contract

@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from scipy.spatial.distance import jensenshannon
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.lake import MANIFEST, Lake
-from pipeline_steps.manifests import DriftSummary
-from pipeline_steps.settings import DriftSettings
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.lake import MANIFEST, Lake
+from pipeline_steps.core.manifests import DriftSummary
+from pipeline_steps.core.settings import DriftSettings
 
 log = logging.getLogger(__name__)
 EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
@@ -262,7 +262,7 @@ def _chart(labels: list[str], reference: list[int], current: list[int]) -> dict[
 
 def champion_window(ctx: RunContext) -> tuple[date, date] | None:
     """First and last training day of the current champion, as its MLflow run recorded them."""
-    from pipeline_steps.tracking import champion_version, connect
+    from pipeline_steps.core.tracking import champion_version, connect
 
     client = connect(ctx.settings.mlflow)
     version = champion_version(client, ctx.settings.mlflow)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline_steps.domain import load_domain
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import CHUNK_ROWS
+from pipeline_steps.core.domain import load_domain
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import CHUNK_ROWS
+from pipeline_steps.core.settings import Settings
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite, suite_path
-from pipeline_steps.settings import Settings
 
 DATE_COLUMNS = ("year", "month", "day")
 """The columns a file's partition date is read from when ``--date`` is not given."""
@@ -44,7 +44,7 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
     0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read."""
     import fsspec
 
-    from pipeline_steps.sources import (
+    from pipeline_steps.domain.sources import (
         csv_header,
         describe_read_error,
         open_file,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline_steps.manifests import SchemaAction, SchemaChange
-from pipeline_steps.settings import ValidationSettings
+from pipeline_steps.core.manifests import SchemaAction, SchemaChange
+from pipeline_steps.core.settings import ValidationSettings
 
 
 def widens(before: pa.DataType, after: pa.DataType) -> bool:

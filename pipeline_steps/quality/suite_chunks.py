@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pandas.api.types import is_numeric_dtype
 
-from pipeline_steps.prefetch import prefetch
+from pipeline_steps.core.prefetch import prefetch
 from pipeline_steps.quality.suites import (
     DOCS_SITE,
     EXAMPLES,

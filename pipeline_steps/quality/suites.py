@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 import pyarrow as pa
 
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.errors import StepError
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite

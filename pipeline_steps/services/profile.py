@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_steps.settings import PROJECT_ROOT
+from pipeline_steps.core.settings import PROJECT_ROOT
 
 PROCESSES: tuple[str, ...] = (
     "s3",

@@ -16,14 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.evaluation.baselines import logistic_regression, trivial
-from pipeline_steps.evaluation.bootstrap import paired_differences
-from pipeline_steps.evaluation.gate import Verdict, gate
-from pipeline_steps.evaluation.slices import slice_results
-from pipeline_steps.lake import safe_run_key
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import safe_run_key
+from pipeline_steps.core.manifests import (
     EvaluateManifest,
     FeaturesManifest,
     HoldoutMetrics,
@@ -34,7 +30,11 @@ from pipeline_steps.manifests import (
     ScoredChampion,
     TrainManifest,
 )
-from pipeline_steps.metrics import holdout_metrics
+from pipeline_steps.evaluation.baselines import logistic_regression, trivial
+from pipeline_steps.evaluation.bootstrap import paired_differences
+from pipeline_steps.evaluation.gate import Verdict, gate
+from pipeline_steps.evaluation.metrics import holdout_metrics
+from pipeline_steps.evaluation.slices import slice_results
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
     champion as of the logical date; with none, only the challenger and the baselines are
     scored. Raises ``StepError`` when the holdout is empty or a model won't load.
     """
-    from pipeline_steps.tracking import connect, reference_champion
+    from pipeline_steps.core.tracking import connect, reference_champion
 
     settings = ctx.settings.evaluate
     features, trained = ctx.upstream(FeaturesManifest), ctx.upstream(TrainManifest)

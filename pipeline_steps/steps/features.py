@@ -12,7 +12,7 @@ On an object-store lake (the production profile) the offline sources are written
 scratch folder for the step's own point-in-time join, and ``features.store_config`` names a
 Feast config with a shared SQL registry and online store, where each run applies its
 definitions as its own project (``<features.project>_<run hash>``).
-Materialisation into the run's online store is incremental (``serving.materialize_online``): a
+Materialisation into the run's online store is incremental (``feature_store.materialize_online``): a
 retry reads only what the online store lacks; a set rebuilt from other inputs reloads it.
 The cache check comes before any write. A backfill run refuses a window with a missing day (an
 earlier day of the same backfill not validated yet) rather than train on less than was known.
@@ -21,28 +21,25 @@ earlier day of the same backfill not validated yet) rather than train on less th
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.domain import cast_features, feature_columns, read_validated
-from pipeline_steps.errors import StepError
-from pipeline_steps.fingerprints import json_sha256
-from pipeline_steps.lake import MANIFEST, Lake, safe_run_key, table_sha256
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.domain import cast_features, feature_columns, read_validated
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feature_store import materialize_online, open_store, write_sources
+from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.lake import MANIFEST, Lake, safe_run_key, table_sha256
+from pipeline_steps.core.manifests import (
     FeaturesManifest,
     FrozenSet,
     PartitionRef,
@@ -51,7 +48,6 @@ from pipeline_steps.manifests import (
     TrainingSets,
     load_manifest,
 )
-from pipeline_steps.serving import materialize_online
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +121,6 @@ def feast_workspace(ctx: RunContext) -> Iterator[str]:
         yield folder
 
 
-def write_sources(folder: str, sources: dict[str, pd.DataFrame]) -> None:
-    """Write the domain's Feast offline sources into the run's Feast folder."""
-    os.makedirs(f"{folder}/sources", exist_ok=True)
-    for name, frame in sources.items():
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        pq.write_table(table, f"{folder}/sources/{name}.parquet")
-
-
 def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRefs:
     """The raw version behind each partition read (dataset → date → sha256 read)."""
     refs: PartitionRefs = {}
@@ -146,40 +134,15 @@ def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRe
     return refs
 
 
-def load_definitions(repo: Path) -> list[Any]:
-    """Every Feast object defined in the repository's Python files, as ``feast apply`` sees."""
-    from feast import Entity, FeatureService, FeatureView
-
-    objects: list[Any] = []
-    for path in sorted(repo.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"feature_repo_{path.stem}", path)
-        if spec is None or spec.loader is None:
-            continue
-        module: ModuleType = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        objects += [
-            v for v in vars(module).values() if isinstance(v, Entity | FeatureView | FeatureService)
-        ]
-    return objects
-
-
-def feature_store(ctx: RunContext, folder: str) -> Any:
-    """The Feast store of this run over ``folder``, with the repository's definitions applied
-    (``features.store_config`` of ``features.feature_repo``)."""
-    from feast import FeatureStore
-
+@contextmanager
+def run_store(ctx: RunContext, folder: str) -> Iterator[Any]:
+    """The run's Feast store over ``folder``: ``features.store_config`` of
+    ``features.feature_repo``, as the run's own project, with the repository's definitions."""
     settings = ctx.settings.features
-    repo = Path(settings.feature_repo)
-    config = repo / settings.store_config
-    if not config.is_file():
-        raise StepError(
-            f"features.store_config: Feast repository {repo} has no {settings.store_config}"
-        )
-    os.environ["TRAINYARD_FEAST_DIR"] = folder
-    os.environ["TRAINYARD_FEAST_PROJECT"] = feast_project(ctx)
-    store = FeatureStore(repo_path=str(repo), fs_yaml_file=config)
-    store.apply(load_definitions(repo))
-    return store
+    with open_store(
+        settings, folder, project=feast_project(ctx), config=settings.store_config
+    ) as store:
+        yield store
 
 
 def _repo_fingerprint(repo: Path) -> str:
@@ -223,25 +186,25 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
 
     rebuilt = lake.exists(out_dir, MANIFEST)  # from other inputs: the online store is stale
     with feast_workspace(ctx) as folder:
+        write_sources(folder, sources)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
-        manifest = _build(
-            ctx,
-            folder,
-            sources,
-            labelled,
-            read,
-            inputs,
-            (train_days, holdout_days),
-            out_dir,
-            rebuilt,
-        )
+        with run_store(ctx, folder) as store:
+            manifest = _build(
+                ctx,
+                store,
+                labelled,
+                read,
+                inputs,
+                (train_days, holdout_days),
+                out_dir,
+                rebuilt,
+            )
     return ctx.record(manifest)
 
 
 def _build(
     ctx: RunContext,
-    folder: str,
-    sources: dict[str, pd.DataFrame],
+    store: Any,
     labelled: pd.DataFrame,
     read: dict[str, dict[str, str]],
     inputs: dict[str, Any],
@@ -249,15 +212,13 @@ def _build(
     out_dir: str,
     rebuilt: bool,
 ) -> FeaturesManifest:
-    """Join, freeze and materialise the training set with the run's Feast store over
-    ``folder``; ``read`` holds the hashes of the partitions read (dataset → date → sha256),
-    ``split`` the training days and the holdout days. ``rebuilt``: the run built a set from
+    """Join, freeze and materialise the training set with the run's Feast ``store``; ``read``
+    holds the hashes of the partitions read (dataset → date → sha256), ``split`` the training
+    days and the holdout days. ``rebuilt``: the run built a set from
     other inputs before, so every view is reloaded."""
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = split
     days = [*train_days, *holdout_days]
-    write_sources(folder, sources)
-    store = feature_store(ctx, folder)
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
     entity_rows = domain.entity_rows(labelled, settings)

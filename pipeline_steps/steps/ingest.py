@@ -13,17 +13,18 @@ from dataclasses import asdict
 from datetime import UTC, date, datetime
 
 from pipeline_steps import __version__
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import MANIFEST, Discard, Lake, PartitionWriter, schema_fingerprint
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.domain import Source
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import MANIFEST, Discard, Lake, PartitionWriter, schema_fingerprint
+from pipeline_steps.core.manifests import (
     IngestedPartition,
     IngestManifest,
     IngestStatus,
     RawPartition,
     to_json,
 )
-from pipeline_steps.sources import Source, open_source
+from pipeline_steps.domain.sources import open_source
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def ingest(ctx: RunContext) -> IngestManifest:
             f"ingest.datasets {list(ctx.datasets)} lacks {domain.labelled_dataset!r}, the "
             f"{domain.name} domain's labelled dataset"
         )
-    source = open_source(settings, domain.schemas)
+    source = open_source(settings, domain)
     datasets: dict[str, IngestedPartition] = {}
     for dataset in ctx.datasets:
         if ctx.lake.pins:  # a pinned view (a replay): the recorded version, nothing ingested

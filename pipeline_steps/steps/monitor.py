@@ -14,31 +14,24 @@ the Airflow asset event (and the cooldown) is the orchestration layer's job.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.domain import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.domain import (
     Domain,
     FeatureColumns,
-    cast_features,
-    feature_columns,
     read_validated,
 )
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import ChampionDay, MonitorManifest
-from pipeline_steps.metrics import holdout_metrics
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feature_store import join_features
+from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
+from pipeline_steps.evaluation.metrics import holdout_metrics
 from pipeline_steps.quality.calibration import (
     PREDICTION,
     Verdict,
@@ -46,57 +39,9 @@ from pipeline_steps.quality.calibration import (
     sensitivity,
     split_windows,
 )
-from pipeline_steps.settings import FeatureSettings
 
 log = logging.getLogger(__name__)
 SENSITIVITY_ROWS = 2000  # reference rows the champion's permutation sensitivity is measured on
-
-
-@contextmanager
-def private_feast_dir() -> Iterator[Path]:
-    """A throwaway Feast folder (registry, sources), so monitoring never rewrites the offline
-    sources a training run is reading."""
-    previous = os.environ.get("TRAINYARD_FEAST_DIR")
-    with tempfile.TemporaryDirectory(prefix="trainyard-monitor-feast-") as folder:
-        os.environ["TRAINYARD_FEAST_DIR"] = folder
-        try:
-            yield Path(folder)
-        finally:
-            if previous is None:
-                os.environ.pop("TRAINYARD_FEAST_DIR", None)
-            else:
-                os.environ["TRAINYARD_FEAST_DIR"] = previous
-
-
-def join_features(
-    domain: Domain,
-    settings: FeatureSettings,
-    labelled: pd.DataFrame,
-    sources: Mapping[str, pd.DataFrame],
-) -> tuple[pd.DataFrame, FeatureColumns]:
-    """The model's feature rows for ``labelled`` rows: the domain's entity rows joined point in
-    time with its Feast feature service over ``sources``, with the column types training uses
-    (numeric float64, categorical strings with ``<missing>``)."""
-    from feast import FeatureStore
-
-    from pipeline_steps.steps.features import load_definitions
-
-    repo = Path(settings.feature_repo)
-    if not (repo / "feature_store.yaml").is_file():
-        raise StepError(f"Feast repository {repo} has no feature_store.yaml")
-    with private_feast_dir() as folder:
-        (folder / "sources").mkdir()
-        for name, frame in sources.items():
-            table = pa.Table.from_pandas(frame, preserve_index=False)
-            pq.write_table(table, folder / "sources" / f"{name}.parquet")
-        store = FeatureStore(repo_path=str(repo))
-        store.apply(load_definitions(repo))
-        service = store.get_feature_service(domain.feature_service)
-        columns = feature_columns(domain, service)
-        entity_rows = domain.entity_rows(labelled, settings)
-        joined = store.get_historical_features(entity_df=entity_rows, features=service).to_df()
-    cast_features(joined, columns)
-    return joined.sort_values(domain.key).reset_index(drop=True), columns
 
 
 def window_rows(ctx: RunContext, days: list[date]) -> tuple[pd.DataFrame, FeatureColumns]:
@@ -118,8 +63,8 @@ class Champion:
 
 def champion_model(ctx: RunContext) -> Champion | None:
     """The champion, or None when there is none."""
+    from pipeline_steps.core.tracking import champion_version, connect
     from pipeline_steps.quality.drift import champion_window
-    from pipeline_steps.tracking import champion_version, connect
 
     mlflow_settings = ctx.settings.mlflow
     version = champion_version(connect(mlflow_settings), mlflow_settings)
@@ -227,7 +172,7 @@ def log_champion_day(
 
     import mlflow
 
-    from pipeline_steps.tracking import connect
+    from pipeline_steps.core.tracking import connect
 
     metrics = holdout_metrics(today[domain.label].to_numpy(), today[PREDICTION].to_numpy())
     settings = replace(ctx.settings.mlflow, experiment=ctx.settings.mlflow.monitoring_experiment)

@@ -14,16 +14,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.locks import exclusive
+from pipeline_steps.core.manifests import Decision, EvaluateManifest, PromoteManifest, to_json
+from pipeline_steps.core.provenance import build_lineage
 from pipeline_steps.evaluation.gate import Verdict, gate
-from pipeline_steps.locks import exclusive
-from pipeline_steps.manifests import (
-    Decision,
-    EvaluateManifest,
-    PromoteManifest,
-    to_json,
-)
-from pipeline_steps.provenance import build_lineage
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +118,8 @@ def _recorded_promotion(
     """When the version is the live champion because its own promote step moved the alias (a
     retried task after that step got that far): the decision and reasons recorded then, and
     the version the alias left. None otherwise: the step decides afresh."""
-    from pipeline_steps.manifests import PROMOTED
-    from pipeline_steps.tracking import (
+    from pipeline_steps.core.manifests import PROMOTED
+    from pipeline_steps.core.tracking import (
         DECISION_TAG,
         MOVED_AT_TAG,
         MOVED_FROM_TAG,
@@ -164,8 +159,7 @@ def record_decision(
     alias from ``current_version`` if the decision says so (recording when and from where).
     Tags first: a backfill looking for the champion as of its date finds a moved alias's
     version by its decision tag."""
-    from pipeline_steps.champion import decision_description, now_utc
-    from pipeline_steps.tracking import (
+    from pipeline_steps.core.tracking import (
         COMPARED_WITH_TAG,
         DATE_TAG,
         DECISION_TAG,
@@ -174,6 +168,7 @@ def record_decision(
         MOVED_FROM_TAG,
         REASONS_TAG,
     )
+    from pipeline_steps.evaluation.champion import decision_description, now_utc
 
     cfg = ctx.settings.mlflow
     challenger, champion = evaluation.challenger, evaluation.champion
@@ -221,7 +216,7 @@ def promote(ctx: RunContext) -> PromoteManifest:
     """
     import mlflow
 
-    from pipeline_steps.tracking import RUN_TAG, champion_version, connect, log_run_cost
+    from pipeline_steps.core.tracking import RUN_TAG, champion_version, connect, log_run_cost
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)

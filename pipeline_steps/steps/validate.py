@@ -18,16 +18,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import MANIFEST, Lake
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import MANIFEST, Lake
+from pipeline_steps.core.manifests import (
     DatasetVerdict,
     IngestManifest,
     SchemaChange,
     ValidateManifest,
     to_json,
 )
+from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.quality.drift import drift_report
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
@@ -41,7 +42,6 @@ from pipeline_steps.quality.suites import (
     suite_path,
     temporary_docs_dir,
 )
-from pipeline_steps.settings import ValidationSettings
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite

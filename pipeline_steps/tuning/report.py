@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.settings import Settings
 from pipeline_steps.tuning.results import read_best
 from pipeline_steps.tuning.study import open_study
 

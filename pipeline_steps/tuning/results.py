@@ -22,11 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import FeaturesManifest, ManifestError, TunedParameters, load_record
-from pipeline_steps.settings import Settings, SettingsError
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import (
+    FeaturesManifest,
+    ManifestError,
+    TunedParameters,
+    load_record,
+)
+from pipeline_steps.core.settings import Settings, SettingsError
 from pipeline_steps.tuning.space import SearchSpace, load_space
 from pipeline_steps.tuning.study import (
     PARENT_ATTR,
@@ -108,7 +113,7 @@ def prepare(ctx: RunContext) -> Plan:
 
 def _parent_run(settings: Settings, study: Any, space: SearchSpace) -> str:
     """The study's parent MLflow run in ``tuning.experiment``, created with the study."""
-    from pipeline_steps.tracking import connect
+    from pipeline_steps.core.tracking import connect
 
     mlflow_cfg = dataclasses.replace(settings.mlflow, experiment=settings.tuning.experiment)
     client = connect(mlflow_cfg)
@@ -175,7 +180,7 @@ def finish(ctx: RunContext, study_name: str) -> TunedParameters:
         mlflow_run_id=str(best.user_attrs.get("mlflow_run_id", "")),
         recorded_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    from pipeline_steps.manifests import to_json
+    from pipeline_steps.core.manifests import to_json
 
     payload = to_json(tuned)
     ctx.lake.write_json(payload, "tuning", "studies", study_name, "best.json")
@@ -194,8 +199,8 @@ def _log_study(settings: Settings, study: Any, parent: str, tuned: TunedParamete
     import optuna
     from optuna.visualization import matplotlib as plots
 
-    from pipeline_steps.manifests import to_json
-    from pipeline_steps.tracking import connect
+    from pipeline_steps.core.manifests import to_json
+    from pipeline_steps.core.tracking import connect
 
     client = connect(dataclasses.replace(settings.mlflow, experiment=settings.tuning.experiment))
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():

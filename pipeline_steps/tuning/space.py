@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from pipeline_steps.fingerprints import json_sha256
-from pipeline_steps.settings import TrainSettings
+from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.settings import TrainSettings
 
 ARCHITECTURE_PARAMETERS: dict[str, frozenset[str]] = {
     "mlp": frozenset({"hidden_dims", "embedding_dim"}),
@@ -187,7 +187,7 @@ NOT_TUNABLE_REASON = {
 def _check_value(label: str, name: str, value: Any) -> None:
     """The value must be one the train setting accepts on its own (rules tying two settings
     together, like heads dividing the token width, are checked per trial when it is drawn)."""
-    from pipeline_steps.settings import SettingsError, build_section
+    from pipeline_steps.core.settings import SettingsError, build_section
 
     try:
         build_section(TrainSettings, {name: value}, "train")

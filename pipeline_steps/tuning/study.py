@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.locks import exclusive
-from pipeline_steps.manifests import FeaturesManifest
-from pipeline_steps.settings import Settings, TuningSettings
+from pipeline_steps.core.locks import exclusive
+from pipeline_steps.core.manifests import FeaturesManifest
+from pipeline_steps.core.settings import Settings, TuningSettings
 from pipeline_steps.tuning.space import SearchSpace
 
 log = logging.getLogger(__name__)

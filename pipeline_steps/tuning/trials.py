@@ -18,8 +18,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_steps.manifests import TrainManifest
-from pipeline_steps.settings import Settings, SettingsError
+from pipeline_steps.core.manifests import TrainManifest
+from pipeline_steps.core.settings import Settings, SettingsError
 from pipeline_steps.tuning.space import SearchSpace
 from pipeline_steps.tuning.study import (
     PARENT_ATTR,
@@ -174,7 +174,7 @@ def fail_trial(study: Any, number: int, reason: str) -> None:
 
 
 def _tag_run(settings: Settings, run_id: str, tags: dict[str, str]) -> None:
-    from pipeline_steps.tracking import connect
+    from pipeline_steps.core.tracking import connect
 
     client = connect(settings.mlflow)
     for key, value in tags.items():

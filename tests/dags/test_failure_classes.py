@@ -9,15 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline_steps import cli
-from pipeline_steps.errors import (
+from pipeline_steps.commands import cli
+from pipeline_steps.core.errors import (
     EXIT_PERMANENT,
     EXIT_TRANSIENT,
     StepError,
     failure_class,
     is_transient,
 )
-from pipeline_steps.orchestration.runners import LocalStepOperator, pod_outcome
+from pipeline_steps.orchestration.failures import pod_outcome
+from pipeline_steps.orchestration.runners import LocalStepOperator
 
 
 class _RestError(Exception):

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 from pipeline_steps.orchestration.runners import (
+    DEFAULT_RUN_ARGS,
     LocalStepOperator,
     parse_manifest,
-    step_argv,
     step_task,
 )
+from pipeline_steps.steps.registry import step_argv
 
 
 def test_manifest_is_the_last_json_line_with_a_step() -> None:
@@ -52,7 +53,7 @@ def test_kubernetes_pod_runs_the_local_argv(make_settings, step: str) -> None:
     op = step_task(step, settings)
     pod = op.build_pod_request_obj(dry_run=True)
     container = pod.spec.containers[0]
-    assert container.command == step_argv(step, settings)
+    assert container.command == step_argv(step, settings, DEFAULT_RUN_ARGS)
     assert container.image == settings.kubernetes.image
     env = {e.name: e.value for e in container.env}
     assert env["TRAINYARD_LAKE__ROOT"] == "/lake"
@@ -134,5 +135,5 @@ def test_multi_node_training_is_an_indexed_job_around_a_headless_service(
 
 def test_one_gpu_node_runs_one_process_per_gpu(make_settings) -> None:
     settings = make_settings("orchestration.runtime=kubernetes", "kubernetes.train_gpus=4")
-    argv = step_argv("train", settings)
+    argv = step_argv("train", settings, DEFAULT_RUN_ARGS)
     assert "--standalone" in argv and "--nproc-per-node=4" in argv

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration.params import FORM, form_defaults, training_params
 from pipeline_steps.orchestration.trigger import RunRefused, describe_run, source_availability
-from pipeline_steps.settings import load_settings
 from tests.conftest import ROOT
 
 
@@ -158,7 +158,7 @@ def test_the_source_says_when_a_day_will_never_come(tmp_path) -> None:
 
 
 def test_a_run_says_why_it_ran() -> None:
-    from pipeline_steps.manifests import SettingOverride, Trigger
+    from pipeline_steps.core.trigger import SettingOverride, Trigger
 
     drift = Trigger(
         kind="drift",

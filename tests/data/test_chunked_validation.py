@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import read_nycflights13
-from pipeline_steps.errors import StepError
 from pipeline_steps.quality.suite_chunks import run_suite_chunked
 from pipeline_steps.quality.suites import as_frame, load_suite, run_suite
 from pipeline_steps.steps.ingest import ingest

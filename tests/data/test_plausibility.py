@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.domain.flights import COVERAGE, read_nycflights13
 from pipeline_steps.quality.suite_chunks import run_suite_chunked
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite
-from pipeline_steps.settings import ValidationSettings
 from pipeline_steps.steps.validate import trailing_bounds
 
 DAY = date(2013, 6, 4)

@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 
@@ -90,7 +90,7 @@ def test_cli_failure_is_readable_without_traceback(ingested: RunContext) -> None
         [
             sys.executable,
             "-m",
-            "pipeline_steps.cli",
+            "pipeline_steps.commands.cli",
             "step",
             "validate",
             "--run-id",

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import LoopPosition
+from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.domain.flights import read_nycflights13
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import LoopPosition
-from pipeline_steps.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
@@ -127,8 +127,8 @@ def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu(tmp_path: Path) -> Non
 
 
 def test_usage_records_the_gpu_and_its_peak_memory_across_counter_resets() -> None:
+    from pipeline_steps.core.usage import UsageMeter
     from pipeline_steps.steps.train.step import gpu_metrics
-    from pipeline_steps.usage import UsageMeter
 
     meter = UsageMeter()
     device = torch.device("cuda", 0)

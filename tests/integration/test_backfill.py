@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.manifests import EvaluateManifest, PromoteManifest
-from pipeline_steps.settings import Settings
-from pipeline_steps.tracking import DATE_TAG, DECISION_TAG, KIND_TAG, connect
+from pipeline_steps.core.manifests import EvaluateManifest, PromoteManifest
+from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.tracking import DATE_TAG, DECISION_TAG, KIND_TAG, connect
 from tests.conftest import FIRST_DAY
 from tests.pipeline_runs import demo_settings, load_history, run_all, run_context, run_step
 

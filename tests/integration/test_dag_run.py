@@ -28,18 +28,18 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
     process of both runs records its usage; lineage, MLflow and ``report --costs`` sum them."""
     from mlflow import MlflowClient
 
-    from pipeline_steps.cli import main
-    from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import (
+    from pipeline_steps.commands.cli import main
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.manifests import (
         STEPS,
         EvaluateManifest,
-        Lineage,
         PromoteManifest,
         TrainManifest,
         load_record,
     )
-    from pipeline_steps.settings import load_settings
-    from pipeline_steps.usage import read_usage
+    from pipeline_steps.core.provenance import Lineage
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.core.usage import read_usage
 
     settings = load_settings()
     first_run = _run(FIRST_DAY)

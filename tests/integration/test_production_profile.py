@@ -27,7 +27,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from pipeline_steps.lake import Lake, safe_run_key
+from pipeline_steps.core.lake import Lake, safe_run_key
 from pipeline_steps.services import lifecycle
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.airflow_api import AirflowApi
@@ -93,7 +93,7 @@ def _seed(profile: Profile) -> None:
         [
             sys.executable,
             "-m",
-            "pipeline_steps.cli",
+            "pipeline_steps.commands.cli",
             "seed",
             "--start",
             HISTORY[0],

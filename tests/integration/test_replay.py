@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline_steps.cli import main
-from pipeline_steps.lake import MANIFEST, Lake, table_sha256
-from pipeline_steps.manifests import STEPS, to_json
-from pipeline_steps.replay import ReplayOutcome, replay, run_steps
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.replay import ReplayOutcome, replay, run_steps
+from pipeline_steps.core.lake import MANIFEST, Lake, table_sha256
+from pipeline_steps.core.manifests import STEPS, to_json
 from tests.conftest import FIRST_DAY, HISTORY
 from tests.pipeline_runs import demo_settings, run_context
 

@@ -23,8 +23,8 @@ def _tune(run_day, conf):
 
 
 def test_a_small_study_runs_as_mapped_trials_and_continues_when_run_again(airflow_env) -> None:
-    from pipeline_steps.lake import Lake
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.core.settings import load_settings
     from pipeline_steps.tuning.study import open_study
 
     conf = {

@@ -45,7 +45,7 @@ def _overrides(storage: str) -> list[str]:
 
 def _claim(home: str, storage: str, study: str, run_id: str, slot: int) -> object:
     """One trial task's claim, in a process of its own."""
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.settings import load_settings
     from pipeline_steps.tuning import trials
     from pipeline_steps.tuning.space import load_space
 
@@ -59,9 +59,9 @@ def _claim(home: str, storage: str, study: str, run_id: str, slot: int) -> objec
 
 
 def test_trials_claim_and_train_at_once_on_postgres(lake_home, optuna_database) -> None:
-    from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import TrainManifest, load_manifest
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.manifests import TrainManifest, load_manifest
+    from pipeline_steps.core.settings import load_settings
     from pipeline_steps.steps.features import build_features
     from pipeline_steps.steps.ingest import ingest
     from pipeline_steps.steps.validate import validate

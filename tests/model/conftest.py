@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.train import checkpoint

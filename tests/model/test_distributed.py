@@ -13,7 +13,7 @@ import mlflow
 import psutil
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.train import checkpoint, train
 from tests.conftest import FIRST_DAY, WINDOW
 from tests.model.conftest import assert_same_weights, final_weights, states_of
@@ -45,7 +45,7 @@ def torchrun(ctx: RunContext, nproc: int, *overrides: str, max_restarts: int = 0
         f"--nproc-per-node={nproc}",
         f"--max-restarts={max_restarts}",
         "-m",
-        "pipeline_steps.cli",
+        "pipeline_steps.commands.cli",
         "step",
         "train",
         "--run-id",
@@ -159,9 +159,9 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
 def _rank_process(launcher_pid: int, rank: int) -> psutil.Process:
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
-            if child.environ().get("RANK") == str(rank) and "pipeline_steps.cli" in " ".join(
-                child.cmdline()
-            ):
+            if child.environ().get("RANK") == str(
+                rank
+            ) and "pipeline_steps.commands.cli" in " ".join(child.cmdline()):
                 return child
         except psutil.Error:
             continue

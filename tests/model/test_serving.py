@@ -8,9 +8,9 @@ import pandas as pd
 import pyarrow.csv as pcsv
 import pytest
 
-from pipeline_steps.cli import main
-from pipeline_steps.manifests import FeaturesManifest, TrainManifest
-from pipeline_steps.serving import PROBABILITY, predict
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.serving import PROBABILITY, predict
+from pipeline_steps.core.manifests import FeaturesManifest, TrainManifest
 from pipeline_steps.steps.evaluate import evaluate, score
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import train

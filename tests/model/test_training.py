@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import FeaturesManifest, LoopPosition
-from pipeline_steps.metrics import roc_auc
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import FeaturesManifest, LoopPosition
+from pipeline_steps.evaluation.metrics import roc_auc
 from pipeline_steps.steps.train import checkpoint, loop, step, train
 from pipeline_steps.steps.train.state import TrainingState
 from tests.model.conftest import assert_same_weights, final_weights, states_of

@@ -9,11 +9,11 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import TrialRef
-from pipeline_steps.replay import read_lineage, replay_settings
-from pipeline_steps.report import print_report
+from pipeline_steps.commands.replay import read_lineage, replay_settings
+from pipeline_steps.commands.report import print_report
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import TrialRef
 from pipeline_steps.steps.evaluate import evaluate
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import mlflow_run, train

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.champion import champion_moves, rollback
-from pipeline_steps.cli import main
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import DriftSignal, ScoredChampion
-from pipeline_steps.report import print_report
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.report import print_report
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import DriftSignal, ScoredChampion
+from pipeline_steps.evaluation.champion import champion_moves, rollback
 from pipeline_steps.steps.promote import promote
 from tests.manifests import (
     scored,
@@ -114,8 +114,8 @@ def test_a_backfill_compares_with_the_champion_the_original_run_saw(settings) ->
     """A date already decided by a run that was not a backfill keeps the champion that run
     compared with, rollbacks included; a date never decided is reconstructed from promotions,
     where a rollback (which has no logical date) cannot count."""
-    from pipeline_steps.manifests import Trigger
-    from pipeline_steps.tracking import champion_as_of, reference_champion
+    from pipeline_steps.core.tracking import champion_as_of, reference_champion
+    from pipeline_steps.core.trigger import Trigger
 
     assert _promote(settings, "run-1", 0.7, date(2013, 6, 2)) == "1"
     assert _promote(settings, "run-2", 0.8, date(2013, 6, 3)) == "2"
@@ -190,7 +190,7 @@ def test_the_rollback_command_names_the_parameter_and_moves_the_champion(
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
     assert main(["rollback", "--to-version", "9", "--reason", "r"]) == 2
     assert "trainyard rollback failed (permanent): --to-version 9:" in capsys.readouterr().err
-    monkeypatch.setattr("pipeline_steps.champion.getpass.getuser", lambda: "os-user")
+    monkeypatch.setattr("pipeline_steps.evaluation.champion.getpass.getuser", lambda: "os-user")
     assert main(["rollback", "--to-version", "1", "--reason", "v2 is off"]) == 0
     out = capsys.readouterr().out
     assert "champion moved back from version 2 to version 1 by os-user" in out
@@ -270,7 +270,7 @@ def test_the_champion_report_without_history_says_so(settings, capsys) -> None:
 
 
 def test_the_challenger_alias_cannot_be_the_champion_alias(make_settings) -> None:
-    from pipeline_steps.settings import SettingsError
+    from pipeline_steps.core.settings import SettingsError
 
     with pytest.raises(SettingsError, match=r"mlflow.challenger_alias and mlflow.champion_alias"):
         make_settings("mlflow.challenger_alias=champion")
@@ -279,7 +279,7 @@ def test_the_challenger_alias_cannot_be_the_champion_alias(make_settings) -> Non
 def test_a_move_without_a_recorded_origin_follows_the_move_before() -> None:
     """Versions promoted before ``trainyard.moved_from`` was recorded: the origin is the previous
     move's target, in the order of their registration."""
-    from pipeline_steps.champion import versions_moves
+    from pipeline_steps.evaluation.champion import versions_moves
 
     def version(number: int, created: int, **tags: str) -> SimpleNamespace:
         base = {"trainyard.decision": "promoted", "trainyard.logical_date": "2013-06-04"}

@@ -19,8 +19,8 @@ import jsonschema
 import pytest
 import yaml
 
+from pipeline_steps.core.settings import ENV_PREFIX, Settings, load_settings
 from pipeline_steps.services.profile import PROCESSES, SECRETS, SERVICES
-from pipeline_steps.settings import ENV_PREFIX, Settings, load_settings
 from tests.conftest import ROOT
 
 COMPOSE_FILE = ROOT / "docker-compose.yaml"

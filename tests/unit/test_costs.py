@@ -15,23 +15,18 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps import usage
-from pipeline_steps.cli import main
-from pipeline_steps.context import RunContext
-from pipeline_steps.lake import Lake, safe_run_key
-from pipeline_steps.manifests import (
-    Lineage,
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.report import RecordedRun, summarise
+from pipeline_steps.core import usage
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.lake import Lake, safe_run_key
+from pipeline_steps.core.manifests import TrialRef, load_record, to_json
+from pipeline_steps.core.provenance import Lineage
+from pipeline_steps.core.settings import CostSettings, SettingsError, load_settings
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.core.usage import (
     ProcessUsage,
     StepUsage,
-    TrialRef,
-    Trigger,
-    load_record,
-    to_json,
-)
-from pipeline_steps.report import RecordedRun, summarise
-from pipeline_steps.settings import CostSettings, SettingsError, load_settings
-from pipeline_steps.steps.promote import promote
-from pipeline_steps.usage import (
     UsageMeter,
     gpu_usage,
     process_cost,
@@ -39,7 +34,8 @@ from pipeline_steps.usage import (
     read_usage,
     recording_usage,
 )
-from pipeline_steps.usage import summarise as summarise_usage
+from pipeline_steps.core.usage import summarise as summarise_usage
+from pipeline_steps.steps.promote import promote
 from tests.manifests import ingest_manifest, train_manifest
 from tests.unit.test_promote import _prepare
 
@@ -100,8 +96,8 @@ def test_the_meter_counts_cpu_and_memory_of_the_process_and_its_waited_children(
     )
     script = f"""
 import json, subprocess, sys, time
-from pipeline_steps.manifests import to_json
-from pipeline_steps.usage import UsageMeter
+from pipeline_steps.core.manifests import to_json
+from pipeline_steps.core.usage import UsageMeter
 
 meter = UsageMeter()
 spin = time.process_time() + 0.3
@@ -124,7 +120,7 @@ print(json.dumps(to_json(meter.measure("succeeded"))))
 def test_a_step_started_by_a_large_process_reports_its_own_memory() -> None:
     """Linux carries ``ru_maxrss`` over ``exec``; the record must not take the parent's."""
     measure = (
-        "from pipeline_steps.usage import UsageMeter\n"
+        "from pipeline_steps.core.usage import UsageMeter\n"
         "print(UsageMeter().measure('succeeded').peak_rss_bytes)\n"
     )
     parent = (
@@ -167,7 +163,7 @@ def test_recording_never_fails_the_step(ctx, monkeypatch, caplog) -> None:
         raise OSError("the object store is unreachable")
 
     monkeypatch.setattr(Lake, "write_json", broken)
-    with caplog.at_level(logging.WARNING, logger="pipeline_steps.usage"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_steps.core.usage"):
         with recording_usage(UsageMeter(), ctx, "ingest"):
             result = "done"
         # the step's own error is what propagates, not the recording's
@@ -191,9 +187,9 @@ def test_recording_does_not_import_torch(tmp_path) -> None:
     script = f"""
 import sys
 from datetime import date
-from pipeline_steps.context import RunContext
-from pipeline_steps.settings import load_settings
-from pipeline_steps.usage import UsageMeter, recording_usage, read_usage
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.settings import load_settings
+from pipeline_steps.core.usage import UsageMeter, recording_usage, read_usage
 
 settings = load_settings(environ={{"TRAINYARD_HOME": {str(tmp_path)!r}}})
 ctx = RunContext(run_id="r", logical_date=date(2013, 6, 4), settings=settings)
@@ -439,7 +435,7 @@ def test_a_tuning_runs_trials_are_counted_together(ctx, monkeypatch) -> None:
 
 
 def test_a_replay_does_not_report_new_rates_as_a_difference(tmp_path) -> None:
-    from pipeline_steps.replay import diff
+    from pipeline_steps.commands.replay import diff
 
     def lineage(overrides: list[str]) -> Lineage:
         settings = load_settings(overrides=overrides, environ={"TRAINYARD_HOME": str(tmp_path)})

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.lake import Lake
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.settings import DriftSettings
 from pipeline_steps.quality.drift import js_distance, measure, psi, report_html
-from pipeline_steps.settings import DriftSettings
 
 CFG = DriftSettings(numeric=("d.x",), categorical=("d.c",), batch_rows=1000, sample_size=5000)
 

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline_steps.core.manifests import ScoredBaseline, ScoredChampion
+from pipeline_steps.core.settings import GateSettings
 from pipeline_steps.evaluation.baselines import logistic_regression, trivial
 from pipeline_steps.evaluation.bootstrap import (
     METRICS,
@@ -14,11 +16,9 @@ from pipeline_steps.evaluation.bootstrap import (
     resample_rows,
 )
 from pipeline_steps.evaluation.gate import gate
+from pipeline_steps.evaluation.metrics import classification_report, holdout_metrics
 from pipeline_steps.evaluation.report import render
 from pipeline_steps.evaluation.slices import slice_results
-from pipeline_steps.manifests import ScoredBaseline, ScoredChampion
-from pipeline_steps.metrics import classification_report, holdout_metrics
-from pipeline_steps.settings import GateSettings
 from tests.manifests import evaluate_manifest
 
 N = 900

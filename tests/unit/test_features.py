@@ -3,10 +3,10 @@ from datetime import date
 import pandas as pd
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.domain.flights import DOMAIN, LEAKY
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import FeaturesManifest
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import read_nycflights13
-from pipeline_steps.errors import StepError
 from pipeline_steps.steps.ingest import ingest
 
 DAY = date(2013, 6, 1)

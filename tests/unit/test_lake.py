@@ -5,7 +5,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline_steps.lake import Lake, safe_run_key, table_sha256
+from pipeline_steps.core.lake import Lake, safe_run_key, table_sha256
 
 
 def test_staged_dir_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_two_writers_of_one_partition_take_turns(tmp_path) -> None:
 
     code = (
         "import sys, time\n"
-        "from pipeline_steps.lake import Lake\n"
+        "from pipeline_steps.core.lake import Lake\n"
         "lake = Lake(sys.argv[1])\n"
         "with lake.writer_lock('raw', 'flights', 'date=2013-06-03'):\n"
         "    print('in', time.monotonic(), flush=True); time.sleep(0.5)\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.locks import exclusive
+from pipeline_steps.core.locks import exclusive
 
 
 def _hold(where: str, name: str, hold_s: float, log: "multiprocessing.Queue[tuple]") -> None:

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import (
     STEPS,
     FeaturesManifest,
     IngestManifest,
@@ -71,7 +71,12 @@ def test_undefined_metrics_travel_as_strict_json_and_come_back_as_nan() -> None:
     import math
     from dataclasses import replace
 
-    from pipeline_steps.manifests import EvaluateManifest, SliceResult, SliceScores, load_manifest
+    from pipeline_steps.core.manifests import (
+        EvaluateManifest,
+        SliceResult,
+        SliceScores,
+        load_manifest,
+    )
     from tests.manifests import evaluate_manifest
 
     one_class = SliceResult(

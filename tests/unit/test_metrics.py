@@ -3,7 +3,13 @@ import math
 import numpy as np
 import pytest
 
-from pipeline_steps.metrics import accuracy, binned_auc, classification_report, log_loss, roc_auc
+from pipeline_steps.evaluation.metrics import (
+    accuracy,
+    binned_auc,
+    classification_report,
+    log_loss,
+    roc_auc,
+)
 
 
 def test_auc_known_values() -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.settings import DriftSettings, SettingsError
 from pipeline_steps.quality.calibration import (
     INPUTS,
     cooldown_reason,
@@ -16,7 +17,6 @@ from pipeline_steps.quality.calibration import (
     resampled_windows,
     split_windows,
 )
-from pipeline_steps.settings import DriftSettings, SettingsError
 
 DAYS = [date(2013, 3, 1) + timedelta(days=n) for n in range(35)]
 CFG = DriftSettings(current_days=7, reference_days=28, calibration_samples=300)
@@ -148,7 +148,7 @@ def test_cooldown_holds_back_a_second_event_and_lets_a_later_one_through() -> No
     ],
 )
 def test_bad_drift_settings_name_the_key(key: str, value: str, message: str) -> None:
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.settings import load_settings
 
     with pytest.raises(SettingsError, match=message):
         load_settings(overrides=[f"drift.{key}={value}"], environ={})
@@ -158,8 +158,8 @@ def test_the_event_extra_carries_the_contract(lake_home: Path, make_settings) ->
     """The monitor step on the seeded lake, then the evidence the asset event would carry."""
     import json
 
-    from pipeline_steps.context import RunContext
-    from pipeline_steps.manifests import MonitorManifest, load_manifest
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.manifests import MonitorManifest, load_manifest
     from pipeline_steps.orchestration.assets import drift_event_extra
     from pipeline_steps.steps.monitor import monitor
     from tests.conftest import HISTORY

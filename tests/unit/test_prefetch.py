@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from pipeline_steps.prefetch import map_ahead, prefetch
+from pipeline_steps.core.prefetch import map_ahead, prefetch
 
 
 def test_items_arrive_in_order_and_complete() -> None:

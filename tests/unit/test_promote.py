@@ -5,8 +5,8 @@ from datetime import date
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import ScoredChampion
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import ScoredChampion
 from pipeline_steps.steps.promote import promote
 from tests.manifests import (
     scored,
@@ -80,7 +80,7 @@ def test_no_promotion_over_a_champion_the_run_did_not_compare_against(settings) 
 def _worse_than_champion(make_settings, *overrides: str) -> RunContext:
     from dataclasses import replace
 
-    from pipeline_steps.manifests import Trigger
+    from pipeline_steps.core.trigger import Trigger
 
     promote(_prepare(make_settings("gate.min_auc=0.6"), "run-1", auc=0.7, champion=None))
     settings = make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0", *overrides)
@@ -113,7 +113,7 @@ def test_a_skipped_promotion_registers_but_leaves_the_champion(make_settings) ->
 
 
 def test_forcing_without_a_reason_is_a_settings_error(make_settings) -> None:
-    from pipeline_steps.settings import SettingsError
+    from pipeline_steps.core.settings import SettingsError
 
     with pytest.raises(SettingsError, match=r"promotion.force=true needs promotion.reason"):
         make_settings("promotion.force=true")
@@ -151,7 +151,7 @@ def test_the_version_page_says_why_and_the_challenger_alias_marks_the_candidate(
 def test_a_backfill_moves_neither_alias(settings) -> None:
     from dataclasses import replace
 
-    from pipeline_steps.manifests import Trigger
+    from pipeline_steps.core.trigger import Trigger
 
     promote(_prepare(settings, "run-1", auc=0.7, champion=None))
     champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
@@ -167,7 +167,7 @@ def test_a_backfill_moves_neither_alias(settings) -> None:
 def test_a_holdout_too_small_to_decide_leaves_the_champion_and_says_so(make_settings) -> None:
     from dataclasses import replace
 
-    from pipeline_steps.manifests import EvaluateManifest
+    from pipeline_steps.core.manifests import EvaluateManifest
 
     promote(_prepare(make_settings("gate.min_auc=0.6"), "run-1", auc=0.7, champion=None))
     settings = make_settings("gate.min_auc=0.6", "gate.min_positives=100")

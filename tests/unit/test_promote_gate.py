@@ -5,8 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipeline_steps.evaluation.gate import gate
-from pipeline_steps.manifests import (
+from pipeline_steps.core.manifests import (
     EvaluateManifest,
     HoldoutRef,
     Interval,
@@ -15,7 +14,8 @@ from pipeline_steps.manifests import (
     SliceResult,
     SliceScores,
 )
-from pipeline_steps.settings import GateSettings
+from pipeline_steps.core.settings import GateSettings
+from pipeline_steps.evaluation.gate import gate
 from tests.manifests import evaluate_manifest, scored
 
 GATE = GateSettings(min_auc=0.6, max_auc_drop=0.01, max_log_loss_rise=0.01, min_positives=100)

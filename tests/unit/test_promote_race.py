@@ -15,8 +15,8 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import PromoteManifest, ScoredChampion
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import PromoteManifest, ScoredChampion
 from pipeline_steps.steps import promote as promote_step
 from tests.manifests import (
     scored,
@@ -76,7 +76,7 @@ def _released_together(contexts: list[RunContext]) -> list[PromoteManifest]:
 
 def _slow_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """Promote imports ``champion_version`` from tracking when it runs: slow that one down."""
-    from pipeline_steps import tracking
+    from pipeline_steps.core import tracking
 
     real = tracking.champion_version
 
@@ -141,8 +141,8 @@ def test_without_the_lock_both_promote(settings, model_uri, monkeypatch) -> None
 
 
 def test_a_lock_setting_that_is_neither_folder_nor_postgres_is_refused(make_settings) -> None:
-    from pipeline_steps.locks import exclusive
-    from pipeline_steps.settings import SettingsError
+    from pipeline_steps.core.locks import exclusive
+    from pipeline_steps.core.settings import SettingsError
 
     lock = exclusive("redis://x", "promotion.flight_delay", setting="promotion.lock")
     with pytest.raises(SettingsError, match=r"promotion.lock='redis://x'"), lock:
@@ -153,7 +153,7 @@ def _promote_then_rollback_race(settings, model_uri: str, rounds: int) -> list[t
     """Version 1, then 2, promoted; then per round a challenger that beats the live champion
     and a rollback to the champion before it, released together. Returns per round the
     promotion's manifest, the rollback's move and the live champion afterwards."""
-    from pipeline_steps.champion import rollback
+    from pipeline_steps.evaluation.champion import rollback
 
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     for n, auc in enumerate((0.7, 0.71)):
@@ -184,7 +184,7 @@ def _consistent(promoted: PromoteManifest, move, live: str) -> bool:
 
 
 def test_a_rollback_and_a_promotion_take_turns(settings, model_uri, monkeypatch) -> None:
-    from pipeline_steps.champion import champion_moves
+    from pipeline_steps.evaluation.champion import champion_moves
 
     _slow_reader(monkeypatch)
     for promoted, move, live in _promote_then_rollback_race(settings, model_uri, 3):
@@ -196,7 +196,7 @@ def test_a_rollback_and_a_promotion_take_turns(settings, model_uri, monkeypatch)
 
 
 def test_without_the_lock_a_rollback_loses_track(settings, model_uri, monkeypatch) -> None:
-    from pipeline_steps import champion
+    from pipeline_steps.evaluation import champion
 
     _slow_reader(monkeypatch)
     nolock = lambda *a, **k: contextlib.nullcontext()  # noqa: E731

@@ -1,13 +1,13 @@
 from dataclasses import replace
 
-from pipeline_steps.manifests import (
+from pipeline_steps.commands.report import RecordedRun, summarise
+from pipeline_steps.core.manifests import (
     DatasetVerdict,
     DriftSummary,
     PromoteManifest,
     ScoredChampion,
     ValidateManifest,
 )
-from pipeline_steps.report import RecordedRun, summarise
 from tests.manifests import (
     evaluate_manifest,
     features_manifest,

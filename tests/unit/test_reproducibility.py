@@ -10,23 +10,14 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import MANIFEST, Lake
-from pipeline_steps.manifests import (
-    Lineage,
-    PartitionRef,
-    ScoredChampion,
-    Trigger,
-    load_record,
-    to_json,
-)
-from pipeline_steps.provenance import raw_versions
-from pipeline_steps.replay import pins_of
-from pipeline_steps.settings import SettingsError
-from pipeline_steps.steps.features import feast_dir
-from pipeline_steps.steps.promote import promote
-from pipeline_steps.tracking import (
+from pipeline_steps.commands.replay import pins_of
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import MANIFEST, Lake
+from pipeline_steps.core.manifests import PartitionRef, ScoredChampion, load_record, to_json
+from pipeline_steps.core.provenance import Lineage, raw_versions
+from pipeline_steps.core.settings import SettingsError
+from pipeline_steps.core.tracking import (
     DATE_TAG,
     DECISION_TAG,
     KIND_TAG,
@@ -34,6 +25,9 @@ from pipeline_steps.tracking import (
     connect,
     reference_champion,
 )
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.steps.features import feast_dir
+from pipeline_steps.steps.promote import promote
 from tests.conftest import HISTORY
 from tests.manifests import features_manifest, ingest_manifest, scored
 from tests.unit.test_promote import _prepare

@@ -3,8 +3,8 @@
 import pyarrow as pa
 import pytest
 
+from pipeline_steps.core.settings import SettingsError, load_settings
 from pipeline_steps.quality.schema_changes import judge, widens
-from pipeline_steps.settings import SettingsError, load_settings
 
 SCHEMA = pa.schema([("a", pa.int32()), ("b", pa.string()), ("c", pa.float64())])
 

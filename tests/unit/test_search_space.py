@@ -6,7 +6,7 @@ import optuna
 import pytest
 import yaml
 
-from pipeline_steps.settings import TuningSettings, load_settings
+from pipeline_steps.core.settings import TuningSettings, load_settings
 from pipeline_steps.tuning.space import SpaceError, load_space
 from pipeline_steps.tuning.study import make_sampler
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_steps.core.settings import load_settings
 from pipeline_steps.services.profile import DATABASES, SECRETS, ensure_env, load_profile
-from pipeline_steps.settings import load_settings
 
 
 def test_env_file_is_private_complete_and_kept(tmp_path: Path) -> None:
@@ -61,7 +61,7 @@ def test_the_production_feast_config_reads_its_connections_from_the_environment(
 ) -> None:
     from feast.repo_config import load_repo_config
 
-    from pipeline_steps.settings import PROJECT_ROOT
+    from pipeline_steps.core.settings import PROJECT_ROOT
 
     monkeypatch.setenv("TRAINYARD_FEAST_PROJECT", "trainyard_0123456789ab")
     monkeypatch.setenv("TRAINYARD_FEAST_REGISTRY", "postgresql+psycopg2://u@h:5432/feast")

@@ -9,18 +9,13 @@ import pandas as pd
 import pyarrow.csv as pcsv
 import pytest
 
-from pipeline_steps.cli import main
-from pipeline_steps.context import RunContext
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.serving import online_rows, read_online, request_rows
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.feature_store import materialize_online, scratch_store
+from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.domain.flights import DOMAIN
-from pipeline_steps.manifests import FeaturesManifest
-from pipeline_steps.serving import (
-    materialize_online,
-    online_rows,
-    read_online,
-    request_rows,
-    serving_store,
-)
-from pipeline_steps.steps.features import build_features, feast_dir, feature_store
+from pipeline_steps.steps.features import build_features, feast_dir, run_store
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY, HISTORY, WINDOW
@@ -29,7 +24,7 @@ from tests.conftest import FIRST_DAY, HISTORY, WINDOW
 @pytest.fixture(scope="module")
 def built(seeded_home: Path, tmp_path_factory) -> tuple[RunContext, FeaturesManifest]:
     """A run of FIRST_DAY whose features are built (shared by this module, read-only)."""
-    from pipeline_steps.settings import load_settings
+    from pipeline_steps.core.settings import load_settings
 
     home = tmp_path_factory.mktemp("serving") / "home"
     shutil.copytree(seeded_home, home)
@@ -69,7 +64,7 @@ def test_a_store_read_later_than_the_event_timestamp_disagrees(built) -> None:
     sources, _ = DOMAIN.feature_sources(ctx.lake, [FIRST_DAY])
     first, last = rows["event_timestamp"].min(), rows["event_timestamp"].max()
     morning = rows[rows["event_timestamp"] == first]
-    with serving_store(ctx.settings, sources) as store:
+    with scratch_store(ctx.settings.features, sources) as store:
         service = store.get_feature_service(DOMAIN.feature_service)
         materialize_online(store, service, first.to_pydatetime(), last.to_pydatetime())
         late = read_online(store, service, morning, last.to_pydatetime())
@@ -86,7 +81,7 @@ def test_a_value_older_than_its_ttl_is_served_missing(built) -> None:
     sources, _ = DOMAIN.feature_sources(ctx.lake, [FIRST_DAY])
     at = rows["event_timestamp"].min().to_pydatetime()
     some = rows[rows["event_timestamp"] == at]
-    with serving_store(ctx.settings, sources) as store:
+    with scratch_store(ctx.settings.features, sources) as store:
         service = store.get_feature_service(DOMAIN.feature_service)
         materialize_online(store, service, at - timedelta(days=1), at)
         within = read_online(store, service, some, at + timedelta(hours=3))
@@ -114,31 +109,31 @@ def test_materialising_again_reads_nothing_and_changes_nothing(built, monkeypatc
     assert manifest.materialized is not None
     start = datetime.fromisoformat(manifest.materialized.start)
     end = datetime.fromisoformat(manifest.materialized.end)
-    store = feature_store(ctx, ctx.lake.url(feast_dir(ctx.run_id)))
-    service = store.get_feature_service(DOMAIN.feature_service)
-    views = [p.name for p in service.feature_view_projections]
-    intervals = {v: store.get_feature_view(v).materialization_intervals for v in views}
-    assert all(intervals.values())
-    before = _online_snapshot(store, service, ctx)
-    assert before["temp"].notna().any() and before["seats"].notna().any()
+    with run_store(ctx, ctx.lake.url(feast_dir(ctx.run_id))) as store:
+        service = store.get_feature_service(DOMAIN.feature_service)
+        views = [p.name for p in service.feature_view_projections]
+        intervals = {v: store.get_feature_view(v).materialization_intervals for v in views}
+        assert all(intervals.values())
+        before = _online_snapshot(store, service, ctx)
+        assert before["temp"].notna().any() and before["seats"].notna().any()
 
-    calls = []
-    for name in ("materialize", "materialize_incremental"):
-        method = getattr(store, name)
-        monkeypatch.setattr(
-            store, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k)
-        )
-    assert materialize_online(store, service, start, end) is None
-    assert calls == []  # nothing read from the offline store
-    assert {v: store.get_feature_view(v).materialization_intervals for v in views} == intervals
-    pd.testing.assert_frame_equal(_online_snapshot(store, service, ctx), before)
-    # an hour later: only that hour is read, from where the last materialisation ended
-    later = end + timedelta(hours=1)
-    written = materialize_online(store, service, start, later)
-    assert written is not None and written.start == end.isoformat()
-    assert calls == ["materialize_incremental"]
-    for view in views:
-        assert store.get_feature_view(view).materialization_intervals[-1] == (end, later)
+        calls = []
+        for name in ("materialize", "materialize_incremental"):
+            method = getattr(store, name)
+            monkeypatch.setattr(
+                store, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k)
+            )
+        assert materialize_online(store, service, start, end) is None
+        assert calls == []  # nothing read from the offline store
+        assert {v: store.get_feature_view(v).materialization_intervals for v in views} == intervals
+        pd.testing.assert_frame_equal(_online_snapshot(store, service, ctx), before)
+        # an hour later: only that hour is read, from where the last materialisation ended
+        later = end + timedelta(hours=1)
+        written = materialize_online(store, service, start, later)
+        assert written is not None and written.start == end.isoformat()
+        assert calls == ["materialize_incremental"]
+        for view in views:
+            assert store.get_feature_view(view).materialization_intervals[-1] == (end, later)
 
 
 def test_materialising_in_steps_equals_materialising_at_once(built) -> None:
@@ -150,7 +145,7 @@ def test_materialising_in_steps_equals_materialising_at_once(built) -> None:
     end = pd.Timestamp(hours[-1]).to_pydatetime()
     snapshots = []
     for steps in ([end], [pd.Timestamp(h).to_pydatetime() for h in hours]):
-        with serving_store(ctx.settings, sources) as store:
+        with scratch_store(ctx.settings.features, sources) as store:
             service = store.get_feature_service(DOMAIN.feature_service)
             for step in steps:
                 materialize_online(store, service, start, step)
@@ -170,7 +165,7 @@ def home(lake_home: Path, monkeypatch) -> Path:
 
 def _flights_csv(home: Path, tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
     """One validated history day's flights as a CSV file, without ``drop``."""
-    from pipeline_steps.lake import Lake
+    from pipeline_steps.core.lake import Lake
 
     lake = Lake(str(home / "lake"))
     folder = lake.validated_partition("flights", HISTORY[-1])
@@ -239,6 +234,6 @@ def test_a_training_set_rebuilt_from_other_inputs_reloads_the_online_store(
         datetime.fromisoformat(first.materialized.start),
         datetime.fromisoformat(first.materialized.end),
     )
-    store = feature_store(other, other.lake.url(feast_dir(other.run_id)))
-    for view in ("weather_hourly", "plane_specs"):
-        assert store.get_feature_view(view).materialization_intervals == [window, window]
+    with run_store(other, other.lake.url(feast_dir(other.run_id))) as store:
+        for view in ("weather_hourly", "plane_specs"):
+            assert store.get_feature_view(view).materialization_intervals == [window, window]

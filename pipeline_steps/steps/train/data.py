@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from pipeline_steps.prefetch import map_ahead
+from pipeline_steps.core.prefetch import map_ahead
 
 OOV = 0  # index 0 of every vocabulary: a category the training window never saw
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.errors import StepError
 
 T = TypeVar("T")
 

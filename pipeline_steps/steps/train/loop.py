@@ -21,17 +21,17 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.fingerprints import json_sha256
-from pipeline_steps.manifests import (
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.manifests import (
     FeaturesManifest,
     LoopPosition,
     ManifestError,
     TrainManifest,
     load_manifest,
 )
-from pipeline_steps.metrics import binned_auc
+from pipeline_steps.evaluation.metrics import binned_auc
 from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.manifests import FeaturesManifest, LoopPosition, Trigger, TunedParameters
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import FeaturesManifest, LoopPosition, TunedParameters
+from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.steps.train.data import Preprocessor
 
 
@@ -39,7 +40,7 @@ def start(
     """
     import mlflow
 
-    from pipeline_steps.tracking import RUN_TAG, connect, find_run
+    from pipeline_steps.core.tracking import RUN_TAG, connect, find_run
 
     mlflow_cfg = ctx.settings.mlflow
     extra: dict[str, str] = trigger_tags(ctx.trigger)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from pipeline_steps.settings import TrainSettings
+    from pipeline_steps.core.settings import TrainSettings
 
 
 class TabularMLP(nn.Module):

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from pipeline_steps.manifests import LoopPosition
+from pipeline_steps.core.manifests import LoopPosition
 from pipeline_steps.steps.train.distributed import RngState
 
 LAYOUT = 2

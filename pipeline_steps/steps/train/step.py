@@ -19,13 +19,13 @@ from contextlib import suppress
 
 import torch
 
+from pipeline_steps.core.usage import note_gpu_peak
 from pipeline_steps.steps.train.data import (
     Preprocessor,
     TensorSet,
     TrainingTable,
     validation_batches,
 )
-from pipeline_steps.usage import note_gpu_peak
 
 AUC_BINS = 1024
 """Bins of the score histograms the validation AUC is computed from (summed over ranks)."""

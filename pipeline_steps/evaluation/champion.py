@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.locks import exclusive
-from pipeline_steps.manifests import HoldoutMetrics
-from pipeline_steps.settings import MlflowSettings, Settings
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.locks import exclusive
+from pipeline_steps.core.manifests import HoldoutMetrics
+from pipeline_steps.core.settings import MlflowSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +131,8 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
     """The alias's moves recorded on ``versions`` (MLflow ``ModelVersion`` objects of one
     registered model), oldest first. A move whose origin was not recorded (a promotion made
     before ``trainyard.moved_from`` existed) takes the previous move's target."""
-    from pipeline_steps.manifests import PROMOTED
-    from pipeline_steps.tracking import (
+    from pipeline_steps.core.manifests import PROMOTED
+    from pipeline_steps.core.tracking import (
         DATE_TAG,
         DECISION_TAG,
         KIND_TAG,
@@ -239,7 +239,7 @@ def champion_days(
 
 
 def _alias(client: Any, settings: MlflowSettings, alias: str) -> str | None:
-    from pipeline_steps.tracking import aliased_version
+    from pipeline_steps.core.tracking import aliased_version
 
     version = aliased_version(client, settings, alias)
     return str(version.version) if version is not None else None
@@ -251,7 +251,7 @@ def champion_history(
     """The champion's history in the registry and the monitoring experiment; the daily score
     limited to monitored days in [``start``, ``end``]. Raises what MLflow raises when the store
     cannot be reached."""
-    from pipeline_steps.tracking import connect
+    from pipeline_steps.core.tracking import connect
 
     cfg = settings.mlflow
     client = connect(cfg)
@@ -324,7 +324,7 @@ def rollback(settings: Settings, to_version: str, reason: str, user: str) -> Mov
     the champion."""
     from mlflow.exceptions import MlflowException
 
-    from pipeline_steps import tracking
+    from pipeline_steps.core import tracking
 
     cfg = settings.mlflow
     if not reason.strip():

@@ -8,10 +8,9 @@ import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from pipeline_steps.champion import ChampionHistory, MonitoredDay, Move, champion_history
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import (
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import (
     STEPS,
     EvaluateManifest,
     FeaturesManifest,
@@ -20,18 +19,16 @@ from pipeline_steps.manifests import (
     M,
     ManifestError,
     PromoteManifest,
-    RunCost,
-    StepUsage,
     TrainManifest,
-    Trigger,
-    UsageTotals,
     ValidateManifest,
     load_manifest,
     load_record,
 )
-from pipeline_steps.settings import CostSettings, Settings
-from pipeline_steps.usage import read_usage
-from pipeline_steps.usage import summarise as summarise_usage
+from pipeline_steps.core.settings import CostSettings, Settings
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.core.usage import RunCost, StepUsage, UsageTotals, read_usage
+from pipeline_steps.core.usage import summarise as summarise_usage
+from pipeline_steps.evaluation.champion import ChampionHistory, MonitoredDay, Move, champion_history
 
 log = logging.getLogger(__name__)
 SEED_PREFIX = "seed__"

@@ -23,61 +23,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import EXIT_PERMANENT, EXIT_TRANSIENT, StepError, is_transient
-from pipeline_steps.manifests import (
+from pipeline_steps.commands.report import SEED_PREFIX
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import EXIT_PERMANENT, EXIT_TRANSIENT, StepError, is_transient
+from pipeline_steps.core.manifests import (
     Manifest,
     ManifestError,
     SeedSummary,
     StepOutput,
     TrialRef,
-    Trigger,
     load_record,
 )
-from pipeline_steps.report import SEED_PREFIX
-from pipeline_steps.settings import SettingsError, load_settings
-from pipeline_steps.usage import UsageMeter, recording_usage
+from pipeline_steps.core.settings import SettingsError, load_settings
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.core.usage import UsageMeter, recording_usage
+from pipeline_steps.steps.registry import STEP_FUNCTIONS, step_function
 
 # Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
 TERMINATION_LOG = Path("/dev/termination-log")
-
-
-# Each step imports heavy libraries (GX, Feast, torch, MLflow) of its own: load only the one run.
-STEP_FUNCTIONS = {
-    "ingest": "pipeline_steps.steps.ingest:ingest",
-    "validate": "pipeline_steps.steps.validate:validate",
-    "features": "pipeline_steps.steps.features:build_features",
-    "train": "pipeline_steps.steps.train:train",
-    "evaluate": "pipeline_steps.steps.evaluate:evaluate",
-    "promote": "pipeline_steps.steps.promote:promote",
-    # not a training step: the drift monitor's check of a day (flight_delay_drift_monitor)
-    "monitor": "pipeline_steps.steps.monitor:monitor",
-}
-
-
-StepFunction = Callable[[RunContext], Manifest | None]
-"""A step: the run context → the manifest it recorded (None on a training rank other than 0,
-which records and prints nothing)."""
-
-
-def step_function(name: str) -> StepFunction:
-    """The step's function, imported on demand."""
-    if name not in STEP_FUNCTIONS:
-        raise StepError(f"unknown step {name!r}; steps: {', '.join(STEP_FUNCTIONS)}")
-    module, _, function = STEP_FUNCTIONS[name].partition(":")
-    step: StepFunction = getattr(importlib.import_module(module), function)
-    return step
 
 
 def _date(text: str) -> date:
@@ -238,7 +210,7 @@ def run_step(
     trial of a tuning study.
 
     The process's usage, from here to the step's end (succeeded or failed), is recorded in the
-    run's ``usage/`` folder (``pipeline_steps.usage``); a step that fails before its settings
+    run's ``usage/`` folder (``pipeline_steps.core.usage``); a step that fails before its settings
     load has no lake to record it in."""
     meter = UsageMeter()
     if trial is not None and name != "train":
@@ -281,7 +253,7 @@ def check_file_command(args: argparse.Namespace) -> int:
     """Exit 0 when the file passes its suite; 1 with the readable report when it does not, or
     with one line when it has no rows or not one partition date; 2 (raised) when it cannot be
     read."""
-    from pipeline_steps.domain import load_domain
+    from pipeline_steps.core.domain import load_domain
     from pipeline_steps.quality.file_check import FileRejected, check_file
     from pipeline_steps.quality.suites import describe
 
@@ -309,7 +281,7 @@ def check_file_command(args: argparse.Namespace) -> int:
 def predict_command(args: argparse.Namespace) -> int:
     """Print the predictions as JSON lines, or write them to ``--output`` and say where; the
     failures of ``serving.predict`` are raised (exit 2)."""
-    from pipeline_steps.serving import check_output, json_lines, predict, write_predictions
+    from pipeline_steps.commands.serving import check_output, json_lines, predict, write_predictions
 
     if args.output:
         check_output(args.output)
@@ -383,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             print(describe_study(load_settings(args.config, args.set), args.study), flush=True)
             return 0
         elif args.command == "rollback":
-            from pipeline_steps.champion import current_user, rollback
+            from pipeline_steps.evaluation.champion import current_user, rollback
 
             move = rollback(
                 load_settings(args.config, args.set),
@@ -400,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "predict":
             return predict_command(args)
         elif args.command == "replay":
-            from pipeline_steps.replay import replay
+            from pipeline_steps.commands.replay import replay
 
             outcome = replay(
                 load_settings(args.config, args.set),
@@ -412,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.render(), flush=True)
             return 0
         else:
-            from pipeline_steps.report import print_report
+            from pipeline_steps.commands.report import print_report
 
             if args.logical_date and (args.start or args.end):
                 raise StepError("--logical-date and --start/--end select runs two ways; use one")

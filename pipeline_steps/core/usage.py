@@ -26,27 +26,123 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import (
-    STEPS,
-    CostRates,
-    ProcessUsage,
-    RunCost,
-    StepCost,
-    StepUsage,
-    UsageOutcome,
-    UsageTotals,
-    load_record,
-    to_json,
-)
-from pipeline_steps.settings import CostSettings
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import OMIT_NONE, STEPS, load_record, to_json
+from pipeline_steps.core.settings import CostSettings
 
 if TYPE_CHECKING:
-    from pipeline_steps.context import RunContext
+    from pipeline_steps.core.context import RunContext
+
+
+UsageOutcome = Literal["succeeded", "failed"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessUsage:
+    """What one attempt of a step process used, from the start of ``trainyard step`` to its end
+    (see ``pipeline_steps/core/usage.py``)."""
+
+    outcome: UsageOutcome
+    started_at: str
+    """UTC, ISO."""
+    finished_at: str
+    host: str
+    wall_s: float
+    cpu_s: float
+    """User + system CPU seconds of the process and of its children it waited for."""
+    peak_rss_bytes: int
+    """The process's peak resident memory (or a waited-for child's, if larger)."""
+    gpus_visible: int = 0
+    """CUDA devices the process could see (``torch.cuda.device_count()``; a pod's GPU limit);
+    0 when the step never imported torch."""
+    gpus_used: int = 0
+    """CUDA devices the process allocated memory on."""
+    gpu_s: float = 0.0
+    """``wall_s`` times ``gpus_used``."""
+    peak_gpu_memory_bytes: int = 0
+    """``torch.cuda.max_memory_allocated`` at its highest, over the devices used."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepUsage:
+    """``runs/<run>/usage/<step>.json``: one step process's usage, attempt after attempt (a
+    retried step adds its attempt). The train step records one file per rank: ``train.json``
+    (rank 0), ``train.rank<N>.json``."""
+
+    step: str
+    run_id: str
+    logical_date: str
+    rank: int = 0
+    world_size: int = 1
+    attempts: list[ProcessUsage] = field(default_factory=list)
+    """Oldest first."""
+    trial: int | None = field(default=None, metadata=OMIT_NONE)
+    """A tuning trial's number (its record is ``runs/<run>/trials/<n>/usage/train.json``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UsageTotals:
+    """Usage summed over processes (ranks and attempts), and its cost."""
+
+    processes: int
+    """Process attempts counted (ranks * attempts)."""
+    failed: int
+    """Of those, the attempts that failed."""
+    wall_s: float
+    """Elapsed seconds: per step, the longest-running rank's over its attempts; per run, the
+    steps' summed."""
+    cpu_s: float
+    gpu_s: float
+    peak_rss_bytes: int
+    """The largest peak of any process counted."""
+    peak_gpu_memory_bytes: int
+    cost: float
+    """``cpu_s``/3600 * cpu_core_hour + ``gpu_s``/3600 * gpu_hour + peak RSS (GiB) * wall
+    (hours) * memory_gib_hour, summed over the processes."""
+
+    @property
+    def peak_rss_gib(self) -> float:
+        return self.peak_rss_bytes / 2**30
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepCost(UsageTotals):
+    """One step's usage over its ranks and attempts, and its cost."""
+
+    step: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostRates:
+    """The ``cost`` settings a cost was computed with."""
+
+    cpu_core_hour: float
+    gpu_hour: float
+    memory_gib_hour: float
+    currency: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCost:
+    """What a run's step processes used and cost (``cost`` in ``lineage.json``)."""
+
+    rates: CostRates
+    steps: list[StepCost]
+    """The steps counted, in run order (a tuning run's trials together as ``trials``)."""
+    total: UsageTotals
+    not_counted: list[str] = field(default_factory=list)
+    """Steps with no usage record when the sum was made. In ``lineage.json`` that is at least
+    ``promote``, which records its usage after writing the lineage; ``trainyard report
+    --costs`` counts it."""
+
+    def step(self, name: str) -> StepCost | None:
+        """The step ``name``'s part, if it is counted."""
+        return next((s for s in self.steps if s.step == name), None)
+
 
 log = logging.getLogger(__name__)
 USAGE_DIR = "usage"

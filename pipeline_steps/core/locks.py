@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline_steps.settings import SettingsError
+from pipeline_steps.core.settings import SettingsError
 
 log = logging.getLogger(__name__)
 WAIT_NOTED_S = 1.0  # a wait longer than this is logged

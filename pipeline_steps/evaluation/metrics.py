@@ -6,7 +6,20 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn import metrics
 
-from pipeline_steps.manifests import HoldoutMetrics
+from pipeline_steps.core.manifests import HoldoutMetrics, Interval
+
+HIGHER_IS_BETTER = {"auc": True, "accuracy": True, "log_loss": False, "brier": False, "ece": False}
+"""The direction of each metric with an interval."""
+
+
+def worst(interval: Interval, metric: str) -> float:
+    """The bound of a difference (first model minus second) least favourable to the first."""
+    return interval.low if HIGHER_IS_BETTER[metric] else interval.high
+
+
+def best(interval: Interval, metric: str) -> float:
+    """The bound of a difference (first model minus second) most favourable to the first."""
+    return interval.high if HIGHER_IS_BETTER[metric] else interval.low
 
 
 def roc_auc(labels: ArrayLike, scores: ArrayLike) -> float:

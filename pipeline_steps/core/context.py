@@ -7,18 +7,12 @@ from datetime import UTC, date, datetime
 from functools import cached_property
 from typing import TypeVar
 
-from pipeline_steps.domain import Domain, load_domain
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import (
-    Manifest,
-    TrialRef,
-    Trigger,
-    load_manifest,
-    load_record,
-    to_json,
-)
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.domain import Domain, load_domain
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import Manifest, TrialRef, load_manifest, load_record, to_json
+from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.trigger import Trigger
 
 M = TypeVar("M", bound=Manifest)
 TRIGGER_FILE = "trigger.json"

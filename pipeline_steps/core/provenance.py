@@ -4,34 +4,94 @@
 versions read, the full settings, the Feast repository's fingerprint, the per-epoch metrics and
 the weights' hash, the holdout scores, the code and package versions it ran with, and what its
 steps used and cost so far (promote's own usage is recorded after it).
-``trainyard replay`` reads it back (see :mod:`pipeline_steps.replay`).
+``trainyard replay`` reads it back (see :mod:`pipeline_steps.commands.replay`).
 """
 
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
 from typing import Any
 
 from pipeline_steps import __version__
-from pipeline_steps.context import RunContext
-from pipeline_steps.fingerprints import json_sha256
-from pipeline_steps.manifests import (
-    CodeVersion,
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.manifests import (
     Decision,
     EvaluateManifest,
     FeaturesManifest,
+    HoldoutMetrics,
+    HoldoutRef,
     IngestManifest,
-    Lineage,
     PartitionRef,
     PartitionRefs,
+    ScoredChampion,
     TrainManifest,
+    TunedParameters,
     to_json,
 )
-from pipeline_steps.settings import PROJECT_ROOT
-from pipeline_steps.usage import read_usage, summarise
+from pipeline_steps.core.settings import PROJECT_ROOT
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.core.usage import RunCost, read_usage, summarise
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CodeVersion:
+    """The code a run executed: the package version and, from a git checkout, the commit."""
+
+    package: str
+    commit: str | None = None
+    dirty: bool = False
+    """The checkout had uncommitted changes to tracked files."""
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return f"{self.package} (no git commit)"
+        changes = " with local changes" if self.dirty else ""
+        return f"{self.package} at {self.commit[:12]}{changes}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lineage:
+    """``runs/<run>/lineage.json``: what a run used and produced, partitions to model version,
+    and what ``trainyard replay`` needs to run it again (fields after ``trigger``)."""
+
+    run_id: str
+    logical_date: str
+    settings_fingerprint: str
+    raw_partitions: dict[str, str]
+    training_inputs: dict[str, Any]
+    training_set_sha256: str
+    mlflow_run_id: str
+    model_uri: str
+    registered_version: str | None
+    """None when the run registered nothing (a replay without ``--promote``)."""
+    decision: Decision
+    trigger: Trigger
+    recorded_at: str = ""
+    code: CodeVersion | None = None
+    packages_sha256: str = ""
+    """sha256 of the installed distributions' names and versions (``packages``)."""
+    packages: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The full settings document (``Settings.to_dict()``), not only its fingerprint."""
+    feature_repo_sha256: str = ""
+    raw_versions: PartitionRefs = field(default_factory=dict)
+    """Every raw version the run read: the day's ingest and the training window's partitions."""
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    weights_sha256: str = ""
+    holdout: HoldoutRef | None = None
+    tuned_from: TunedParameters | None = None
+    """The tuning trial whose parameters trained the model (``train.params_from: tuning``)."""
+    challenger: HoldoutMetrics | None = None
+    champion: ScoredChampion | None = None
+    """The champion the run compared with (as of its date in a backfill)."""
+    cost: RunCost | None = None
+    """What the run's steps used and cost, as recorded when promote wrote this file (promote's
+    own usage is not in it: see ``RunCost.not_counted``)."""
 
 
 @cache

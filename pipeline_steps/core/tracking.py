@@ -9,8 +9,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.manifests import RunCost, Trigger
-from pipeline_steps.settings import MlflowSettings
+from pipeline_steps.core.settings import MlflowSettings
+from pipeline_steps.core.trigger import Trigger
+from pipeline_steps.core.usage import RunCost
 
 log = logging.getLogger(__name__)
 RUN_TAG = "trainyard.run_id"
@@ -141,7 +142,7 @@ def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | No
     among equals); a rollback has no logical date, so it cannot count there. Backfill runs
     never move the alias, so their versions never count. None when no run before ``day``
     promoted anything."""
-    from pipeline_steps.manifests import PROMOTED
+    from pipeline_steps.core.manifests import PROMOTED
 
     versions = client.search_model_versions(f"name = '{settings.registered_model}'")
     recorded = _compared_on(versions, day)

@@ -1,0 +1,194 @@
+"""The example's domain behind one small interface, so the steps stay generic.
+
+A domain says what the data is: its datasets and their column types, which dataset holds the
+labelled rows, how those rows become entity rows (keys, event time, label and the features known
+on the row itself), how the other datasets become the Feast offline sources, and which features
+drift is measured on. The feature columns of the model are the entity-row features plus the
+fields of the domain's Feast feature service. A domain may ship its own source of real data
+(``ingest.source: domain``). ``domain.module`` names the module that exposes it
+as ``DOMAIN``; the shipped example is :mod:`pipeline_steps.domain.flights`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pipeline_steps.core.errors import StepError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.core.settings import FeatureSettings
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a source has a day's data yet; ``final`` when waiting cannot change the answer
+    (the day lies outside the source's declared coverage)."""
+
+    ready: bool
+    message: str
+    final: bool = False
+
+
+class Source(Protocol):
+    """Where ingest reads a day's rows: a domain's own source, or a file or SQL source."""
+
+    @property
+    def name(self) -> str:
+        """Recorded in each partition manifest."""
+        ...
+
+    def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
+        """The rows of ``dataset`` for ``day``, in batches of bounded size."""
+        ...
+
+    def availability(self, dataset: str, day: date) -> Availability:
+        """Whether ``dataset`` has rows for ``day`` yet, read cheaply (no full scan)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FeatureColumns:
+    """The model's inputs, in order: categorical columns, then numeric ones."""
+
+    categorical: list[str]
+    numeric: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Domain(ABC):
+    """What the generic steps need to know about a family of datasets."""
+
+    name: str
+    """Short name, used in messages (e.g. ``flights``)."""
+    datasets: tuple[str, ...]
+    """Datasets ingested and validated per logical date (one suite each)."""
+    labelled_dataset: str
+    """The dataset whose rows are the examples; its validated dates make the window."""
+    schemas: Mapping[str, pa.Schema]
+    """Column types of the datasets the domain knows (sources cast to them)."""
+    feature_service: str
+    """Name of the Feast feature service joined to the entity rows."""
+    key: str
+    """Unique key column of an entity row."""
+    date_column: str
+    """Entity-row column holding the row's logical date (ISO): it splits off the holdout."""
+    label: str
+    """The 0/1 label column of an entity row."""
+    row_features: FeatureColumns
+    """Features computed on the entity row itself (not joined from Feast)."""
+    drift_numeric: tuple[str, ...] = ()
+    """``dataset.column`` numeric features whose drift is measured by default."""
+    drift_categorical: tuple[str, ...] = ()
+    """``dataset.column`` categorical features whose drift is measured by default."""
+    coverage: tuple[date, date] | None = None
+    """First and last day the data may be dated (the source's declared coverage); rows dated
+    outside fail validation. None: no bound but the ingest time."""
+    request_columns: tuple[str, ...] = ()
+    """Columns a row of the labelled dataset must carry to be scored (``trainyard predict``
+    checks a file of rows against them). Empty: every column of the dataset's schema."""
+
+    slice_columns: tuple[str, ...] = ()
+    """Holdout columns whose values are the evaluation's slices by default (``slice_rows`` may
+    derive more)."""
+
+    def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The slice columns of holdout rows, as strings; a domain overrides it to derive slices
+        from features (e.g. bands of an hour)."""
+        return rows[list(self.slice_columns)].astype("string")
+
+    @abstractmethod
+    def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """Entity rows from the labelled dataset's validated rows: the key, ``event_timestamp``,
+        the date column, the join keys of the feature views, the row features and the label."""
+
+    @abstractmethod
+    def feature_sources(
+        self, lake: Lake, days: Sequence[date]
+    ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
+        """The Feast offline sources (name → frame) for a window of validated days, and the
+        partition hashes they were read from (dataset → date → sha256)."""
+
+    def request_rows(self, rows: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """Entity rows for rows to score: ``entity_rows`` without the label. This default needs
+        the label's source columns; a domain whose rows are scored before the outcome is known
+        overrides it."""
+        return self.entity_rows(rows, settings).drop(columns=[self.label])
+
+    def source(self, batch_rows: int) -> Source:
+        """The domain's own source of real data, read when ``ingest.source`` is ``domain`` (the
+        default). A domain without one is ingested from a ``file`` or ``sql`` source."""
+        raise StepError(
+            f"domain {self.name} has no source of its own; set ingest.source to file or sql"
+        )
+
+    def empty_message(self, day: date, source: str) -> str:
+        """Why a day with no labelled rows cannot be trained on, for the user."""
+        return f"source {source} has no {self.labelled_dataset} for {day.isoformat()}"
+
+
+def load_domain(module: str) -> Domain:
+    """The ``DOMAIN`` object of ``module``; a clear error naming the setting when it is absent."""
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        raise StepError(f"domain.module {module!r} cannot be imported: {exc}") from exc
+    domain: Any = getattr(loaded, "DOMAIN", None)
+    if domain is None:
+        raise StepError(f"domain.module {module!r} defines no DOMAIN object")
+    return domain
+
+
+def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
+    """The model's feature columns: the domain's row features, then each field of the Feast
+    feature ``service`` in its order (strings are categorical, every other type numeric)."""
+    from feast.types import String
+
+    categorical, numeric = list(domain.row_features.categorical), list(domain.row_features.numeric)
+    for projection in service.feature_view_projections:
+        for field in projection.features:
+            (categorical if field.dtype == String else numeric).append(field.name)
+    return FeatureColumns(categorical=categorical, numeric=numeric)
+
+
+MISSING_CATEGORY = "<missing>"
+"""What a missing categorical feature value becomes in the model's rows."""
+
+
+def cast_features(rows: pd.DataFrame, columns: FeatureColumns) -> pd.DataFrame:
+    """``rows`` with the model's column types, in place: numeric features float64, categorical
+    ones strings with missing values as ``MISSING_CATEGORY``. The features step, the monitor and
+    serving all type rows this way, so the model sees the same values from each."""
+    for column in columns.numeric:
+        rows[column] = rows[column].astype("float64")
+    for column in columns.categorical:
+        rows[column] = rows[column].astype("string").fillna(MISSING_CATEGORY).astype(object)
+    return rows
+
+
+def read_validated(
+    lake: Lake, dataset: str, days: Sequence[date]
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The validated partitions of ``dataset`` on ``days`` as one frame, and each one's sha256
+    by date; days without a validated partition are skipped, none at all is an error. A pinned
+    lake gives the pinned versions (``Lake.validated_partition``)."""
+    import pandas as pd
+
+    frames, hashes = [], {}
+    for day in days:
+        folder = lake.validated_partition(dataset, day)
+        if folder is None:
+            continue
+        frames.append(lake.read_table(folder, "data.parquet").to_pandas())
+        hashes[day.isoformat()] = lake.partition_manifest(folder).sha256
+    if not frames:
+        raise StepError(f"no validated {dataset} partitions for {days[0]}..{days[-1]}")
+    return pd.concat(frames, ignore_index=True), hashes
