@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo tune test lint format airflow mlflow optuna prod-up prod-down clean
+.PHONY: help venv airflow-db demo tune test test-fast lint format airflow mlflow optuna prod-up prod-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -45,7 +45,11 @@ test: $(STAMP) ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy pipeline_steps
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=30
+
+test-fast: $(STAMP) ## ruff + the tests not marked slow: the inner loop (under 5 minutes)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m "not slow" --durations=10
 
 lint: $(STAMP) ## ruff + mypy only
 	$(BIN)/ruff check .

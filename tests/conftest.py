@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
@@ -63,6 +65,15 @@ def seeded_home() -> Path:
         ingest(ctx)
         validate(ctx)
     return home
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """The run's one Airflow metadata DB (SQLite under ``AIRFLOW_HOME``), migrated once."""
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
+    )
+    return Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
 
 
 @pytest.fixture

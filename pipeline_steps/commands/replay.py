@@ -33,7 +33,12 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake, safe_run_key
 from pipeline_steps.core.manifests import ManifestError, PartitionRefs, load_record, to_json
 from pipeline_steps.core.provenance import Lineage, build_lineage, code_version
-from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.settings import (
+    RETIRED_SETTINGS,
+    Settings,
+    load_settings,
+    without_retired,
+)
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.steps.registry import local_argv, step_argv, step_function
 
@@ -143,8 +148,9 @@ def pins_of(refs: PartitionRefs) -> dict[str, str]:
 
 def replay_settings(original: Lineage, promote: bool, overrides: list[str], path: Path) -> Settings:
     """The recorded settings document with the raw versions pinned and promotion skipped
-    (unless ``promote``), then ``overrides``; written to ``path`` for the train process."""
-    document: dict[str, Any] = json.loads(json.dumps(original.settings))
+    (unless ``promote``), then ``overrides``; written to ``path`` for the train process. Settings
+    this version retired are left out: they configured nothing a replay reproduces."""
+    document: dict[str, Any] = without_retired(json.loads(json.dumps(original.settings)))
     document["ingest"]["pins"] = pins_of(original.raw_versions)
     document["promotion"] |= {"skip": not promote, "force": False, "reason": ""}
     # the lineage holds the values trained with (tuned ones included), not the newest study's
@@ -255,7 +261,9 @@ def diff(original: Lineage, replayed: Lineage, lake: Lake) -> list[DiffLine]:
     keys = sorted(
         k
         for k in set(before) | set(after)
-        if k not in REPLAY_SETTINGS and not k.startswith(PRICING_SECTION)
+        if k not in REPLAY_SETTINGS
+        and k not in RETIRED_SETTINGS
+        and not k.startswith(PRICING_SECTION)
     )
     settings_changed = [k for k in keys if before.get(k) != after.get(k)]
     lines.append(

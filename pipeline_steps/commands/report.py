@@ -178,13 +178,6 @@ def summarise(
             "cached: these partitions were validated before" if cached else f"{checks} expectations"
         )
         lines.append(f"  validation           {run.validate.verdict} ({how})")
-        drift = run.validate.drift
-        verdict = (
-            ("detected on " + ", ".join(drift.crossed))
-            if drift.drift_detected
-            else "none above thresholds"
-        )
-        lines.append(f"  drift of the day     {verdict} ({drift.reference}; {drift.report})")
     else:
         lines.append("  validation           not passed (see reports/validation/)")
     if run.features:

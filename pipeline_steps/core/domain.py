@@ -2,11 +2,11 @@
 
 A domain says what the data is: its datasets and their column types, which dataset holds the
 labelled rows, how those rows become entity rows (keys, event time, label and the features known
-on the row itself), how the other datasets become the Feast offline sources, and which features
-drift is measured on. The feature columns of the model are the entity-row features plus the
-fields of the domain's Feast feature service. A domain may ship its own source of real data
-(``ingest.source: domain``). ``domain.module`` names the module that exposes it
-as ``DOMAIN``; the shipped example is :mod:`pipeline_steps.domain.flights`.
+on the row itself) and how the other datasets become the Feast offline sources. The feature
+columns of the model are the entity-row features plus the fields of the domain's Feast feature
+service. A domain may ship its own source of real data (``ingest.source: domain``).
+``domain.module`` names the module that exposes it as ``DOMAIN``; the shipped example is
+:mod:`pipeline_steps.domain.flights`.
 """
 
 from __future__ import annotations
@@ -85,10 +85,6 @@ class Domain(ABC):
     """The 0/1 label column of an entity row."""
     row_features: FeatureColumns
     """Features computed on the entity row itself (not joined from Feast)."""
-    drift_numeric: tuple[str, ...] = ()
-    """``dataset.column`` numeric features whose drift is measured by default."""
-    drift_categorical: tuple[str, ...] = ()
-    """``dataset.column`` categorical features whose drift is measured by default."""
     coverage: tuple[date, date] | None = None
     """First and last day the data may be dated (the source's declared coverage); rows dated
     outside fail validation. None: no bound but the ingest time."""

@@ -155,7 +155,8 @@ class DatasetVerdict:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSummary:
-    """The day's drift verdict; the full report is ``report`` (HTML) beside its JSON."""
+    """The day's drift verdict that the validate step of earlier versions recorded; the full
+    report was ``report`` (HTML) beside its JSON."""
 
     drift_detected: bool
     crossed: list[str]
@@ -169,7 +170,10 @@ class ValidateManifest(Manifest):
     STEP: ClassVar[str] = "validate"
     verdict: Literal["passed"]
     datasets: dict[str, DatasetVerdict]
-    drift: DriftSummary
+    drift: DriftSummary | None = field(default=None, metadata=OMIT_NONE)
+    """No longer written: drift is measured by the drift monitor (the ``monitor`` step). Read
+    only from manifests recorded by earlier versions, whose validate step measured the day's
+    drift for reading."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,6 +32,39 @@ class SettingsError(ValueError):
     """A setting is unknown, has the wrong type or an invalid value; the message names it."""
 
 
+_MONITOR_MEASURES_DRIFT = (
+    "drift is measured by the drift monitor now (flight_delay_drift_monitor, docs/drift.md), "
+    "not by the validate step; remove the key (the monitor's drift.* settings: "
+    "docs/configuration.md)"
+)
+RETIRED_SETTINGS: dict[str, str] = dict.fromkeys(
+    (
+        "drift.numeric",
+        "drift.categorical",
+        "drift.psi_threshold",
+        "drift.js_threshold",
+        "drift.missing_threshold",
+        "drift.sample_size",
+        "drift.batch_rows",
+    ),
+    _MONITOR_MEASURES_DRIFT,
+)
+"""Settings earlier versions read, and why they are gone: setting one stops with that reason."""
+
+
+def without_retired(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A settings document (``Settings.to_dict()``, as a run recorded it) without the retired
+    settings, so that one recorded by an earlier version loads."""
+    return {
+        section: (
+            {k: v for k, v in values.items() if f"{section}.{k}" not in RETIRED_SETTINGS}
+            if isinstance(values, Mapping)
+            else values
+        )
+        for section, values in document.items()
+    }
+
+
 def _home(environ: Mapping[str, str]) -> Path:
     """Where the embedded default keeps its state: ``TRAINYARD_HOME``, else ``./.trainyard``."""
     return Path(environ.get("TRAINYARD_HOME", Path.cwd() / ".trainyard")).resolve()
@@ -47,7 +80,7 @@ class LakeSettings:
 class DomainSettings:
     module: str = "pipeline_steps.domain.flights"
     """Importable module whose ``DOMAIN`` object describes the data: datasets and their types,
-    the labelled dataset, entity rows and label, Feast sources and service, drift features
+    the labelled dataset, entity rows and label, Feast sources and service
     (see ``pipeline_steps/domain/``). The default is the shipped NYC flights example."""
 
 
@@ -241,26 +274,13 @@ class ValidationSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSettings:
+    """The drift monitor's settings (``flight_delay_drift_monitor``, the ``monitor`` step)."""
+
     reference_days: int = 14
-    """Trailing validated days used as reference when no champion records its training window."""
-    numeric: tuple[str, ...] = ()
-    """Numeric ``dataset.column`` features compared by PSI over reference-quantile bins; empty:
-    the domain's (for flights: distance, schedule, arrival delay and six weather readings)."""
-    categorical: tuple[str, ...] = ()
-    """Categorical ``dataset.column`` features compared by Jensen-Shannon distance; empty: the
-    domain's (for flights: carrier, origin, destination)."""
+    """Monitor: validated days before the current window used as reference when the champion's
+    recorded training days before it are fewer than ``min_reference_days``."""
     bins: int = 10
-    """Quantile bins of the reference for PSI."""
-    psi_threshold: float = 0.2
-    """PSI above this is drift."""
-    js_threshold: float = 0.1
-    """Jensen-Shannon distance (base 2, in [0, 1]) above this is drift."""
-    missing_threshold: float = 0.05
-    """A change in the share of missing values above this is drift."""
-    sample_size: int = 100_000
-    """Reference values sampled (reservoir) per numeric feature to place the bin edges."""
-    batch_rows: int = 65_536
-    """Rows read per batch: memory stays bounded whatever the partition size."""
+    """Monitor: quantile bins of the reference for the PSI of numeric features and scores."""
     current_days: int = 7
     """Monitor: validated days ending at D that form the current window compared with the
     reference. One day of flights is too few rows, and its weather too few hours, to tell a shift
@@ -326,9 +346,6 @@ class DriftSettings:
             raise SettingsError(
                 f"drift.triggers has unknown signal(s) {unknown}; known: label, prediction, input"
             )
-        for name in (*self.numeric, *self.categorical):
-            if name.count(".") != 1:
-                raise SettingsError(f"drift feature {name!r} must read 'dataset.column'")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -814,6 +831,10 @@ def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
 def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
+    retired = sorted(f"{section}.{k}" for k in values if f"{section}.{k}" in RETIRED_SETTINGS)
+    if retired:
+        reasons = dict.fromkeys(RETIRED_SETTINGS[k] for k in retired)
+        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {'; '.join(reasons)}")
     unknown = sorted(set(values) - known)
     if unknown:
         raise SettingsError(

@@ -1,1 +1,2 @@
-"""Data quality: Great Expectations suites, chunked validation, custom expectations, drift."""
+"""Data quality: Great Expectations suites, chunked validation, custom expectations, the drift
+monitor's calibrated statistics."""

@@ -34,8 +34,8 @@ import pandas as pd
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import DriftSignal, SignalKind, StatisticName
 from pipeline_steps.core.settings import DriftSettings
-from pipeline_steps.quality.drift import EPS
 
+EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
 PREDICTION = "prediction"
 LABEL = "label"
 INPUTS = "inputs"

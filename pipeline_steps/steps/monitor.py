@@ -64,14 +64,29 @@ class Champion:
 def champion_model(ctx: RunContext) -> Champion | None:
     """The champion, or None when there is none."""
     from pipeline_steps.core.tracking import champion_version, connect
-    from pipeline_steps.quality.drift import champion_window
 
     mlflow_settings = ctx.settings.mlflow
-    version = champion_version(connect(mlflow_settings), mlflow_settings)
+    client = connect(mlflow_settings)
+    version = champion_version(client, mlflow_settings)
     if version is None:
         return None
     uri = f"models:/{mlflow_settings.registered_model}/{version.version}"
-    return Champion(version=str(version.version), model_uri=uri, window=champion_window(ctx))
+    window = training_window(client, version.run_id)
+    return Champion(version=str(version.version), model_uri=uri, window=window)
+
+
+def training_window(client: Any, run_id: str | None) -> tuple[date, date] | None:
+    """First and last training day of a model version, as its MLflow run recorded them (None
+    without a run, or for a run that did not record them)."""
+    if not run_id:
+        return None
+    tags = client.get_run(run_id).data.tags
+    if "trainyard.train_first_day" not in tags:
+        return None
+    return (
+        date.fromisoformat(tags["trainyard.train_first_day"]),
+        date.fromisoformat(tags["trainyard.train_last_day"]),
+    )
 
 
 def scorer(model_uri: str, features: list[str]) -> Callable[[pd.DataFrame], np.ndarray]:

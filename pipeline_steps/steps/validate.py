@@ -4,7 +4,8 @@ Passing partitions are published to ``validated/``; failing ones go to ``quarant
 report, any earlier validated copy of that date is withdrawn, and the step fails with a message
 naming the partition, the failed expectations, the columns and example values. Results (JSON)
 and Data Docs (HTML) are kept under ``reports/validation/date=D/``. A run with ``ingest.pins``
-(a replay) validates its pinned versions and publishes nothing.
+(a replay) validates its pinned versions and publishes nothing. Drift is not measured here: the
+drift monitor (:mod:`pipeline_steps.steps.monitor`) measures it over a window of days.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from pipeline_steps.core.manifests import (
     to_json,
 )
 from pipeline_steps.core.settings import ValidationSettings
-from pipeline_steps.quality.drift import drift_report
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     PRESENT_MIN,
@@ -183,7 +183,6 @@ def validate(ctx: RunContext) -> ValidateManifest:
         logical_date=day.isoformat(),
         verdict="passed",
         datasets={dataset: judged.verdict for dataset, judged in verdicts.items()},
-        drift=drift_report(ctx),
     )
     return ctx.record(manifest)
 

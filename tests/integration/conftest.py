@@ -1,7 +1,6 @@
 """The Airflow home the integration tests run their DAGs in (see ``pipeline_runs.dag_test``)."""
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -10,13 +9,11 @@ from tests.conftest import WINDOW
 
 
 @pytest.fixture
-def airflow_env(lake_home, monkeypatch):
-    """A migrated Airflow metadata DB; the steps see the seeded lake and the short window."""
+def airflow_env(airflow_db, lake_home, monkeypatch):
+    """The run's migrated Airflow metadata DB; the steps see the seeded lake and the short
+    window."""
     monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
     monkeypatch.setenv("TRAINYARD_FEATURES__WINDOW_DAYS", str(WINDOW))
     # Task subprocesses find `trainyard` and `torchrun` beside this interpreter.
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
-    )
     return lake_home

@@ -158,6 +158,24 @@ def _other_model(settings) -> None:
         client.create_model_version("other", source)
 
 
+@pytest.fixture(scope="module")
+def refusal_registry(tmp_path_factory):
+    """One registry for every refused rollback (a refusal changes nothing): versions 1 and 2
+    promoted, 3 registered by hand, and another model's versions 1..4; and its state."""
+    from pipeline_steps.core.settings import load_settings
+
+    home = tmp_path_factory.mktemp("refusals") / "home"
+    settings = load_settings(
+        overrides=["gate.min_auc=0.6", "gate.max_auc_drop=0.0"],
+        environ={"TRAINYARD_HOME": str(home)},
+    )
+    _promote(settings, "run-1", 0.7)
+    _promote(settings, "run-2", 0.8)
+    _unregistered_version(settings)
+    _other_model(settings)  # its version 4 is not flight_delay's
+    return settings, _registry(settings)
+
+
 @pytest.mark.parametrize(
     ("to_version", "reason", "message"),
     [
@@ -170,12 +188,8 @@ def _other_model(settings) -> None:
         ("3", "r", r"--to-version 3: no promote decision is recorded on it"),
     ],
 )
-def test_a_refused_rollback_changes_nothing(settings, to_version, reason, message) -> None:
-    _promote(settings, "run-1", 0.7)
-    _promote(settings, "run-2", 0.8)
-    _unregistered_version(settings)
-    _other_model(settings)  # its version 4 is not flight_delay's
-    before = _registry(settings)
+def test_a_refused_rollback_changes_nothing(refusal_registry, to_version, reason, message) -> None:
+    settings, before = refusal_registry
     with pytest.raises(StepError, match=message):
         rollback(settings, to_version, reason, "ada")
     assert _registry(settings) == before

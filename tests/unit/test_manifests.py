@@ -8,10 +8,13 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import (
     STEPS,
+    DatasetVerdict,
+    DriftSummary,
     FeaturesManifest,
     IngestManifest,
     ManifestError,
     TrainManifest,
+    ValidateManifest,
     load_manifest,
 )
 from tests.conftest import FIRST_DAY
@@ -90,3 +93,46 @@ def test_undefined_metrics_travel_as_strict_json_and_come_back_as_nan() -> None:
     line = json.dumps(evaluation.to_json(), allow_nan=False)
     back = load_manifest(EvaluateManifest, json.loads(line), "evaluate.json")
     assert math.isnan(back.slices[0].challenger.auc) and back.slices[0].challenger.log_loss == 0.1
+
+
+def _validate_manifest() -> ValidateManifest:
+    flights = DatasetVerdict(
+        success=True,
+        status="validated",
+        report="r.json",
+        data_docs=None,
+        evaluated=53,
+        failed=0,
+        warnings=[],
+    )
+    return ValidateManifest(
+        logical_date="2013-06-02", verdict="passed", datasets={"flights": flights}
+    )
+
+
+def test_a_validate_manifest_carries_no_drift_and_an_earlier_one_with_drift_still_loads() -> None:
+    manifest = _validate_manifest()
+    payload = manifest.to_json()
+    assert "drift" not in payload  # drift is the monitor's; validate writes none, not even null
+    assert load_manifest(ValidateManifest, payload, "validate.json") == manifest
+    # as the validate step of earlier versions recorded it, with the day's drift reading
+    old = {
+        **payload,
+        "run_id": "scheduled__2013-06-02",
+        "drift": {
+            "drift_detected": True,
+            "crossed": ["weather.temp"],
+            "reference": "trailing 14 validated days",
+            "values": {"weather.temp": 0.31, "flights.carrier": 0.02},
+            "report": "/lake/reports/drift/date=2013-06-02/drift.html",
+        },
+    }
+    loaded = load_manifest(ValidateManifest, json.loads(json.dumps(old)), "validate.json")
+    assert loaded.datasets == manifest.datasets and loaded.run_id == "scheduled__2013-06-02"
+    assert loaded.drift == DriftSummary(
+        drift_detected=True,
+        crossed=["weather.temp"],
+        reference="trailing 14 validated days",
+        values={"weather.temp": 0.31, "flights.carrier": 0.02},
+        report="/lake/reports/drift/date=2013-06-02/drift.html",
+    )

@@ -192,3 +192,23 @@ def test_the_event_extra_carries_the_contract(lake_home: Path, make_settings) ->
     assert all({"statistic", "value", "threshold"} <= set(f) for f in extra["features"])
     payload = load_manifest(MonitorManifest, printed.to_json(), "printed line")
     assert payload == printed
+
+
+def test_the_champions_training_window_is_what_its_run_recorded() -> None:
+    from types import SimpleNamespace
+
+    from pipeline_steps.steps.monitor import training_window
+
+    runs = {
+        "trained": {
+            "trainyard.train_first_day": "2013-05-03",
+            "trainyard.train_last_day": "2013-05-31",
+        },
+        "older": {"mlflow.runName": "trained before the window was tagged"},
+    }
+    client = SimpleNamespace(
+        get_run=lambda run_id: SimpleNamespace(data=SimpleNamespace(tags=runs[run_id]))
+    )
+    assert training_window(client, "trained") == (date(2013, 5, 3), date(2013, 5, 31))
+    assert training_window(client, "older") is None
+    assert training_window(client, None) is None and training_window(client, "") is None

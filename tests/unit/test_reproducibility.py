@@ -150,3 +150,34 @@ def test_every_run_has_its_own_feast_folder(make_settings) -> None:
     assert feast_dir("backfill__2013-06-03").startswith("features/runs/")
     ctx = RunContext(run_id="r", logical_date=date(2013, 6, 4), settings=make_settings())
     assert ctx.lake.pins == {}
+
+
+def test_a_replay_of_a_run_recorded_with_retired_settings_leaves_them_out(
+    make_settings, tmp_path
+) -> None:
+    """Runs recorded while validate still measured drift carry its ``drift.*`` settings."""
+    from pipeline_steps.commands.replay import diff, replay_settings
+
+    settings = make_settings()
+    recorded = to_json(settings.to_dict())
+    recorded["drift"] |= {"psi_threshold": 0.2, "numeric": [], "batch_rows": 65_536}
+    original = Lineage(
+        run_id="r1",
+        logical_date="2013-06-04",
+        settings_fingerprint="f",
+        raw_partitions={},
+        training_inputs={},
+        training_set_sha256="t",
+        mlflow_run_id="m",
+        model_uri="runs:/m/model",
+        registered_version=None,
+        decision="rejected",
+        trigger=Trigger(),
+        settings=recorded,
+    )
+    replayed_settings = replay_settings(original, False, [], tmp_path / "replay.yaml")
+    assert replayed_settings.drift == settings.drift
+    replayed = replace(original, settings=to_json(replayed_settings.to_dict()))
+    lines = diff(original, replayed, Lake(settings.lake.root))
+    settings_line = next(line for line in lines if line.item == "settings")
+    assert settings_line.identical, settings_line.detail

@@ -85,3 +85,48 @@ def test_every_setting_is_documented_in_its_section() -> None:
         assert section.name in sections, f"docs/configuration.md has no section {section.name}"
         for key in dataclasses.fields(section.default_factory()):  # type: ignore[misc]
             assert f"`{key.name}`" in sections[section.name], f"{section.name}.{key.name}"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "numeric",
+        "categorical",
+        "psi_threshold",
+        "js_threshold",
+        "missing_threshold",
+        "sample_size",
+        "batch_rows",
+    ],
+)
+def test_a_retired_drift_setting_names_the_key_and_the_monitor(tmp_path: Path, key: str) -> None:
+    environ = {"TRAINYARD_HOME": str(tmp_path)}
+    said = rf"retired setting\(s\) drift\.{key}: drift is measured by the drift monitor now"
+    with pytest.raises(SettingsError, match=said):
+        load_settings(overrides=[f"drift.{key}=1"], environ=environ)
+    config = tmp_path / "old.yaml"
+    config.write_text(f"drift:\n  {key}: 1\n  current_days: 7\n")
+    with pytest.raises(SettingsError, match=said):
+        load_settings(config, environ=environ)
+    with pytest.raises(SettingsError, match=said):
+        load_settings(environ={**environ, f"TRAINYARD_DRIFT__{key.upper()}": "1"})
+
+
+def test_a_recorded_settings_document_loads_without_its_retired_keys(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    from pipeline_steps.core.settings import RETIRED_SETTINGS, without_retired
+
+    environ = {"TRAINYARD_HOME": str(tmp_path)}
+    document = json.loads(json.dumps(load_settings(environ=environ).to_dict()))
+    current = {f"{section}.{key}" for section, values in document.items() for key in values}
+    assert not current & set(RETIRED_SETTINGS)  # a retired key is no setting any more
+    # as an earlier version recorded it (a lineage's settings, read back by a replay)
+    document["drift"] |= {"psi_threshold": 0.2, "numeric": [], "sample_size": 100_000}
+    config = tmp_path / "recorded.yaml"
+    config.write_text(yaml.safe_dump(without_retired(document)))
+    assert (
+        load_settings(config, environ=environ).to_dict() == load_settings(environ=environ).to_dict()
+    )
