@@ -4,6 +4,10 @@ A checkpoint is named by the optimizer step it was taken after (``step-00000123.
 one ``TrainingState`` (``state.py``): model, optimizer and schedule states, the position in the
 epoch, early-stopping state with the best epoch's weights, every rank's RNG states and the
 config hash. Checkpoints of an earlier layout are ignored: training starts fresh.
+
+``Checkpoints`` are one run's: their folder, how many are kept, the config hash they are valid
+for and the training processes; the loop resumes its ``Fit`` from the newest and writes it
+(every rank's RNG states gathered, rank 0 writing) with one call each.
 """
 
 from __future__ import annotations
@@ -11,11 +15,15 @@ from __future__ import annotations
 import io
 import logging
 import re
+from dataclasses import dataclass
 
 import torch
 
 from pipeline_steps.core.lake import Lake
-from pipeline_steps.steps.train.state import LayoutError, TrainingState
+from pipeline_steps.core.manifests import LoopPosition
+from pipeline_steps.steps.train import distributed
+from pipeline_steps.steps.train.distributed import Processes
+from pipeline_steps.steps.train.state import Fit, LayoutError, TrainingState
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"step-(\d+)\.pt$")
@@ -75,3 +83,33 @@ def load_latest(lake: Lake, folder: str, config_hash: str) -> TrainingState | No
     if found:
         log.warning("no checkpoint in %s can be resumed from; training starts fresh", folder)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """One run's checkpoints: where, how many kept, the config hash they are valid for, and the
+    training processes that save them."""
+
+    lake: Lake
+    folder: str
+    config_hash: str
+    keep: int
+    processes: Processes
+
+    def resume(self, fit: Fit) -> LoopPosition | None:
+        """Resume ``fit``, and this rank's RNG states, from the newest checkpoint of these
+        settings that loads (``load_latest``); returns its position, None when there is none
+        (``fit`` starts fresh)."""
+        state = load_latest(self.lake, self.folder, self.config_hash)
+        if state is None:
+            return None
+        fit.resume(state)
+        distributed.set_rng_state(state.rng[self.processes.rank])
+        return fit.position
+
+    def write(self, fit: Fit, at: LoopPosition) -> None:
+        """Checkpoint ``fit`` at ``at`` (``save``). Every rank calls it: each rank's RNG states
+        are gathered, for an exact resume; rank 0 writes."""
+        rng = distributed.gather(distributed.get_rng_state(), self.processes)
+        if self.processes.master:
+            save(self.lake, self.folder, fit.state(at, rng, self.config_hash), keep=self.keep)

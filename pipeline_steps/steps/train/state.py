@@ -5,6 +5,9 @@ model, optimizer and schedule states (and the best epoch's weights), every rank'
 and what the state is valid for (the config hash and the world size). ``checkpoint`` writes it
 as a plain dict (``to_checkpoint``) marked with ``LAYOUT``, and reads it back
 (``from_checkpoint``), so a file of another layout is recognised instead of half-loaded.
+
+``Fit`` is the same training while it runs: the live model, optimizer and schedule and how far
+the loop got; ``state`` takes a ``TrainingState`` of it, ``resume`` restores one into it.
 """
 
 from __future__ import annotations
@@ -108,6 +111,56 @@ class TrainingState:
             world_size=content["world_size"],
             config_hash=content["config_hash"],
         )
+
+
+@dataclass(kw_only=True, slots=True)
+class Fit:
+    """The training in memory: model, optimizer and schedule, and how far the loop got."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    position: LoopPosition = field(default_factory=LoopPosition)
+    stopping: EarlyStopping = field(default_factory=EarlyStopping)
+    history: list[EpochRecord] = field(default_factory=list)
+    """The finished epochs, in order."""
+    best_weights: dict[str, torch.Tensor] | None = None
+    """The weights of the epoch with the lowest validation loss so far, on the CPU."""
+
+    def state(self, at: LoopPosition, rng: list[RngState], config_hash: str) -> TrainingState:
+        """The training state at ``at`` (after an optimizer step), with every rank's RNG
+        states (``rng``, by rank) and the config hash it is valid for."""
+        return TrainingState(
+            position=at,
+            stopping=self.stopping,
+            history=self.history,
+            model=self.model.state_dict(),
+            best_model=self.best_weights,
+            optimizer=self.optimizer.state_dict(),
+            scheduler=self.scheduler.state_dict(),
+            rng=rng,
+            world_size=len(rng),
+            config_hash=config_hash,
+        )
+
+    def resume(self, state: TrainingState) -> None:
+        """Load ``state``'s model, optimizer and schedule and continue from its position."""
+        self.model.load_state_dict(state.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.scheduler.load_state_dict(state.scheduler)
+        self.position, self.stopping, self.history = state.position, state.stopping, state.history
+        self.best_weights = state.best_model
+
+    def end_epoch(self, epoch: int, metrics: dict[str, float], patience: int, step: int) -> None:
+        """Record the finished ``epoch`` (``step`` optimizer steps taken in all): its metrics
+        join the history, its weights are kept when its validation loss is the best so far,
+        and the loop moves to the next epoch's start."""
+        self.history.append({"epoch": epoch, **metrics})
+        if self.stopping.observe(epoch, metrics["val_loss"], patience):
+            self.best_weights = {
+                k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()
+            }
+        self.position = LoopPosition(epoch=epoch + 1, epoch_batches=0, step=step)
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
