@@ -3,7 +3,10 @@ without running them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipeline_steps.core.manifests import (
+    DatasetVerdict,
     EvaluateManifest,
     FeaturesManifest,
     FrozenSet,
@@ -16,7 +19,10 @@ from pipeline_steps.core.manifests import (
     ScoredChampion,
     TrainingSets,
     TrainManifest,
+    ValidateManifest,
 )
+from pipeline_steps.core.provenance import Lineage
+from pipeline_steps.core.trigger import Trigger
 
 DAY = "2013-06-04"
 
@@ -108,3 +114,42 @@ def evaluate_manifest(
         champion=champion,
         differences=differences,
     )
+
+
+def validate_manifest(
+    status: str = "validated", evaluated: int = 53, **fields: Any
+) -> ValidateManifest:
+    """A passed validation of the day's flights (``fields`` override the manifest's)."""
+    flights = DatasetVerdict(
+        success=True,
+        status=status,
+        report="r.json",
+        data_docs=None,
+        evaluated=evaluated,
+        failed=0,
+        warnings=[],
+    )
+    values: dict[str, Any] = {
+        "logical_date": "2013-06-02",
+        "verdict": "passed",
+        "datasets": {"flights": flights},
+    }
+    return ValidateManifest(**(values | fields))
+
+
+def lineage(**fields: Any) -> Lineage:
+    """A run's lineage that registered nothing (``fields`` override its values)."""
+    values: dict[str, Any] = {
+        "run_id": "r",
+        "logical_date": DAY,
+        "settings_fingerprint": "f",
+        "raw_partitions": {},
+        "training_inputs": {},
+        "training_set_sha256": "t",
+        "mlflow_run_id": "m",
+        "model_uri": "u",
+        "registered_version": None,
+        "decision": "skipped",
+        "trigger": Trigger(),
+    }
+    return Lineage(**(values | fields))

@@ -831,11 +831,10 @@ def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
 def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    retired = sorted(f"{section}.{k}" for k in values if f"{section}.{k}" in RETIRED_SETTINGS)
-    if retired:
-        reasons = dict.fromkeys(RETIRED_SETTINGS[k] for k in retired)
-        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {'; '.join(reasons)}")
     unknown = sorted(set(values) - known)
+    if retired := [f"{section}.{k}" for k in unknown if f"{section}.{k}" in RETIRED_SETTINGS]:
+        why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
+        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {why}")
     if unknown:
         raise SettingsError(
             f"unknown setting(s) {', '.join(f'{section}.{k}' for k in unknown)}; "

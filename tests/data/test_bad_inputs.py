@@ -19,6 +19,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
+from tests.data.conftest import validate_file
 
 RAW = f"raw/flights/date={FIRST_DAY}/version=0001"
 
@@ -107,15 +108,11 @@ def test_truncated_parquet_is_reported_as_unreadable(run: RunContext) -> None:
 
 
 def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
+    """``trainyard validate --path`` as its own process, as a user runs it (a CSV that fails to
+    convert once made the process abort at exit)."""
     good = run.lake.path(RAW, "data.parquet")
-    command = [
-        sys.executable,
-        "-m",
-        "pipeline_steps.commands.cli",
-        "validate",
-        "--suite",
-        "flights",
-    ]
+    cli = [sys.executable, "-m", "pipeline_steps.commands.cli"]
+    command = [*cli, "validate", "--suite", "flights"]
     passed = subprocess.run([*command, "--path", good], capture_output=True, text=True)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "passed suite 'flights'" in passed.stdout
@@ -131,25 +128,9 @@ def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
     assert f"file {csv} cannot be read" in broken.stderr and "Traceback" not in broken.stderr
 
     pq.write_table(pq.read_table(good).drop_columns(["dest"]), tmp_path / "no_dest.parquet")
-    failed = subprocess.run(
-        [*command, "--path", str(tmp_path / "no_dest.parquet"), "--date", str(date(2013, 6, 4))],
-        capture_output=True,
-        text=True,
-    )
+    failed = validate_file(tmp_path / "no_dest.parquet", "--date", str(date(2013, 6, 4)))
     assert failed.returncode == 1
     assert "expect_table_columns_to_match_set" in failed.stdout and "dest" in failed.stdout
-
-
-def _validate_file(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "pipeline_steps.commands.cli",
-        "validate",
-        "--suite",
-        "flights",
-    ]
-    return subprocess.run([*command, "--path", str(path), *extra], capture_output=True, text=True)
 
 
 def _one_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -169,7 +150,7 @@ def test_a_file_without_rows_fails_with_one_line(tmp_path: Path, run: RunContext
         ("header.csv", "has no rows (only a header)"),
         ("zero.csv", "is empty (0 bytes)"),
     ]:
-        done = _validate_file(tmp_path / name)
+        done = validate_file(tmp_path / name)
         assert done.returncode == 1, done.stdout + done.stderr
         assert f"file {tmp_path / name} {said}" in _one_line(done)
 
@@ -180,25 +161,25 @@ def test_a_file_of_several_dates_lists_them_or_is_split(tmp_path: Path, run: Run
     next_day = pc.add(other["time_hour"], pa.scalar(86_400_000_000, pa.duration("us")))
     other = _set(other, "time_hour", next_day.cast(other.schema.field("time_hour").type))
     pq.write_table(pa.concat_tables([table, other]), tmp_path / "two.parquet")
-    done = _validate_file(tmp_path / "two.parquet")
+    done = validate_file(tmp_path / "two.parquet")
     assert done.returncode == 1
     following = date(FIRST_DAY.year, FIRST_DAY.month, FIRST_DAY.day + 1)
     assert (
         f"holds several dates: {FIRST_DAY} ({table.num_rows} rows), {following} (3 rows)"
         in _one_line(done)
     )
-    split = _validate_file(tmp_path / "two.parquet", "--split-by-date")
+    split = validate_file(tmp_path / "two.parquet", "--split-by-date")
     assert split.returncode == 0, split.stdout + split.stderr
     assert f"(date {FIRST_DAY}) passed" in split.stdout
     assert f"(date {following}) passed" in split.stdout
-    dated = _validate_file(tmp_path / "two.parquet", "--date", str(FIRST_DAY))
+    dated = validate_file(tmp_path / "two.parquet", "--date", str(FIRST_DAY))
     assert dated.returncode == 1 and "on column 'day'" in dated.stdout
 
 
 def test_a_file_without_its_date_columns_names_them(tmp_path: Path, run: RunContext) -> None:
     table = pq.read_table(run.lake.path(RAW, "data.parquet"))
     pq.write_table(table.drop_columns(["day"]), tmp_path / "no_day.parquet")
-    done = _validate_file(tmp_path / "no_day.parquet")
+    done = validate_file(tmp_path / "no_day.parquet")
     assert done.returncode == 1
     assert "date cannot be inferred, column(s) ['day'] missing" in _one_line(done)
 

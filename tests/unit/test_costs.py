@@ -23,7 +23,6 @@ from pipeline_steps.core.lake import Lake, safe_run_key
 from pipeline_steps.core.manifests import TrialRef, load_record, to_json
 from pipeline_steps.core.provenance import Lineage
 from pipeline_steps.core.settings import CostSettings, SettingsError, load_settings
-from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import (
     ProcessUsage,
     StepUsage,
@@ -36,7 +35,7 @@ from pipeline_steps.core.usage import (
 )
 from pipeline_steps.core.usage import summarise as summarise_usage
 from pipeline_steps.steps.promote import promote
-from tests.manifests import ingest_manifest, train_manifest
+from tests.manifests import ingest_manifest, lineage, train_manifest
 from tests.unit.test_promote import _prepare
 
 DAY = date(2013, 6, 4)
@@ -437,25 +436,16 @@ def test_a_tuning_runs_trials_are_counted_together(ctx, monkeypatch) -> None:
 def test_a_replay_does_not_report_new_rates_as_a_difference(tmp_path) -> None:
     from pipeline_steps.commands.replay import diff
 
-    def lineage(overrides: list[str]) -> Lineage:
+    def recorded(overrides: list[str]) -> Lineage:
         settings = load_settings(overrides=overrides, environ={"TRAINYARD_HOME": str(tmp_path)})
-        return Lineage(
-            run_id="r",
+        return lineage(
             logical_date=DAY.isoformat(),
             settings_fingerprint=settings.fingerprint(),
-            raw_partitions={},
-            training_inputs={},
-            training_set_sha256="t",
-            mlflow_run_id="m",
-            model_uri="u",
-            registered_version=None,
-            decision="skipped",
-            trigger=Trigger(),
             settings=to_json(settings.to_dict()),
         )
 
     lake = Lake(str(tmp_path / "lake"))
-    repriced = diff(lineage([]), lineage(["cost.gpu_hour=9"]), lake)
+    repriced = diff(recorded([]), recorded(["cost.gpu_hour=9"]), lake)
     assert next(line for line in repriced if line.item == "settings").identical
-    retrained = diff(lineage([]), lineage(["train.epochs=9"]), lake)
+    retrained = diff(recorded([]), recorded(["train.epochs=9"]), lake)
     assert "train.epochs" in next(line for line in retrained if line.item == "settings").detail

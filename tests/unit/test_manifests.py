@@ -8,7 +8,6 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import (
     STEPS,
-    DatasetVerdict,
     DriftSummary,
     FeaturesManifest,
     IngestManifest,
@@ -18,7 +17,7 @@ from pipeline_steps.core.manifests import (
     load_manifest,
 )
 from tests.conftest import FIRST_DAY
-from tests.manifests import features_manifest, ingest_manifest, train_manifest
+from tests.manifests import features_manifest, ingest_manifest, train_manifest, validate_manifest
 
 
 def test_a_manifest_reads_back_equal_from_its_json() -> None:
@@ -95,23 +94,8 @@ def test_undefined_metrics_travel_as_strict_json_and_come_back_as_nan() -> None:
     assert math.isnan(back.slices[0].challenger.auc) and back.slices[0].challenger.log_loss == 0.1
 
 
-def _validate_manifest() -> ValidateManifest:
-    flights = DatasetVerdict(
-        success=True,
-        status="validated",
-        report="r.json",
-        data_docs=None,
-        evaluated=53,
-        failed=0,
-        warnings=[],
-    )
-    return ValidateManifest(
-        logical_date="2013-06-02", verdict="passed", datasets={"flights": flights}
-    )
-
-
 def test_a_validate_manifest_carries_no_drift_and_an_earlier_one_with_drift_still_loads() -> None:
-    manifest = _validate_manifest()
+    manifest = validate_manifest()
     payload = manifest.to_json()
     assert "drift" not in payload  # drift is the monitor's; validate writes none, not even null
     assert load_manifest(ValidateManifest, payload, "validate.json") == manifest

@@ -2,11 +2,9 @@ from dataclasses import replace
 
 from pipeline_steps.commands.report import RecordedRun, summarise
 from pipeline_steps.core.manifests import (
-    DatasetVerdict,
     DriftSummary,
     PromoteManifest,
     ScoredChampion,
-    ValidateManifest,
 )
 from tests.manifests import (
     evaluate_manifest,
@@ -14,26 +12,16 @@ from tests.manifests import (
     ingest_manifest,
     scored,
     train_manifest,
+    validate_manifest,
 )
 
 
 def test_summary_says_what_each_step_decided() -> None:
     day = "2013-06-02"
-    flights = DatasetVerdict(
-        success=True,
-        status="validated",
-        report="r.json",
-        data_docs=None,
-        evaluated=53,
-        failed=0,
-        warnings=[],
-    )
     champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.72))
     run = RecordedRun(
         ingest=replace(ingest_manifest(), run_id="r1", logical_date=day, rows=911),
-        validate=ValidateManifest(
-            logical_date=day, verdict="passed", datasets={"flights": flights}
-        ),
+        validate=validate_manifest(logical_date=day),
         features=features_manifest(),
         train=replace(
             train_manifest("abc", "runs:/abc/model"), metrics={"val_auc": 0.7, "val_loss": 0.4}
@@ -64,15 +52,6 @@ def test_summary_says_what_each_step_decided() -> None:
 def test_an_earlier_runs_drift_reading_is_not_shown() -> None:
     """Validate manifests recorded before drift became the monitor's alone carry a drift
     reading; the run's section leaves it out."""
-    verdict = DatasetVerdict(
-        success=True,
-        status="cached",
-        report="r.json",
-        data_docs=None,
-        evaluated=0,
-        failed=0,
-        warnings=[],
-    )
     reading = DriftSummary(
         drift_detected=True,
         crossed=["weather.temp"],
@@ -80,9 +59,7 @@ def test_an_earlier_runs_drift_reading_is_not_shown() -> None:
         values={"weather.temp": 0.3},
         report="d.html",
     )
-    validated = ValidateManifest(
-        logical_date="2013-06-02", verdict="passed", datasets={"flights": verdict}, drift=reading
-    )
+    validated = validate_manifest("cached", evaluated=0, drift=reading)
     text = "\n".join(summarise(RecordedRun(ingest=ingest_manifest(), validate=validated)))
     assert "validation           passed (cached" in text
     assert "drift" not in text and "weather.temp" not in text

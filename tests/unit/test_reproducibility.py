@@ -29,7 +29,7 @@ from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.steps.features import feast_dir
 from pipeline_steps.steps.promote import promote
 from tests.conftest import HISTORY
-from tests.manifests import features_manifest, ingest_manifest, scored
+from tests.manifests import features_manifest, ingest_manifest, lineage, scored
 from tests.unit.test_promote import _prepare
 
 
@@ -161,19 +161,8 @@ def test_a_replay_of_a_run_recorded_with_retired_settings_leaves_them_out(
     settings = make_settings()
     recorded = to_json(settings.to_dict())
     recorded["drift"] |= {"psi_threshold": 0.2, "numeric": [], "batch_rows": 65_536}
-    original = Lineage(
-        run_id="r1",
-        logical_date="2013-06-04",
-        settings_fingerprint="f",
-        raw_partitions={},
-        training_inputs={},
-        training_set_sha256="t",
-        mlflow_run_id="m",
-        model_uri="runs:/m/model",
-        registered_version=None,
-        decision="rejected",
-        trigger=Trigger(),
-        settings=recorded,
+    original = lineage(
+        run_id="r1", model_uri="runs:/m/model", decision="rejected", settings=recorded
     )
     replayed_settings = replay_settings(original, False, [], tmp_path / "replay.yaml")
     assert replayed_settings.drift == settings.drift
