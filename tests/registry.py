@@ -22,7 +22,10 @@ def logged_model(settings) -> tuple[str, str]:
     """A constant model logged in its own MLflow run: the run id and the model's URI."""
     connect(settings.mlflow)
     with mlflow.start_run() as run:
-        info = mlflow.pyfunc.log_model(name="model", python_model=Constant())
+        # Requirements given: inferring them loads the model in a subprocess (2 s a model).
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=Constant(), pip_requirements=["mlflow"]
+        )
     return run.info.run_id, info.model_uri
 
 

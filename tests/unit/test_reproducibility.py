@@ -30,23 +30,17 @@ from pipeline_steps.steps.features import feast_dir
 from pipeline_steps.steps.promote import promote
 from tests.conftest import HISTORY
 from tests.manifests import features_manifest, ingest_manifest, lineage, scored
+from tests.registry import logged_model
 from tests.unit.test_promote import _prepare
 
 
 def _version(settings, decision: str, day: str, kind: str = "scheduled") -> str:
     """A registered version whose promote step recorded ``decision`` for ``day``."""
     client = connect(settings.mlflow)
-    with mlflow.start_run():
-        info = mlflow.pyfunc.log_model(name="model", python_model=_Constant())
-    version = mlflow.register_model(info.model_uri, settings.mlflow.registered_model)
+    version = mlflow.register_model(logged_model(settings)[1], settings.mlflow.registered_model)
     for key, value in {DECISION_TAG: decision, DATE_TAG: day, KIND_TAG: kind}.items():
         client.set_model_version_tag("flight_delay", version.version, key, value)
     return str(version.version)
-
-
-class _Constant(mlflow.pyfunc.PythonModel):
-    def predict(self, context, model_input, params=None):
-        return [0.5] * len(model_input)
 
 
 def test_the_champion_as_of_a_date_is_the_last_promotion_before_it(make_settings) -> None:
