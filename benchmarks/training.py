@@ -50,6 +50,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from pipeline_steps.steps.train.heads import Head
+
 BATCH = 512
 
 
@@ -118,9 +120,10 @@ def write_set(rows: int, path: Path, seed: int = 0) -> None:
 def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str, Any]:
     import fsspec
 
+    from pipeline_steps.core.models import BatchShape
     from pipeline_steps.core.settings import TrainSettings
     from pipeline_steps.steps.train.data import Preprocessor, TrainingTable
-    from pipeline_steps.steps.train.models import build_model, model_config
+    from pipeline_steps.steps.train.models import build
     from pipeline_steps.steps.train.step import make_optimizer, make_schedule
 
     categorical, numeric, label = feature_columns()
@@ -134,7 +137,9 @@ def _setup(path: Path, model_name: str = "mlp", device: str = "cpu") -> dict[str
         numeric,
     )
     torch.manual_seed(0)
-    model = build_model(model_name, **model_config(cfg, pre.cardinalities, pre.numeric_width))
+    model, _ = build(
+        cfg, BatchShape(cardinalities=pre.cardinalities, numeric_width=pre.numeric_width)
+    )
     model = model.to(device)
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     scheduler = make_schedule(optimizer, 100, 100_000)
@@ -168,7 +173,7 @@ def _step_variants(
             break
     model, optimizer, scheduler = s["model"], s["optimizer"], s["scheduler"]
     parameters = list(model.parameters())
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    loss_fn = Head()
     plain = torch.optim.AdamW(model.parameters(), lr=s["cfg"].learning_rate)
 
     def ours() -> None:
@@ -268,7 +273,7 @@ def bench_memory(path: Path) -> dict[str, float]:
     from pipeline_steps.steps.train.step import apply_gradients, learn
 
     s = _setup(path)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    loss_fn = Head()
     parameters = list(s["model"].parameters())
     started = time.perf_counter()
     rows = 0
@@ -381,7 +386,7 @@ def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, f
 
     device = torch.device("cuda")
     s = _setup(path, model_name, "cuda")
-    model, loss_fn = s["model"], torch.nn.BCEWithLogitsLoss()
+    model, loss_fn = s["model"], Head()
     parameters = list(model.parameters())
     model.train()
 

@@ -94,7 +94,7 @@ def run_study(
         tuning=replace(ctx.settings.tuning, pruner=pruner),  # type: ignore[arg-type]
         train=replace(ctx.settings.train, epochs=epochs),
     )
-    space = load_space(settings.tuning.search_space)
+    space = load_space(settings.tuning.search_space, settings.train.model)
     # each study trains under a run of its own (its trials' checkpoints and manifests), on the
     # one frozen training set
     run = f"{RUN}-{name}"
@@ -214,7 +214,7 @@ def samplers(ctx: RunContext, trials: int, epochs: int, seeds: int) -> None:
     from pipeline_steps.tuning.space import load_space
     from pipeline_steps.tuning.study import make_sampler
 
-    space = load_space(ctx.settings.tuning.search_space)
+    space = load_space(ctx.settings.tuning.search_space, ctx.settings.train.model)
     best: dict[str, list[float]] = {"random": [], "tpe": []}
     for seed in range(seeds):
         for kind in best:

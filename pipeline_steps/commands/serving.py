@@ -26,7 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,10 @@ from pipeline_steps.core.settings import Settings
 
 log = logging.getLogger(__name__)
 PROBABILITY = "probability"
-"""Column of the predictions holding the champion's probability of the positive label."""
+"""Column of a binary task's predictions: the champion's probability of the positive label."""
+PREDICTION = "prediction"
+"""Column of the predicted value (regression) or the most probable class's name (multiclass,
+beside a ``probability_<class>`` column per class)."""
 OUTPUT_FORMATS = (".parquet", ".csv")
 
 
@@ -66,11 +69,11 @@ def read_online(store: Any, service: Any, rows: pd.DataFrame, at: datetime) -> p
     for projection in service.feature_view_projections:
         ttl = views[projection.name].ttl or timedelta(0)
         oldest = (at - ttl).timestamp() if ttl > timedelta(0) else None
-        for field in projection.features:
-            stamps = response[f"{field.name}__ts"]
-            values[field.name] = [
+        for feature in projection.features:
+            stamps = response[f"{feature.name}__ts"]
+            values[feature.name] = [
                 value if oldest is None or stamp >= oldest else None
-                for value, stamp in zip(response[field.name], stamps, strict=True)
+                for value, stamp in zip(response[feature.name], stamps, strict=True)
             ]
     return pd.DataFrame(values, index=rows.index, dtype=object)  # typed by cast_features
 
@@ -193,6 +196,8 @@ class ServingModel:
     model_uri: str
     run_id: str
     features: list[str]
+    task: str = "binary"
+    classes: list[str] = field(default_factory=list)
 
 
 def champion(settings: Settings, lake: Lake) -> ServingModel:
@@ -231,6 +236,8 @@ def champion(settings: Settings, lake: Lake) -> ServingModel:
         model_uri=f"models:/{cfg.registered_model}/{version.version}",
         run_id=run_id,
         features=manifest.feature_columns,
+        task=manifest.task,
+        classes=list(manifest.classes),
     )
 
 
@@ -270,7 +277,9 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
             f"trained on {model.features}: serve it with the feature repository it trained with"
         )
     scored = rows[[domain.key, "event_timestamp"]].copy()
-    scored[PROBABILITY] = np.asarray(score(model.model_uri, rows, model.features), "float64")
+    predicted = np.asarray(score(model.model_uri, rows, model.features), "float64")
+    for column, values in prediction_columns(model, predicted).items():
+        scored[column] = values
     log.info(
         "scored %d row(s) of %s with %s (version %s, run %s)",
         len(scored),
@@ -280,6 +289,20 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
         model.run_id,
     )
     return Predictions(rows=scored, model=model)
+
+
+def prediction_columns(model: ServingModel, predicted: np.ndarray) -> dict[str, Any]:
+    """The output columns for the model's task: ``probability`` (binary), ``prediction``
+    (regression), or ``prediction`` (the most probable class) and ``probability_<class>`` per
+    class (multiclass)."""
+    if model.task == "regression":
+        return {PREDICTION: predicted}
+    if model.task == "multiclass":
+        columns: dict[str, Any] = {PREDICTION: np.asarray(model.classes)[predicted.argmax(1)]}
+        for index, name in enumerate(model.classes):
+            columns[f"{PROBABILITY}_{name}"] = predicted[:, index]
+        return columns
+    return {PROBABILITY: predicted}
 
 
 def check_output(output: str) -> None:

@@ -19,6 +19,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.tasks import Task, check_task
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,9 +83,15 @@ class Domain(ABC):
     date_column: str
     """Entity-row column holding the row's logical date (ISO): it splits off the holdout."""
     label: str
-    """The 0/1 label column of an entity row."""
+    """The label column of an entity row: 0/1 for ``binary``, the class index into
+    ``classes`` for ``multiclass``, a real number for ``regression``."""
     row_features: FeatureColumns
     """Features computed on the entity row itself (not joined from Feast)."""
+    task: Task = "binary"
+    """What the model predicts: ``binary``, ``multiclass`` or ``regression``
+    (:mod:`pipeline_steps.core.tasks`)."""
+    classes: tuple[str, ...] = ()
+    """``multiclass``: the class names, in the order of their label indices."""
     coverage: tuple[date, date] | None = None
     """First and last day the data may be dated (the source's declared coverage); rows dated
     outside fail validation. None: no bound but the ingest time."""
@@ -140,6 +147,10 @@ def load_domain(module: str) -> Domain:
     domain: Any = getattr(loaded, "DOMAIN", None)
     if domain is None:
         raise StepError(f"domain.module {module!r} defines no DOMAIN object")
+    try:
+        check_task(domain.task, domain.classes, f"domain {module}")
+    except ValueError as exc:
+        raise StepError(str(exc)) from exc
     return domain
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline_steps.core.models import BUILTIN_MODELS
 from pipeline_steps.core.settings import Settings
 
 
@@ -30,8 +31,10 @@ FORM: dict[str, FormField] = {
     "model": FormField(
         "train.model",
         "Model",
-        "Architecture: mlp (embeddings + MLP) or ft_transformer (feature tokens + Transformer).",
-        {"type": "string", "enum": ["mlp", "ft_transformer"]},
+        "The model: a registered one (mlp: embeddings + MLP; ft_transformer: feature tokens + "
+        "Transformer) or the configured import path of your own; another model than the "
+        "configured one trains with its declared default hyperparameters.",
+        {"type": "string", "enum": list(BUILTIN_MODELS)},
         "Training",
     ),
     "epochs": FormField(
@@ -179,10 +182,18 @@ def form_params(settings: Settings, form: dict[str, FormField]) -> dict[str, Any
             title=f.title,
             description=f"{f.description} (setting {f.setting})",
             section=f.section,
-            **f.schema,
+            **schema(f, settings),
         )
         for name, f in form.items()
     }
+
+
+def schema(f: FormField, settings: Settings) -> dict[str, Any]:
+    """The field's JSON schema; the model's choices are the registered models and the
+    configured one (an import path of the user's own model appears without any edit here)."""
+    if f.setting != "train.model":
+        return f.schema
+    return {**f.schema, "enum": list(dict.fromkeys([*BUILTIN_MODELS, settings.train.model]))}
 
 
 def training_params(settings: Settings) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class TrialMixin:
             raise AirflowSkipException("the run's time budget (tuning.time_budget_s) is spent")
         ctx = run_context(self._base_argv())
         settings = ctx.settings
-        space = load_space(settings.tuning.search_space)
+        space = load_space(settings.tuning.search_space, settings.train.model)
         try:
             parallel = settings.tuning.parallel_trials
             claim = trials.claim(settings, plan["study"], space, ctx.run_id, self.slot, parallel)

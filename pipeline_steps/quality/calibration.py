@@ -236,10 +236,13 @@ def measure_window(
     importance: dict[str, float] | None,
     cfg: DriftSettings,
     seed: int = 0,
+    task: str = "binary",
 ) -> Verdict:
     """Every signal of ``current`` (rows of the current window) against ``reference`` (rows of
     ``reference_days``). ``prediction`` is measured when both frames have that column, the label
-    when ``label`` is given.
+    when ``label`` is given, each as ``task`` makes sense of it: binary the probability's PSI and
+    the positive rate's change; regression the PSI of the predicted values and of the label;
+    multiclass the Jensen-Shannon distance of the predicted classes and of the label's classes.
 
     Input features are judged one by one (each against its own calibrated threshold, reported)
     and together: ``inputs`` is the importance-weighted mean of each feature's statistic over its
@@ -328,12 +331,18 @@ def measure_window(
             )
         )
     if PREDICTION in reference.columns and PREDICTION in current.columns:
-        ref = reference[PREDICTION].to_numpy(dtype=np.float64)
-        cur = current[PREDICTION].to_numpy(dtype=np.float64)
-        counts = numeric_counts(ref, ref_days, cur, len(days), cfg.bins)
-        value, null = calibrate(*counts, psi_rows, windows)
-        signals.append(signal(PREDICTION, "prediction", "psi", value, null, cfg.min_psi))
-    if label is not None:
+        ref_p, cur_p = reference[PREDICTION].to_numpy(), current[PREDICTION].to_numpy()
+        if task == "multiclass":  # the predicted class
+            counts = categorical_counts(ref_p, ref_days, cur_p, len(days))
+            value, null = calibrate(*counts, js_rows, windows)
+            signals.append(signal(PREDICTION, "prediction", "js_distance", value, null, cfg.min_js))
+        else:  # the probability, or the predicted value
+            counts = numeric_counts(
+                ref_p.astype(np.float64), ref_days, cur_p.astype(np.float64), len(days), cfg.bins
+            )
+            value, null = calibrate(*counts, psi_rows, windows)
+            signals.append(signal(PREDICTION, "prediction", "psi", value, null, cfg.min_psi))
+    if label is not None and task == "binary":
         ref = column(reference, label, "label").astype(np.int64)
         cur = column(current, label, "label").astype(np.int64)
         per_day = np.zeros((len(days), 2), dtype=np.int64)
@@ -349,6 +358,30 @@ def measure_window(
                 cfg.min_rate_change,
                 reference=round(float(ref.mean()), 4),
                 current=round(float(cur.mean()), 4),
+            )
+        )
+    elif label is not None:
+        ref_l, cur_l = column(reference, label, "label"), column(current, label, "label")
+        if task == "multiclass":  # the class distribution
+            counts = categorical_counts(ref_l, ref_days, cur_l, len(days))
+            value, null = calibrate(*counts, js_rows, windows)
+            statistic, floor = "js_distance", cfg.min_js
+        else:  # the label's distribution
+            counts = numeric_counts(
+                ref_l.astype(np.float64), ref_days, cur_l.astype(np.float64), len(days), cfg.bins
+            )
+            value, null = calibrate(*counts, psi_rows, windows)
+            statistic, floor = "psi", cfg.min_psi
+        signals.append(
+            signal(
+                LABEL,
+                "label",
+                statistic,  # type: ignore[arg-type]
+                value,
+                null,
+                floor,
+                reference=round(float(np.mean(ref_l.astype(np.float64))), 4),
+                current=round(float(np.mean(cur_l.astype(np.float64))), 4),
             )
         )
     return Verdict(signals=signals, triggers=tuple(cfg.triggers))

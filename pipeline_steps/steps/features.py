@@ -257,6 +257,8 @@ def _build(
             numeric=columns.numeric,
             label=domain.label,
             key=domain.key,
+            task=domain.task,
+            classes=list(domain.classes),
             sets=TrainingSets(train=frozen["train"], holdout=frozen["holdout"]),
             inputs=inputs,
             input_sha256=json_sha256(inputs),

@@ -90,7 +90,8 @@ def training_window(client: Any, run_id: str | None) -> tuple[date, date] | None
 
 
 def scorer(model_uri: str, features: list[str]) -> Callable[[pd.DataFrame], np.ndarray]:
-    """The champion's delay probabilities for feature rows."""
+    """The champion's predictions for feature rows (probabilities, values, or [n, K] class
+    probabilities)."""
     import mlflow.pyfunc
 
     try:
@@ -102,6 +103,14 @@ def scorer(model_uri: str, features: list[str]) -> Callable[[pd.DataFrame], np.n
         return np.asarray(model.predict(rows[features]), dtype=np.float64)
 
     return predict
+
+
+def predicted_signal(domain: Domain, predicted: np.ndarray) -> np.ndarray:
+    """What the prediction drift is measured on: the probability or the value, or for a
+    multiclass task the most probable class's name."""
+    if domain.task == "multiclass":
+        return np.asarray(domain.classes, dtype=object)[np.asarray(predicted).argmax(1)]
+    return predicted
 
 
 def monitor(ctx: RunContext) -> MonitorManifest:
@@ -123,9 +132,11 @@ def monitor(ctx: RunContext) -> MonitorManifest:
     features = [*columns.categorical, *columns.numeric]
     importance = None
     champion_day = None
+    predicted = None
     if champion is not None:
         predict = scorer(champion.model_uri, features)
-        rows[PREDICTION] = predict(rows)
+        predicted = predict(rows)
+        rows[PREDICTION] = predicted_signal(domain, predicted)
         current_keys = {d.isoformat() for d in current_days}
         sample = rows[~rows[domain.date_column].isin(current_keys)]
         sample = sample.sample(min(len(sample), SENSITIVITY_ROWS), random_state=0)
@@ -141,10 +152,12 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         label=domain.label,
         importance=importance,
         cfg=cfg,
+        task=domain.task,
     )
-    if champion is not None:
-        today = rows[rows[domain.date_column] == day.isoformat()]
-        champion_day = log_champion_day(ctx, champion, today, domain, verdict)
+    if champion is not None and predicted is not None:
+        is_today = (rows[domain.date_column] == day.isoformat()).to_numpy()
+        today = rows[is_today]
+        champion_day = log_champion_day(ctx, champion, today, predicted[is_today], domain, verdict)
     folder = f"reports/monitor/date={day.isoformat()}"
     signals = verdict.signals
     manifest = MonitorManifest(
@@ -178,6 +191,7 @@ def log_champion_day(
     ctx: RunContext,
     champion: Champion,
     today: pd.DataFrame,
+    predicted: np.ndarray,
     domain: Domain,
     verdict: Verdict,
 ) -> ChampionDay:
@@ -189,7 +203,7 @@ def log_champion_day(
 
     from pipeline_steps.core.tracking import connect
 
-    metrics = holdout_metrics(today[domain.label].to_numpy(), today[PREDICTION].to_numpy())
+    metrics = holdout_metrics(today[domain.label].to_numpy(), predicted)
     settings = replace(ctx.settings.mlflow, experiment=ctx.settings.mlflow.monitoring_experiment)
     client = connect(settings)
     experiment = client.get_experiment_by_name(settings.experiment)
@@ -200,7 +214,7 @@ def log_champion_day(
         max_results=1,
     )
     values: dict[str, Any] = {f"champion_{k}": float(v) for k, v in asdict(metrics).items()}
-    values["champion_mean_score"] = float(today[PREDICTION].mean())
+    values["champion_mean_score"] = float(np.mean(predicted)) if predicted.ndim == 1 else np.nan
     values["drift_crossed"] = float(len(verdict.crossed))
     for signal in verdict.signals:
         if signal.kind != "input":

@@ -70,7 +70,7 @@ def prepare(ctx: RunContext) -> Plan:
 
     settings = ctx.settings
     cfg = settings.tuning
-    space = load_space(cfg.search_space)
+    space = load_space(cfg.search_space, settings.train.model)
     if cfg.sampler == "grid":
         space.grid()  # a range without grid values fails now, naming the parameter
     features = ctx.upstream(FeaturesManifest)
@@ -162,7 +162,7 @@ def finish(ctx: RunContext, study_name: str) -> TunedParameters:
             f"{counts[states.FAIL]} failed); nothing to record. See the trial tasks' logs"
         )
     best = study.best_trial
-    space = load_space(settings.tuning.search_space)
+    space = load_space(settings.tuning.search_space, settings.train.model)
     parent = str(study.user_attrs.get(PARENT_ATTR, ""))
     tuned = TunedParameters(
         study=study_name,

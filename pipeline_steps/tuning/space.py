@@ -1,10 +1,12 @@
 """The search space of a study: a YAML file naming the train settings a trial draws.
 
-``parameters`` are drawn by every trial; ``architectures`` maps a model (``mlp``,
-``ft_transformer``) to the parameters only it has, drawn after the trial drew that model. A
-parameter is a range (``low``, ``high``, optional ``log``; ints for int settings) or a set of
-``choices`` (lists allowed, e.g. ``hidden_dims``); ``grid`` lists the values of a range that the
-grid sampler tries. Every problem is a ``SpaceError`` naming the file and the key.
+``parameters`` are drawn by every trial; ``architectures`` maps a model (a registered name such
+as ``mlp`` or the import path of the user's own, :mod:`pipeline_steps.core.models`) to the
+parameters only it has, drawn after the trial drew that model. A parameter is a train setting or
+a hyperparameter the model declares, checked against that declaration: a range (``low``,
+``high``, optional ``log``; ints for int values) or a set of ``choices`` (lists allowed, e.g.
+``hidden_dims``); ``grid`` lists the values of a range that the grid sampler tries. Every
+problem is a ``SpaceError`` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -19,16 +21,21 @@ from typing import Any
 import yaml
 
 from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.models import BUILTIN_MODELS, Hyperparameter, ModelError, ModelSpec
+from pipeline_steps.core.models import resolve as resolve_model
 from pipeline_steps.core.settings import TrainSettings
 
-ARCHITECTURE_PARAMETERS: dict[str, frozenset[str]] = {
-    "mlp": frozenset({"hidden_dims", "embedding_dim"}),
-    "ft_transformer": frozenset({"token_dim", "transformer_layers", "attention_heads"}),
-}
-"""The train settings only one architecture reads: they belong under it in ``architectures``."""
-
 NOT_TUNABLE = frozenset(
-    {"model", "epochs", "seed", "device", "nproc_per_node", "params_from", "max_restarts"}
+    {
+        "model",
+        "hyperparameters",
+        "epochs",
+        "seed",
+        "device",
+        "nproc_per_node",
+        "params_from",
+        "max_restarts",
+    }
 )
 """Settings a trial does not draw: the model is drawn through ``architectures``, the epochs are
 the pruner's budget, the rest are how and where training runs, not what it learns."""
@@ -120,11 +127,17 @@ def _train_fields() -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(TrainSettings)}
 
 
-def _parameter(path: str, where: str, name: str, spec: Any) -> Parameter:
+def _parameter(
+    path: str, where: str, name: str, spec: Any, declared: Hyperparameter | None = None
+) -> Parameter:
+    """One parameter: a train setting, or the model's ``declared`` hyperparameter."""
     fields = _train_fields()
-    if name not in fields:
+    if declared is not None:
+        fields = {**fields, name: declared.type}
+    elif name not in fields or name == "hyperparameters":
         raise SpaceError(
-            f"{path}: {where}{name!r} is not a train setting; settings: {', '.join(sorted(fields))}"
+            f"{path}: {where}{name!r} is not a train setting or a hyperparameter of the model; "
+            f"settings: {', '.join(sorted(set(fields) - {'hyperparameters'}))}"
         )
     if name in NOT_TUNABLE:
         raise SpaceError(f"{path}: {where}{name!r} cannot be tuned ({NOT_TUNABLE_REASON[name]})")
@@ -144,7 +157,7 @@ def _parameter(path: str, where: str, name: str, spec: Any) -> Parameter:
         if not isinstance(choices, list) or not choices:
             raise SpaceError(f"{label}: 'choices' must be a non-empty list")
         for choice in choices:
-            _check_value(label, name, choice)
+            _check_value(label, name, choice, declared)
         return Parameter(name=name, kind="categorical", choices=tuple(choices))
     kind = {int: "int", float: "float"}.get(fields[name])
     if kind is None:
@@ -167,7 +180,7 @@ def _parameter(path: str, where: str, name: str, spec: Any) -> Parameter:
     if not isinstance(grid, list) or any(not low <= g <= high for g in grid):
         raise SpaceError(f"{label}: 'grid' must be a list of values between low and high")
     for value in (low, high, *grid):
-        _check_value(label, name, int(value) if kind == "int" else float(value))
+        _check_value(label, name, int(value) if kind == "int" else float(value), declared)
     return Parameter(
         name=name, kind=kind, low=float(low), high=float(high), log=log, grid=tuple(grid)
     )
@@ -184,11 +197,18 @@ NOT_TUNABLE_REASON = {
 }
 
 
-def _check_value(label: str, name: str, value: Any) -> None:
-    """The value must be one the train setting accepts on its own (rules tying two settings
-    together, like heads dividing the token width, are checked per trial when it is drawn)."""
+def _check_value(label: str, name: str, value: Any, declared: Hyperparameter | None) -> None:
+    """The value must be one the train setting or the model's hyperparameter accepts on its own
+    (rules tying two values together, like heads dividing the token width, are checked per
+    trial when it is drawn)."""
     from pipeline_steps.core.settings import SettingsError, build_section
 
+    if declared is not None:
+        try:
+            declared.coerce(list(value) if isinstance(value, tuple) else value, name)
+        except ModelError as exc:
+            raise SpaceError(f"{label}: value {value!r} is not valid ({exc})") from exc
+        return
     try:
         build_section(TrainSettings, {name: value}, "train")
     except SettingsError as exc:
@@ -196,8 +216,10 @@ def _check_value(label: str, name: str, value: Any) -> None:
             raise SpaceError(f"{label}: value {value!r} is not valid ({exc})") from exc
 
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and check a search space file; ``SpaceError`` names the file and the bad key."""
+def load_space(path: str | Path, model: str = "mlp") -> SearchSpace:
+    """Read and check a search space file against the models' declarations; ``model`` is
+    ``train.model``, whose hyperparameters ``parameters`` may name when the space has no
+    ``architectures``. ``SpaceError`` names the file and the bad key."""
     where = str(path)
     file = Path(path)
     if not file.is_file():
@@ -218,31 +240,30 @@ def load_space(path: str | Path) -> SearchSpace:
     arch_specs = document.get("architectures") or {}
     if not isinstance(shared_specs, dict) or not isinstance(arch_specs, dict):
         raise SpaceError(f"{where}: 'parameters' and 'architectures' must be mappings")
-    owned = {name: arch for arch, names in ARCHITECTURE_PARAMETERS.items() for name in names}
+    models = {arch: _model(where, arch) for arch in arch_specs} or {model: _model(where, model)}
     shared = []
     for name, spec in shared_specs.items():
-        if name in owned and arch_specs:
+        declared = [m.hyperparameter(name) for m in models.values()]
+        owners = [a for a, d in zip(models, declared, strict=True) if d is not None]
+        if owners and len(owners) < len(models):
             raise SpaceError(
-                f"{where}: parameters.{name} belongs to {owned[name]}; "
-                f"move it under architectures.{owned[name]}"
+                f"{where}: parameters.{name} is a hyperparameter of {', '.join(owners)} only; "
+                f"move it under architectures.{owners[0]}"
             )
-        shared.append(_parameter(where, "parameters.", name, spec))
+        shared.append(_parameter(where, "parameters.", name, spec, declared[0]))
     architectures: dict[str, tuple[Parameter, ...]] = {}
     for arch, specs in arch_specs.items():
-        if arch not in ARCHITECTURE_PARAMETERS:
-            raise SpaceError(
-                f"{where}: architectures.{arch} is not a model; "
-                f"models: {', '.join(ARCHITECTURE_PARAMETERS)}"
-            )
         params = []
         for name, spec in (specs or {}).items():
-            if name in owned and owned[name] != arch:
+            declared = models[arch].hyperparameter(name)
+            if declared is None and (owner := _builtin_owner(name)):
                 raise SpaceError(
-                    f"{where}: architectures.{arch}.{name} belongs to {owned[name]}, not {arch}"
+                    f"{where}: architectures.{arch}.{name} is not a hyperparameter of {arch}; "
+                    f"it belongs to {owner}"
                 )
             if name in shared_specs:
                 raise SpaceError(f"{where}: architectures.{arch}.{name} is also under 'parameters'")
-            params.append(_parameter(where, f"architectures.{arch}.", name, spec))
+            params.append(_parameter(where, f"architectures.{arch}.", name, spec, declared))
         architectures[arch] = tuple(params)
     if not shared and not architectures:
         raise SpaceError(f"{where}: the search space draws nothing")
@@ -252,3 +273,21 @@ def load_space(path: str | Path) -> SearchSpace:
         architectures=architectures,
         sha256=json_sha256(document),
     )
+
+
+def _model(where: str, reference: str) -> ModelSpec:
+    try:
+        return resolve_model(reference)
+    except ModelError as exc:
+        raise SpaceError(
+            f"{where}: architectures.{reference} is not a model ({exc}); registered: "
+            f"{', '.join(BUILTIN_MODELS)}, or an import path package.module:name"
+        ) from exc
+
+
+def _builtin_owner(name: str) -> str | None:
+    """The built-in model that declares ``name``, for a message about a misplaced parameter."""
+    for builtin in BUILTIN_MODELS:
+        if resolve_model(builtin).hyperparameter(name) is not None:
+            return builtin
+    return None

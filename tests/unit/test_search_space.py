@@ -59,7 +59,10 @@ def _write(tmp_path: Path, document: object) -> Path:
         ({"parameters": {"dropout": {"choices": [0.1, 1.5]}}}, "value 1.5 is not valid"),
         ({"parameters": {"batch_size": {"low": 1.5, "high": 8}}}, "must be ints"),
         (
-            {"parameters": {"hidden_dims": {"choices": [[8]]}}, "architectures": {"mlp": {}}},
+            {
+                "parameters": {"hidden_dims": {"choices": [[8]]}},
+                "architectures": {"mlp": {}, "ft_transformer": {}},
+            },
             "move it under architectures.mlp",
         ),
         ({"architectures": {"mlp": {"token_dim": {"choices": [8]}}}}, "belongs to ft_transformer"),

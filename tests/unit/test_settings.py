@@ -34,7 +34,7 @@ def test_list_and_mapping_settings_parse_from_env(tmp_path: Path) -> None:
         "TRAINYARD_KUBERNETES__NODE_SELECTOR": "{gpu: a100}",
     }
     settings = load_settings(environ=environ)
-    assert settings.train.hidden_dims == (32, 16)
+    assert settings.train.hyperparameters["hidden_dims"] == (32, 16)
     assert settings.kubernetes.node_selector == {"gpu": "a100"}
 
 

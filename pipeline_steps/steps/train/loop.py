@@ -36,8 +36,8 @@ from pipeline_steps.core.manifests import (
     TrainManifest,
     load_manifest,
 )
+from pipeline_steps.core.models import BatchShape
 from pipeline_steps.core.settings import TrainSettings
-from pipeline_steps.evaluation.metrics import binned_auc
 from pipeline_steps.steps.train import checkpoint, distributed, hooks, mlflow_run, record
 from pipeline_steps.steps.train.data import (
     Preprocessor,
@@ -46,10 +46,10 @@ from pipeline_steps.steps.train.data import (
     epoch_batches,
 )
 from pipeline_steps.steps.train.distributed import Processes
-from pipeline_steps.steps.train.models import build_model, model_config
+from pipeline_steps.steps.train.heads import Head, fit_head
+from pipeline_steps.steps.train.models import build
 from pipeline_steps.steps.train.state import Fit
 from pipeline_steps.steps.train.step import (
-    AUC_BINS,
     apply_gradients,
     gpu_metrics,
     learn,
@@ -89,15 +89,22 @@ def train(ctx: RunContext) -> TrainManifest | None:
 
     # -- model, optimizer, schedule ----------------------------------------------------------------
     torch.manual_seed(cfg.seed)
-    config = model_config(cfg, pre.cardinalities, pre.numeric_width)
-    model = build_model(cfg.model, **config).to(device)
+    head = _head(table, features)
+    shape = BatchShape(
+        cardinalities=pre.cardinalities,
+        numeric_width=pre.numeric_width,
+        outputs=head.outputs,
+        task=head.task,
+    )
+    model, config = build(cfg, shape)
+    model = model.to(device)
+    config["head"] = head.to_dict()  # recorded with the model: its predictions need it
     parameters = list(model.parameters())
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     micro_batches = _micro_batches(table, cfg, world_size)
     total_steps = sum(micro_batches) // cfg.grad_accumulation
     scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
     amp = procs.use_cuda and cfg.amp  # bfloat16: no loss scaling needed
-    loss_fn = torch.nn.BCEWithLogitsLoss()
 
     # -- resume -----------------------------------------------------------------------------------
     fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler)
@@ -136,7 +143,7 @@ def train(ctx: RunContext) -> TrainManifest | None:
             stepping = (batches + 1) % cfg.grad_accumulation == 0
             quiet = ddp_model.no_sync() if procs.distributed and not stepping else nullcontext()
             with quiet:  # gradients of a non-final accumulation batch stay local
-                loss = learn(ddp_model, loss_fn, batch, cfg.grad_accumulation, amp)
+                loss = learn(ddp_model, head, batch, cfg.grad_accumulation, amp)
             loss_sum += loss * len(batch)
             seen += len(batch)
             batches += 1
@@ -152,10 +159,10 @@ def train(ctx: RunContext) -> TrainManifest | None:
         elapsed = time.perf_counter() - started
 
         validation = validation_sums(
-            model, table, pre, label, cfg.batch_size, device, amp, rank, world_size
+            model, head, table, pre, label, cfg.batch_size, device, amp, rank, world_size
         )
         learning_rate = float(scheduler.get_last_lr()[0])
-        metrics = _epoch_metrics(loss_sum, seen, validation, elapsed, learning_rate, procs)
+        metrics = _epoch_metrics(head, loss_sum, seen, validation, elapsed, learning_rate, procs)
         fit.end_epoch(epoch, metrics, cfg.patience, step)
         checkpoints.write(fit, fit.position)
         if run_id is not None:
@@ -233,6 +240,16 @@ def _preprocessing(
     return Preprocessor.from_dict(distributed.broadcast(fitted, procs))
 
 
+def _head(table: TrainingTable, features: FeaturesManifest) -> Head:
+    """The task's head, its labels checked on the training set (regression: scaled by its
+    mean and deviation; every rank reads the same label column, so every rank agrees)."""
+    import pyarrow.parquet as pq
+
+    with table.filesystem.open(table.path, "rb") as fh:
+        labels = pq.read_table(fh, columns=[features.label]).column(features.label)
+    return fit_head(features.task, features.classes, labels, table.path)
+
+
 def _micro_batches(table: TrainingTable, cfg: TrainSettings, world_size: int) -> list[int]:
     """Each epoch's batches per process, whole accumulation groups only; ``StepError`` when
     the first epoch has too few rows per process for one optimizer step."""
@@ -277,6 +294,7 @@ def _batches(
 
 
 def _epoch_metrics(
+    head: Head,
     loss_sum: torch.Tensor,
     seen: int,
     validation: torch.Tensor,
@@ -285,16 +303,16 @@ def _epoch_metrics(
     procs: Processes,
 ) -> dict[str, float]:
     """An epoch's metrics over every rank: this rank's training loss sum and rows and its
-    ``validation_sums``, added up over the ranks, as losses, validation AUC and throughput, the
-    learning rate, and on a GPU its memory peak and utilisation."""
+    ``validation_sums``, added up over the ranks, as losses, the task's validation metric
+    (AUC, accuracy or RMSE), throughput, the learning rate, and on a GPU its memory peak and
+    utilisation."""
     sums = torch.cat(
         [torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64), validation]
     )
-    train_loss, rows, val_loss, val_rows, *hist = distributed.sum_over_ranks(sums, procs).tolist()
+    train_loss, rows, *summed = distributed.sum_over_ranks(sums, procs).tolist()
     metrics = {
         "train_loss": train_loss / max(rows, 1.0),
-        "val_loss": val_loss / max(val_rows, 1.0),
-        "val_auc": binned_auc(hist[:AUC_BINS], hist[AUC_BINS:]),
+        **head.validation_metrics(summed),
         "samples_per_s": rows / max(elapsed, 1e-9),
         "learning_rate": learning_rate,
     }

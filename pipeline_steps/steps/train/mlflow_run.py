@@ -145,6 +145,7 @@ def finish(
     run, tag the epoch its weights are from, end the run; returns the model's URI."""
     import mlflow
 
+    from pipeline_steps.core.models import code_paths
     from pipeline_steps.steps.train.packaging import BUNDLE, ENTRY_POINT, bundle
 
     example = ctx.lake.read_table_at(features.sets.holdout.path).to_pandas().head(5)
@@ -157,6 +158,7 @@ def finish(
             python_model=ENTRY_POINT,
             artifacts={BUNDLE: str(path)},
             input_example=example,
+            code_paths=code_paths(ctx.settings.train.model) or None,
             pip_requirements=[
                 f"torch=={torch.__version__.split('+')[0]}",
                 "pandas",

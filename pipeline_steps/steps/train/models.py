@@ -1,22 +1,27 @@
-"""Model zoo: architectures chosen by ``train.model``.
+"""The built-in networks (declared in :mod:`pipeline_steps.core.builtin_models`).
 
 Both take the preprocessed batch: category codes [n, C] (0 = out of vocabulary) and numerics
-[n, 2N] (standardised values and missing flags), and return one logit per row.
+[n, 2N] (standardised values and missing flags), and return ``[n, outputs]``: one logit or value
+per row, or one logit per class.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from pipeline_steps.core.models import BatchShape, resolve
 
 if TYPE_CHECKING:
     from pipeline_steps.core.settings import TrainSettings
 
 
 class TabularMLP(nn.Module):
-    """Embeddings for categorical columns, concatenated with numerics, into an MLP → one logit."""
+    """Embeddings for categorical columns, concatenated with numerics, into an MLP → outputs."""
 
     def __init__(
         self,
@@ -24,8 +29,9 @@ class TabularMLP(nn.Module):
         cardinalities: list[int],
         numeric_width: int,
         embedding_dim: int,
-        hidden_dims: list[int],
+        hidden_dims: Sequence[int],
         dropout: float,
+        outputs: int = 1,
     ) -> None:
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in cardinalities)
@@ -34,12 +40,12 @@ class TabularMLP(nn.Module):
         for hidden in hidden_dims:
             layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
             width = hidden
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, outputs))
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, codes: torch.Tensor, numeric: torch.Tensor) -> torch.Tensor:
         embedded = [emb(codes[:, i]) for i, emb in enumerate(self.embeddings)]
-        return self.mlp(torch.cat([*embedded, numeric], dim=1)).squeeze(1)
+        return self.mlp(torch.cat([*embedded, numeric], dim=1))
 
 
 class FeatureTokenizer(nn.Module):
@@ -64,7 +70,7 @@ class FeatureTokenizer(nn.Module):
 
 
 class FTTransformer(nn.Module):
-    """Feature tokenizer → [CLS] + tokens through a pre-norm Transformer encoder → CLS → logit."""
+    """Feature tokenizer → [CLS] + tokens through a pre-norm Transformer encoder → CLS → outputs."""
 
     def __init__(
         self,
@@ -75,6 +81,7 @@ class FTTransformer(nn.Module):
         layers: int,
         heads: int,
         dropout: float,
+        outputs: int = 1,
     ) -> None:
         super().__init__()
         self.tokenizer = FeatureTokenizer(cardinalities, numeric_width, token_dim)
@@ -91,39 +98,64 @@ class FTTransformer(nn.Module):
             norm_first=True,
         )
         self.encoder = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.LayerNorm(token_dim), nn.ReLU(), nn.Linear(token_dim, 1))
+        self.head = nn.Sequential(nn.LayerNorm(token_dim), nn.ReLU(), nn.Linear(token_dim, outputs))
 
     def forward(self, codes: torch.Tensor, numeric: torch.Tensor) -> torch.Tensor:
         tokens = self.tokenizer(codes, numeric)
         tokens = torch.cat([self.cls.expand(len(tokens), -1, -1), tokens], dim=1)
-        return self.head(self.encoder(tokens)[:, 0]).squeeze(1)
+        return self.head(self.encoder(tokens)[:, 0])
 
 
-MODELS: dict[str, type[nn.Module]] = {"mlp": TabularMLP, "ft_transformer": FTTransformer}
+def build_mlp(
+    shape: BatchShape, *, hidden_dims: Sequence[int], embedding_dim: int, dropout: float
+) -> TabularMLP:
+    return TabularMLP(
+        cardinalities=shape.cardinalities,
+        numeric_width=shape.numeric_width,
+        embedding_dim=embedding_dim,
+        hidden_dims=hidden_dims,
+        dropout=dropout,
+        outputs=shape.outputs,
+    )
 
 
-def build_model(name: str, **config: Any) -> nn.Module:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    return MODELS[name](**config)
+def build_ft_transformer(
+    shape: BatchShape,
+    *,
+    token_dim: int,
+    transformer_layers: int,
+    attention_heads: int,
+    dropout: float,
+) -> FTTransformer:
+    return FTTransformer(
+        cardinalities=shape.cardinalities,
+        numeric_width=shape.numeric_width,
+        token_dim=token_dim,
+        layers=transformer_layers,
+        heads=attention_heads,
+        dropout=dropout,
+        outputs=shape.outputs,
+    )
 
 
-def model_config(
-    settings: TrainSettings, cardinalities: list[int], numeric_width: int
-) -> dict[str, Any]:
-    """The constructor arguments of ``settings.model``, saved with the model."""
-    shape = {"cardinalities": cardinalities, "numeric_width": numeric_width}
-    if settings.model == "ft_transformer":
-        return {
-            **shape,
-            "token_dim": settings.token_dim,
-            "layers": settings.transformer_layers,
-            "heads": settings.attention_heads,
-            "dropout": settings.dropout,
-        }
-    return {
-        **shape,
-        "embedding_dim": settings.embedding_dim,
-        "hidden_dims": list(settings.hidden_dims),
-        "dropout": settings.dropout,
-    }
+def build(cfg: TrainSettings, shape: BatchShape) -> tuple[nn.Module, dict[str, Any]]:
+    """The model ``train.model`` names, built for ``shape`` with ``train``'s hyperparameters,
+    and the configuration it is rebuilt from (recorded with the registered model)."""
+    config = {"shape": asdict(shape), "hyperparameters": dict(cfg.hyperparameters)}
+    return rebuild(cfg.model, config), config
+
+
+def rebuild(reference: str, config: Mapping[str, Any]) -> nn.Module:
+    """The model recorded as ``reference`` with ``config`` (as :func:`build` gives it). A model
+    recorded before the registry (binary, its constructor's arguments) is rebuilt too."""
+    if "shape" not in config:
+        legacy = dict(config)
+        shape = BatchShape(
+            cardinalities=legacy.pop("cardinalities"), numeric_width=legacy.pop("numeric_width")
+        )
+        renamed = {"layers": "transformer_layers", "heads": "attention_heads"}
+        values = {renamed.get(k, k): v for k, v in legacy.items()}
+    else:
+        shape, values = BatchShape(**config["shape"]), dict(config["hyperparameters"])
+    model: nn.Module = resolve(reference).build_model(shape, values)
+    return model

@@ -1,4 +1,5 @@
-"""The registered model: an MLflow pyfunc predicting delay probabilities from raw feature rows."""
+"""The registered model: an MLflow pyfunc predicting from raw feature rows, as the task's head
+says (a probability of 1, a probability per class, or a value in the label's units)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from mlflow.pyfunc import PythonModel
 
 from pipeline_steps.steps.train.data import Preprocessor
-from pipeline_steps.steps.train.models import build_model
+from pipeline_steps.steps.train.heads import Head
+from pipeline_steps.steps.train.models import rebuild
 
 BUNDLE = "model_bundle"
 ENTRY_POINT = str(Path(__file__).with_name("pyfunc_entry.py"))
@@ -20,7 +22,8 @@ ENTRY_POINT = str(Path(__file__).with_name("pyfunc_entry.py"))
 def bundle(
     model: torch.nn.Module, pre: Preprocessor, model_name: str, model_config: dict[str, Any]
 ) -> dict[str, Any]:
-    """Everything needed to rebuild the model: weights, architecture and preprocessing."""
+    """Everything needed to rebuild the model: weights, the model's reference (a registered
+    name or import path) with its shape, hyperparameters and head, and the preprocessing."""
     return {
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "model_name": model_name,
@@ -29,8 +32,9 @@ def bundle(
     }
 
 
-class FlightDelayModel(PythonModel):
-    """pyfunc wrapper: ``predict(frame)`` → probability of arriving more than 15 minutes late.
+class TrainedModel(PythonModel):
+    """pyfunc wrapper: ``predict(frame)`` → per row the probability of 1 (binary), a frame of a
+    probability per class named by the classes (multiclass), or the value (regression).
 
     Stored with the plain pickle of a state dict (not MLflow 3's default pt2 export, which needs
     an input example and loads back a GraphModule), so it loads on any CPU without compilation.
@@ -39,12 +43,25 @@ class FlightDelayModel(PythonModel):
     def load_context(self, context: Any) -> None:
         payload = torch.load(context.artifacts[BUNDLE], map_location="cpu", weights_only=False)
         self.preprocessor = Preprocessor.from_dict(payload["preprocessor"])
-        self.model = build_model(payload["model_name"], **payload["model_config"])
+        config = payload["model_config"]
+        self.head = Head.from_dict(config.get("head"))
+        self.model = rebuild(payload["model_name"], config)
         self.model.load_state_dict(payload["state_dict"])
         self.model.eval()
 
-    def predict(self, context: Any, model_input: pd.DataFrame, params: Any = None) -> np.ndarray:
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: Any = None
+    ) -> np.ndarray | pd.DataFrame:
         codes, numeric = self.preprocessor.transform(model_input)
         with torch.no_grad():
-            logits = self.model(codes, numeric)
-        return torch.sigmoid(logits).numpy().astype(np.float64)
+            outputs = self.model(codes, numeric)
+        if outputs.dim() == 1:  # a model that returns [n] for one output
+            outputs = outputs.unsqueeze(1)
+        predicted = self.head.predict(outputs)
+        if self.head.task == "multiclass":
+            return pd.DataFrame(predicted, columns=list(self.head.classes), index=model_input.index)
+        return predicted
+
+
+FlightDelayModel = TrainedModel
+"""The name models registered before the task heads load this class by."""

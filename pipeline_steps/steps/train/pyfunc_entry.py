@@ -2,6 +2,6 @@
 
 from mlflow.models import set_model
 
-from pipeline_steps.steps.train.packaging import FlightDelayModel
+from pipeline_steps.steps.train.packaging import TrainedModel
 
-set_model(FlightDelayModel())
+set_model(TrainedModel())

@@ -5,8 +5,8 @@ Public, so the training benchmark measures the loop's own step, not a copy of it
 - ``make_optimizer`` and ``make_schedule``: fused AdamW, linear warmup then cosine decay;
 - ``learn``: forward and backward of one (micro-)batch, gradients accumulated;
 - ``apply_gradients``: clip, optimizer step, schedule step, clear the gradients;
-- ``validation_sums``: one rank's validation loss and score histograms, summed over ranks by
-  the loop; ``gpu_metrics``: peak memory and utilisation of an epoch.
+- ``validation_sums``: one rank's validation loss and the task's sums (the head's), summed over
+  ranks by the loop; ``gpu_metrics``: peak memory and utilisation of an epoch.
 
 A step of the loop is ``learn`` once per micro-batch, then ``apply_gradients`` once.
 """
@@ -26,9 +26,7 @@ from pipeline_steps.steps.train.data import (
     TrainingTable,
     validation_batches,
 )
-
-AUC_BINS = 1024
-"""Bins of the score histograms the validation AUC is computed from (summed over ranks)."""
+from pipeline_steps.steps.train.heads import Head
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -60,7 +58,7 @@ def make_schedule(
 
 def learn(
     model: torch.nn.Module,
-    loss_fn: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     batch: TensorSet,
     accumulation: int,
     amp: bool,
@@ -110,6 +108,7 @@ def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> Non
 
 def validation_sums(
     model: torch.nn.Module,
+    head: Head,
     table: TrainingTable,
     pre: Preprocessor,
     label: str,
@@ -120,34 +119,19 @@ def validation_sums(
     world_size: int,
 ) -> torch.Tensor:
     """This rank's share of the validation rows scored by ``model`` (put in eval mode):
-    ``[loss sum, rows, positives' score histogram, negatives' one]`` (float64, on the CPU),
-    to be summed over the ranks before dividing."""
+    ``[loss sum, rows, *the head's task sums]`` (float64, on the CPU), to be summed over the
+    ranks before dividing."""
     model.eval()
-    loss_sum, rows = 0.0, 0
-    positives, negatives = (
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-        torch.zeros(AUC_BINS, dtype=torch.float64),
-    )
+    sums = torch.zeros(head.sums_width(), dtype=torch.float64)
     with torch.no_grad():
         for batch in validation_batches(
             table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
         ):
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                logits = model(batch.codes, batch.numeric).float()
-            loss_sum += float(
-                torch.nn.functional.binary_cross_entropy_with_logits(
-                    logits, batch.labels, reduction="sum"
-                )
-            )
-            rows += len(batch)
-            bins = (torch.sigmoid(logits) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
-            is_positive = batch.labels.cpu() > 0.5
-            positives += torch.bincount(bins[is_positive], minlength=AUC_BINS)
-            negatives += torch.bincount(bins[~is_positive], minlength=AUC_BINS)
-    return torch.cat(
-        [torch.tensor([loss_sum, float(rows)], dtype=torch.float64), positives, negatives]
-    )
+                outputs = model(batch.codes, batch.numeric).float()
+            sums += head.validation_sums(outputs, batch.labels).cpu()
+    return sums
 
 
 def gpu_metrics(device: torch.device) -> dict[str, float]:
