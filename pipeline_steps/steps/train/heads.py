@@ -94,6 +94,7 @@ class Head:
     def predict(self, outputs: torch.Tensor) -> np.ndarray:
         """What the registered model returns for ``outputs``: probabilities of 1 [n],
         class probabilities [n, K], or values in the label's units [n] (float64)."""
+        outputs = outputs.detach().cpu()
         if self.task == "multiclass":
             return torch.softmax(outputs.float(), dim=1).numpy().astype(np.float64)
         values = _column(outputs).float()
@@ -139,13 +140,13 @@ def fit_head(task: str, classes: list[str], labels: Any, where: str) -> Head:
     if not np.isfinite(values).all():
         raise StepError(f"{where}: the label has non-finite values")
     if task == "binary":
-        bad = sorted(set(np.unique(values)) - {0.0, 1.0})
+        bad = sorted(set(np.unique(values).tolist()) - {0.0, 1.0})
         if bad:
             raise StepError(f"{where}: a binary label must be 0 or 1; found {bad[:5]}")
         return Head(task=task)
     if task == "multiclass":
         allowed = set(map(float, range(len(classes))))
-        bad = sorted(set(np.unique(values)) - allowed)
+        bad = sorted(set(np.unique(values).tolist()) - allowed)
         if bad:
             raise StepError(
                 f"{where}: a multiclass label is a class index 0..{len(classes) - 1} into "
