@@ -25,6 +25,7 @@ from pipeline_steps.core.manifests import (
     load_record,
 )
 from pipeline_steps.core.settings import CostSettings, Settings
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import RunCost, StepUsage, UsageTotals, read_usage
 from pipeline_steps.core.usage import summarise as summarise_usage
@@ -107,10 +108,14 @@ def recorded_runs(lake: Lake) -> list[RecordedRun]:
 
 
 def _metrics(metrics: HoldoutMetrics) -> str:
-    return (
-        f"auc {metrics.auc:.4f}, log_loss {metrics.log_loss:.4f}, brier {metrics.brier:.4f}, "
-        f"accuracy {metrics.accuracy:.4f}, ece {metrics.ece:.4f}"
-    )
+    """The task's metrics (``TaskSpec.metrics``) in report order; each class's recall
+    (``multiclass``) or the holdout's mean label (``regression``) after them."""
+    text = ", ".join(f"{m} {getattr(metrics, m):.4f}" for m in task_spec(metrics.task).metrics)
+    if metrics.class_recall:
+        text += "; recall " + ", ".join(f"{c} {r:.4f}" for c, r in metrics.class_recall.items())
+    if metrics.task == "regression":
+        text += f" (mean label {metrics.label_mean:.4f})"
+    return text
 
 
 def _differences(evaluation: EvaluateManifest) -> list[str]:
@@ -118,12 +123,12 @@ def _differences(evaluation: EvaluateManifest) -> list[str]:
     level = f"{2 * evaluation.confidence - 1:.0%}"
     against = [("champion", evaluation.differences)] if evaluation.differences else []
     against += [(b.name.replace("_", " "), b.differences) for b in evaluation.baselines]
+    task = evaluation.challenger.metrics.task
+    shown_metrics = ("auc", "log_loss", "brier") if task == "binary" else task_spec(task).metrics
     lines = []
     for name, differences in against:
         shown = ", ".join(
-            f"{m} {differences[m].describe()}"
-            for m in ("auc", "log_loss", "brier")
-            if m in differences
+            f"{m} {differences[m].describe()}" for m in shown_metrics if m in differences
         )
         lines.append(f"    {name:<17} {shown}")
     if lines:

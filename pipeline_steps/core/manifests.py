@@ -243,6 +243,11 @@ class FeaturesManifest(Manifest):
     """This run's Feast registry, online store and offline sources (``features/runs/<run>``)."""
     holdout_days: list[str] = field(default_factory=list)
     """The holdout's days (``evaluate.holdout_days`` ending at D)."""
+    task: str = "binary"
+    """The domain's task (:mod:`pipeline_steps.core.tasks`); the label column holds 0/1, a class
+    index into ``classes``, or a real number."""
+    classes: list[str] = field(default_factory=list)
+    """``multiclass``: the class names in the order of their indices."""
 
     @property
     def feature_columns(self) -> list[str]:
@@ -327,17 +332,39 @@ class TunedParameters:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HoldoutMetrics:
-    """One model's metrics on the holdout (``positive_rate`` and ``rows`` are the holdout's)."""
+    """One model's metrics on the holdout (``positive_rate``, ``label_mean`` and ``rows`` are the
+    holdout's). A metric that is not its task's is NaN (``class_recall`` empty), so manifests
+    recorded before the tasks load as binary ones."""
 
-    auc: float
-    log_loss: float
-    accuracy: float
-    positive_rate: float
+    auc: float = float("nan")
+    """``binary``: area under the ROC curve."""
+    log_loss: float = float("nan")
+    """``binary`` and ``multiclass``: mean cross-entropy of the probabilities."""
+    accuracy: float = float("nan")
+    """``binary``: share of rows on the right side of 0.5; ``multiclass``: of rows whose most
+    probable class is the label."""
+    positive_rate: float = float("nan")
+    """``binary``: the holdout's share of positive rows."""
     rows: int
     brier: float = float("nan")
     """Brier score: mean squared error of the probabilities."""
     ece: float = float("nan")
     """Expected calibration error over ten equal-width probability bins."""
+    task: str = "binary"
+    """The task the metrics are of (:mod:`pipeline_steps.core.tasks`)."""
+    macro_f1: float = float("nan")
+    """``multiclass``: unweighted mean of the F1 scores of the classes labelled or predicted."""
+    class_recall: dict[str, float] = field(default_factory=dict)
+    """``multiclass``: each class's recall, by class name in index order (NaN for a class the
+    holdout does not have)."""
+    rmse: float = float("nan")
+    """``regression``: root mean squared error, in the label's units."""
+    mae: float = float("nan")
+    """``regression``: mean absolute error, in the label's units."""
+    r2: float = float("nan")
+    """``regression``: coefficient of determination (1 - squared error / the label's variance)."""
+    label_mean: float = float("nan")
+    """``regression``: the holdout's mean label."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -401,7 +428,8 @@ class HoldoutRef:
     sha256: str
     rows: int
     positives: int = -1
-    """Rows labelled positive (delayed flights); -1 when not recorded."""
+    """``binary``: rows labelled positive (delayed flights); -1 for the other tasks, whose gate
+    counts ``rows``, or when not recorded."""
     days: list[str] = field(default_factory=list)
     """The holdout's days (``evaluate.holdout_days`` ending at D)."""
 

@@ -22,6 +22,9 @@ from typing import Any, Literal
 import yaml
 
 from pipeline_steps.core.fingerprints import json_sha256
+from pipeline_steps.core.models import ModelError
+from pipeline_steps.core.models import resolve as resolve_model
+from pipeline_steps.core.tasks import task_spec
 
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -54,8 +57,10 @@ RETIRED_SETTINGS: dict[str, str] = dict.fromkeys(
 
 def without_retired(document: Mapping[str, Any]) -> dict[str, Any]:
     """A settings document (``Settings.to_dict()``, as a run recorded it) without the retired
-    settings, so that one recorded by an earlier version loads."""
-    return {
+    settings, so that one recorded by an earlier version loads. A train section recorded
+    before the model registry holds every built-in model's hyperparameters side by side; only
+    the recorded model's are kept."""
+    cleaned = {
         section: (
             {k: v for k, v in values.items() if f"{section}.{k}" not in RETIRED_SETTINGS}
             if isinstance(values, Mapping)
@@ -63,6 +68,10 @@ def without_retired(document: Mapping[str, Any]) -> dict[str, Any]:
         )
         for section, values in document.items()
     }
+    train = cleaned.get("train")
+    if isinstance(train, dict) and "hyperparameters" not in train:
+        _forget_other_models(train, str(train.get("model", "mlp")), recorded=True)
+    return cleaned
 
 
 def _home(environ: Mapping[str, str]) -> Path:
@@ -385,9 +394,16 @@ class FeatureSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSettings:
-    model: Literal["mlp", "ft_transformer"] = "mlp"
-    """Architecture: ``mlp`` (categorical embeddings + MLP) or ``ft_transformer`` (feature
-    tokenizer + Transformer encoder, Gorishniy et al. 2021)."""
+    model: str = "mlp"
+    """The model: a registered name (``mlp``: categorical embeddings + MLP; ``ft_transformer``:
+    feature tokenizer + Transformer encoder, Gorishniy et al. 2021) or the import path
+    ``package.module:name`` of your own (:mod:`pipeline_steps.core.models`). Its
+    hyperparameters are set as ``train.<name>`` (e.g. ``train.hidden_dims``)."""
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    """The model's hyperparameters, its declared defaults under the values given; set them as
+    ``train.<name>``. ``mlp``: ``hidden_dims`` (128, 64), ``embedding_dim`` 8, ``dropout`` 0.1.
+    ``ft_transformer``: ``token_dim`` 32, ``transformer_layers`` 2, ``attention_heads`` 4
+    (dividing ``token_dim``), ``dropout`` 0.1."""
     epochs: int = 6
     """Most passes over the training set (early stopping may end sooner)."""
     batch_size: int = 512
@@ -408,18 +424,6 @@ class TrainSettings:
     """Stop after this many epochs without a better validation loss; 0 never stops early."""
     restore_best: bool = True
     """Register the weights of the epoch with the lowest validation loss, not the last epoch's."""
-    hidden_dims: tuple[int, ...] = (128, 64)
-    """``mlp``: widths of the hidden layers."""
-    embedding_dim: int = 8
-    """``mlp``: width of each categorical embedding."""
-    token_dim: int = 32
-    """``ft_transformer``: width of each feature token."""
-    transformer_layers: int = 2
-    """``ft_transformer``: encoder layers."""
-    attention_heads: int = 4
-    """``ft_transformer``: attention heads (must divide ``token_dim``)."""
-    dropout: float = 0.1
-    """Dropout in hidden layers (``mlp``) or encoder layers (``ft_transformer``)."""
     validation_fraction: float = 0.1
     """Share of the training days' rows held back for per-epoch validation loss."""
     shuffle_buffer: int = 65_536
@@ -453,18 +457,15 @@ class TrainSettings:
     the lake) over the values above; the run records which study and trial they came from."""
 
     def __post_init__(self) -> None:
-        if self.model not in ("mlp", "ft_transformer"):
-            raise SettingsError(
-                f"train.model {self.model!r} is unknown; known: mlp, ft_transformer"
-            )
+        try:
+            values = resolve_model(self.model).values(self.hyperparameters)
+        except ModelError as exc:
+            raise SettingsError(str(exc)) from exc
+        object.__setattr__(self, "hyperparameters", values)
         for name in (
             "epochs",
             "batch_size",
             "grad_accumulation",
-            "embedding_dim",
-            "token_dim",
-            "transformer_layers",
-            "attention_heads",
             "shuffle_buffer",
             "keep_checkpoints",
             "log_every",
@@ -478,12 +479,6 @@ class TrainSettings:
         for name in ("patience", "prefetch", "checkpoint_every", "max_restarts"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"train.{name} must not be negative")
-        if self.token_dim % self.attention_heads:
-            raise SettingsError("train.attention_heads must divide train.token_dim")
-        if not self.hidden_dims or min(self.hidden_dims) < 1:
-            raise SettingsError("train.hidden_dims must be a non-empty list of positive widths")
-        if not 0.0 <= self.dropout < 1.0:
-            raise SettingsError("train.dropout must be in [0, 1)")
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise SettingsError("train.warmup_fraction must be in [0, 1)")
         if self.grad_clip < 0:
@@ -574,19 +569,22 @@ class EvaluateSettings:
     "not worse beyond the margin" and "better" hold with this confidence; the printed interval
     (both bounds) is two-sided at ``2 * confidence - 1``."""
     resamples: int = 1000
-    """Stratified bootstrap resamples of the holdout behind every interval."""
+    """Bootstrap resamples of the holdout behind every interval (stratified by class for the
+    classification tasks, of rows for ``regression``)."""
     seed: int = 2013
     """Seed of the resamples: the same holdout, predictions and seed give the same intervals."""
     slices: tuple[str, ...] = ()
     """Holdout columns to slice by besides the domain's (for flights: carrier, origin and the
     departure-hour band); each value of each column is a slice."""
     logistic_baseline: bool = True
-    """Also fit a logistic regression on the training set's features as a reference model
-    (seconds on a month of flights); the trivial model (the window's delay rate) is always
-    scored."""
+    """Also fit a linear model on the training set's features as a reference (seconds on a
+    month of flights): a logistic regression (``binary``), a multinomial logistic regression
+    (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
+    window's delay rate, class prior or mean label) is always scored."""
     report: bool = True
-    """Write the HTML evaluation report with ROC, precision-recall and calibration curves
-    (``reports/evaluation/``) and log it to the challenger's MLflow run."""
+    """Write the HTML evaluation report (``reports/evaluation/``) and log it to the challenger's
+    MLflow run: ROC, precision-recall and calibration curves (``binary``), the confusion matrix
+    (``multiclass``), residuals and predicted against actual values (``regression``)."""
 
     def __post_init__(self) -> None:
         if self.holdout_days < 1:
@@ -597,17 +595,22 @@ class EvaluateSettings:
             raise SettingsError("evaluate.resamples must be at least 100")
 
 
-GATE_METRICS = ("auc", "log_loss", "brier")
-"""Metrics the gate can hold a challenger to (``gate.primary_metrics``)."""
+GATE_METRICS = ("auc", "log_loss", "brier", "accuracy", "macro_f1", "rmse", "mae", "r2")
+"""Metrics the gate can hold a challenger to (``gate.primary_metrics``), each with its margin;
+a task allows those among its metrics (:data:`pipeline_steps.core.tasks.SPECS`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateSettings:
     min_auc: float = 0.6
-    """Absolute AUC floor a challenger must reach when there is no champion yet."""
-    primary_metrics: tuple[str, ...] = ("auc", "log_loss")
-    """Metrics on which the challenger must not be worse than the champion beyond their margin
-    (of ``auc``, ``log_loss``, ``brier``)."""
+    """``binary``: absolute AUC floor a challenger must reach when there is no champion yet (the
+    other tasks' floor is beating the trivial model)."""
+    primary_metrics: tuple[str, ...] = ()
+    """Metrics on which the challenger must not be worse than the champion beyond their margin;
+    empty: the task's (``binary``: ``auc``, ``log_loss``; ``multiclass``: ``log_loss``,
+    ``macro_f1``; ``regression``: ``rmse``, ``mae``). Each must be a metric of the domain's
+    task: ``binary`` of ``auc``, ``log_loss``, ``brier``, ``accuracy``; ``multiclass`` of
+    ``log_loss``, ``accuracy``, ``macro_f1``; ``regression`` of ``rmse``, ``mae``, ``r2``."""
     max_auc_drop: float = 0.01
     """Non-inferiority margin of AUC: the challenger is promoted only if, with
     ``evaluate.confidence``, its AUC is not lower than the champion's by more than this."""
@@ -616,43 +619,108 @@ class GateSettings:
     holdout log loss is not higher than the champion's by more than this."""
     max_brier_rise: float = 0.005
     """Non-inferiority margin of the Brier score (when ``brier`` is a primary metric)."""
+    max_accuracy_drop: float = 0.01
+    """Non-inferiority margin of accuracy (when ``accuracy`` is a primary metric)."""
+    max_macro_f1_drop: float = 0.01
+    """``multiclass``: non-inferiority margin of macro-F1."""
+    max_rmse_rise: float = 0.02
+    """``regression``: non-inferiority margin of RMSE as a fraction of the champion's RMSE (the
+    label's units vary by domain): 0.02 lets the challenger's RMSE be at most 2 % higher."""
+    max_mae_rise: float = 0.02
+    """``regression``: non-inferiority margin of MAE as a fraction of the champion's MAE."""
+    max_r2_drop: float = 0.01
+    """``regression``: non-inferiority margin of R² (when ``r2`` is a primary metric)."""
     require_improvement: bool = False
     """Also require the challenger to be better than the champion, with
     ``evaluate.confidence``, on at least one primary metric."""
     min_positives: int = 50
-    """Fewest positive (delayed) holdout rows the gate decides on; with fewer the decision is
-    ``undecided`` and the champion stays (bootstrap intervals of AUC are unreliable below a few
-    dozen events; 8 days of 2013 have fewer than 50 delayed flights)."""
+    """``binary``: fewest positive (delayed) holdout rows the gate decides on; with fewer the
+    decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are unreliable
+    below a few dozen events; 8 days of 2013 have fewer than 50 delayed flights)."""
+    min_rows: int = 200
+    """``multiclass`` and ``regression``: fewest holdout rows the gate decides on; with fewer
+    the decision is ``undecided`` and the champion stays."""
     min_slice_rows: int = 200
-    """Slices with at least this many holdout rows (and both classes) are held to
-    ``max_slice_auc_drop``."""
+    """Slices with at least this many holdout rows (and, for ``binary``, both classes) are held
+    to the slice margin of the task's slice metric."""
     max_slice_auc_drop: float = 0.03
-    """A challenger whose AUC on a slice is lower than the champion's by more than this, with
-    ``evaluate.confidence``, is refused; its reason names the slice."""
+    """``binary``: a challenger whose AUC on a slice is lower than the champion's by more than
+    this, with ``evaluate.confidence``, is refused; its reason names the slice."""
+    max_slice_accuracy_drop: float = 0.03
+    """``multiclass``: the same for accuracy on a slice."""
+    max_slice_rmse_rise: float = 0.1
+    """``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on the
+    whole holdout."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
             raise SettingsError("gate.min_auc must be in [0, 1]")
-        for name in ("max_auc_drop", "max_log_loss_rise", "max_brier_rise", "max_slice_auc_drop"):
+        for name in (
+            "max_auc_drop",
+            "max_log_loss_rise",
+            "max_brier_rise",
+            "max_accuracy_drop",
+            "max_macro_f1_drop",
+            "max_rmse_rise",
+            "max_mae_rise",
+            "max_r2_drop",
+            "max_slice_auc_drop",
+            "max_slice_accuracy_drop",
+            "max_slice_rmse_rise",
+        ):
             if not getattr(self, name) >= 0:
                 raise SettingsError(f"gate.{name} must not be negative")
         unknown = sorted(set(self.primary_metrics) - set(GATE_METRICS))
-        if unknown or not self.primary_metrics:
+        if unknown:
             raise SettingsError(
-                f"gate.primary_metrics must name at least one of {', '.join(GATE_METRICS)}; "
-                f"unknown: {unknown}"
+                f"gate.primary_metrics may name {', '.join(GATE_METRICS)} (or none: the "
+                f"task's); unknown: {unknown}"
             )
-        if self.min_positives < 1 or self.min_slice_rows < 1:
-            raise SettingsError("gate.min_positives and gate.min_slice_rows must be at least 1")
+        if min(self.min_positives, self.min_rows, self.min_slice_rows) < 1:
+            raise SettingsError(
+                "gate.min_positives, gate.min_rows and gate.min_slice_rows must be at least 1"
+            )
+
+    def metrics_for(self, task: str) -> tuple[str, ...]:
+        """The primary metrics for a ``task``: ``primary_metrics``, else the task's gate
+        metrics. ``SettingsError`` naming the setting and the task's metrics when one is not a
+        metric of the task."""
+        spec = task_spec(task)
+        if not self.primary_metrics:
+            return spec.gate_metrics
+        allowed = [m for m in spec.metrics if m in GATE_METRICS]
+        foreign = [m for m in self.primary_metrics if m not in allowed]
+        if foreign:
+            raise SettingsError(
+                f"gate.primary_metrics names {', '.join(foreign)}, not a metric of the {task} "
+                f"task; its metrics: {', '.join(allowed)} (or leave it empty for "
+                f"{', '.join(spec.gate_metrics)})"
+            )
+        return self.primary_metrics
 
     def margin(self, metric: str) -> float:
-        """How much worse than the champion the challenger may be on ``metric``."""
+        """How much worse than the champion the challenger may be on ``metric``: in the
+        metric's units, for ``rmse`` and ``mae`` as a fraction of the champion's value."""
         margins = {
             "auc": self.max_auc_drop,
             "log_loss": self.max_log_loss_rise,
             "brier": self.max_brier_rise,
+            "accuracy": self.max_accuracy_drop,
+            "macro_f1": self.max_macro_f1_drop,
+            "rmse": self.max_rmse_rise,
+            "mae": self.max_mae_rise,
+            "r2": self.max_r2_drop,
         }
         return margins[metric]
+
+    def slice_margin(self, metric: str) -> float:
+        """How much worse than the champion the challenger may be on a slice's ``metric`` (a
+        task's slice metric); for ``rmse`` as a fraction of the champion's holdout RMSE."""
+        return {
+            "auc": self.max_slice_auc_drop,
+            "accuracy": self.max_slice_accuracy_drop,
+            "rmse": self.max_slice_rmse_rise,
+        }[metric]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -774,7 +842,10 @@ class Settings:
     def with_train(self, values: Mapping[str, Any]) -> Settings:
         """These settings with ``values`` (``{name: value}``) over the train section, checked
         as the loader checks them; ``SettingsError`` names the refused setting."""
-        merged = {**dataclasses.asdict(self.train), **values}
+        current = dataclasses.asdict(self.train)
+        if values.get("model", self.train.model) != self.train.model:
+            current["hyperparameters"] = {}  # another model: its own defaults
+        merged = {**current, **values}
         return dataclasses.replace(self, train=build_section(TrainSettings, merged, "train"))
 
 
@@ -831,6 +902,8 @@ def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
 def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
+    if cls is TrainSettings:
+        return _build_train(values, known, hints)
     unknown = sorted(set(values) - known)
     if retired := [f"{section}.{k}" for k in unknown if f"{section}.{k}" in RETIRED_SETTINGS]:
         why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
@@ -842,6 +915,57 @@ def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
         )
     kwargs = {k: coerce_setting(v, hints[k], f"{section}.{k}") for k, v in values.items()}
     return cls(**kwargs)
+
+
+def _build_train(
+    values: Mapping[str, Any], known: set[str], hints: Mapping[str, Any]
+) -> TrainSettings:
+    """The train section: its own settings, and ``train.<name>`` of the model's
+    hyperparameters (also accepted as one ``hyperparameters`` mapping, as recorded)."""
+    retired = [f"train.{k}" for k in values if f"train.{k}" in RETIRED_SETTINGS]
+    if retired:
+        why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
+        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {why}")
+    given = values.get("hyperparameters") or {}
+    if not isinstance(given, Mapping):
+        raise SettingsError(f"setting train.hyperparameters expects a mapping, got {given!r}")
+    hyperparameters = {**given, **{k: v for k, v in values.items() if k not in known}}
+    kwargs = {
+        k: coerce_setting(v, hints[k], f"train.{k}")
+        for k, v in values.items()
+        if k in known and k != "hyperparameters"
+    }
+    model = kwargs.get("model", "mlp")
+    try:
+        spec = resolve_model(model)
+    except ModelError as exc:
+        raise SettingsError(str(exc)) from exc
+    strangers = sorted(k for k in hyperparameters if spec.hyperparameter(k) is None)
+    if strangers:
+        declared = ", ".join(h.name for h in spec.hyperparameters) or "none"
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(f'train.{k}' for k in strangers)}; known in "
+            f"[train]: {', '.join(sorted(known - {'hyperparameters'}))}; hyperparameters of "
+            f"model {model}: {declared}"
+        )
+    return TrainSettings(**kwargs, hyperparameters=hyperparameters)
+
+
+def _forget_other_models(train: dict[str, Any], model: str, recorded: bool = False) -> None:
+    """A layer that chooses another model (the trigger form, ``--set train.model=...``) drops
+    what lower layers set for the previous model: hyperparameters the new one does not
+    declare. Values the new model declares too (``dropout``) stay. ``recorded``: a recorded
+    section of ``model`` itself, cleaned of the other models' values."""
+    if train.get("model", "mlp") == model and not recorded:
+        return
+    try:
+        spec = resolve_model(model)
+    except ModelError:
+        return  # refused with its reason when the section is built
+    train.pop("hyperparameters", None)
+    fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    for key in [k for k in train if k not in fields and spec.hyperparameter(k) is None]:
+        del train[key]
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -922,6 +1046,8 @@ def load_settings(
     merged: dict[str, dict[str, Any]] = {}
     for layer in layers:
         for section, values in layer.items():
+            if section == "train" and isinstance(values, dict) and "model" in values:
+                _forget_other_models(merged.get("train", {}), str(values["model"]))
             merged.setdefault(section, {}).update(values)
 
     sections = {f.name: f for f in dataclasses.fields(Settings)}

@@ -1,21 +1,60 @@
 """Reference models on the same holdout: what a challenger has to beat to be worth anything.
 
-``trivial`` predicts the training window's delay rate for every row (AUC 0.5 by construction;
-its log loss is the label's entropy). ``logistic_regression`` is scikit-learn's, on the same
-features: categorical columns one-hot encoded, numeric ones imputed with the median and
-standardised.
+``trivial`` predicts what the training window says without features: its delay rate
+(``binary``; AUC 0.5 by construction, its log loss the label's entropy), its class prior
+(``multiclass``) or its mean label (``regression``; R² about 0). The linear baseline is
+scikit-learn's on the same features, categorical columns one-hot encoded, numeric ones imputed
+with the median and standardised: a logistic regression (``binary``), a multinomial logistic
+regression (``multiclass``) or a ridge regression (``regression``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
+if TYPE_CHECKING:
+    from sklearn.compose import ColumnTransformer
 
-def trivial(train_labels: np.ndarray, rows: int) -> np.ndarray:
-    """The training window's positive rate, for each of ``rows`` holdout rows."""
+LINEAR = {
+    "binary": "logistic_regression",
+    "multiclass": "logistic_regression",
+    "regression": "ridge",
+}
+"""The name each task's linear baseline is recorded under (``ScoredBaseline.name``)."""
+
+
+def trivial(
+    train_labels: np.ndarray, rows: int, task: str = "binary", classes: int = 0
+) -> np.ndarray:
+    """What the training window says for each of ``rows`` holdout rows: its positive rate
+    (``binary``), its share of each of ``classes`` classes ([rows, classes], ``multiclass``) or
+    its mean label (``regression``)."""
+    if task == "multiclass":
+        counts = np.bincount(np.asarray(train_labels, dtype=np.int64), minlength=classes)
+        prior = counts / counts.sum() if counts.sum() else np.full(classes, 1 / classes)
+        return np.tile(prior.astype(np.float64), (rows, 1))
+    if task == "regression":
+        mean = float(np.mean(train_labels)) if len(train_labels) else 0.0
+        return np.full(rows, mean, dtype=np.float64)
     rate = float(np.mean(train_labels)) if len(train_labels) else 0.5
     return np.full(rows, rate, dtype=np.float64)
+
+
+def _columns(categorical: list[str], numeric: list[str]) -> ColumnTransformer:
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    return ColumnTransformer(
+        [
+            ("categorical", OneHotEncoder(handle_unknown="ignore", min_frequency=20), categorical),
+            ("numeric", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), numeric),
+        ]
+    )
 
 
 def logistic_regression(
@@ -25,21 +64,58 @@ def logistic_regression(
     numeric: list[str],
     label: str,
     seed: int,
+    classes: int = 0,
 ) -> np.ndarray:
-    """Delay probabilities of the holdout rows from a logistic regression fitted on ``train``."""
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
+    """Delay probabilities of the holdout rows from a logistic regression fitted on ``train``;
+    with ``classes`` (a multiclass label), each class's probability ([rows, classes]) from a
+    multinomial one (classes the training rows lack get 0)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    columns = ColumnTransformer(
-        [
-            ("categorical", OneHotEncoder(handle_unknown="ignore", min_frequency=20), categorical),
-            ("numeric", make_pipeline(SimpleImputer(strategy="median"), StandardScaler()), numeric),
-        ]
+    model = make_pipeline(
+        _columns(categorical, numeric), LogisticRegression(max_iter=1000, random_state=seed)
     )
-    model = make_pipeline(columns, LogisticRegression(max_iter=1000, random_state=seed))
     features = [*categorical, *numeric]
     model.fit(train[features], train[label].to_numpy())
-    return np.asarray(model.predict_proba(holdout[features])[:, 1], dtype=np.float64)
+    probabilities = np.asarray(model.predict_proba(holdout[features]), dtype=np.float64)
+    if not classes:
+        return probabilities[:, 1]
+    out = np.zeros((len(holdout), classes), dtype=np.float64)
+    out[:, model.classes_.astype(np.int64)] = probabilities
+    return out
+
+
+def ridge(
+    train: pd.DataFrame,
+    holdout: pd.DataFrame,
+    categorical: list[str],
+    numeric: list[str],
+    label: str,
+) -> np.ndarray:
+    """Predicted labels of the holdout rows from a ridge regression fitted on ``train``."""
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+
+    model = make_pipeline(_columns(categorical, numeric), Ridge())
+    features = [*categorical, *numeric]
+    model.fit(train[features], train[label].to_numpy(dtype=np.float64))
+    return np.asarray(model.predict(holdout[features]), dtype=np.float64)
+
+
+def linear(
+    task: str,
+    train: pd.DataFrame,
+    holdout: pd.DataFrame,
+    categorical: list[str],
+    numeric: list[str],
+    label: str,
+    seed: int,
+    classes: int = 0,
+) -> np.ndarray:
+    """The task's linear baseline's predictions of the holdout rows (recorded as
+    ``LINEAR[task]``): probabilities of 1, class probabilities or label values."""
+    if task == "regression":
+        return ridge(train, holdout, categorical, numeric, label)
+    if task == "multiclass":
+        return logistic_regression(train, holdout, categorical, numeric, label, seed, classes)
+    return logistic_regression(train, holdout, categorical, numeric, label, seed)

@@ -1,11 +1,14 @@
-"""Paired, stratified bootstrap of metric differences between two models on one holdout.
+"""Paired bootstrap of metric differences between two models on one holdout.
 
-Each resample draws the holdout's positives and negatives with replacement, separately, so every
-resample keeps the holdout's class balance (AUC is undefined without both classes); both models
-are scored on the same drawn rows, so what the models share cancels out of their difference.
-This is the default of pROC's ``roc.test`` and DeLong's alternative for paired AUCs. The point
-estimate is the difference of the metrics computed by :mod:`pipeline_steps.evaluation.metrics`
-(scikit-learn) on the whole holdout; the resamples give its interval.
+For ``binary`` each resample draws the holdout's positives and negatives with replacement,
+separately, so every resample keeps the holdout's class balance (AUC is undefined without both
+classes); ``multiclass`` draws each class's rows separately the same way, so a rare class keeps
+its count (and its weight in macro-F1); ``regression`` draws rows. Both models are scored on the
+same drawn rows, so what the models share cancels out of their difference. This is the default
+of pROC's ``roc.test`` and DeLong's alternative for paired AUCs. The point estimate is the
+difference of the metrics computed by :mod:`pipeline_steps.evaluation.metrics` (scikit-learn) on
+the whole holdout; the resamples give its interval, each metric computed for all resamples at
+once.
 """
 
 from __future__ import annotations
@@ -14,26 +17,40 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from pipeline_steps.core.manifests import Interval
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.metrics import (
     CALIBRATION_BINS,
+    LOG_LOSS_EPS,
     calibration_bins,
-    classification_report,
+    class_probabilities,
+    predicted_classes,
+    task_report,
 )
 
-METRICS = ("auc", "log_loss", "brier", "accuracy", "ece")
-"""Metrics with intervals, as named in ``HoldoutMetrics``."""
-LOG_LOSS_EPS = 1e-7  # as pipeline_steps.evaluation.metrics.log_loss clips
+METRICS = task_spec("binary").metrics
+"""Binary metrics with intervals, as named in ``HoldoutMetrics``; each task's are its
+``TaskSpec.metrics``."""
 
 
-def resample_rows(labels: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Row indices of ``resamples`` stratified resamples, shape (resamples, rows): in each row
-    first the drawn positives, then the drawn negatives. Seeded: the same labels, count and seed
-    give the same draws."""
-    y = np.asarray(labels).astype(bool)
-    positives, negatives = np.flatnonzero(y), np.flatnonzero(~y)
+def resample_rows(
+    labels: np.ndarray, resamples: int, seed: int, task: str = "binary"
+) -> np.ndarray:
+    """Row indices of ``resamples`` resamples, shape (resamples, rows). ``binary``: stratified,
+    in each row first the drawn positives, then the drawn negatives; ``multiclass``: stratified,
+    each class's drawn rows in class order; ``regression``: rows drawn from all rows. Seeded:
+    the same labels, count and seed give the same draws."""
     rng = np.random.default_rng(seed)
+    if task == "regression":
+        n = len(labels)
+        return rng.integers(0, n, size=(resamples, n)) if n else np.empty((resamples, 0), int)
+    if task == "multiclass":
+        y = np.asarray(labels, dtype=np.int64)
+        strata = [np.flatnonzero(y == c) for c in np.unique(y)]
+    else:
+        positive = np.asarray(labels).astype(bool)
+        strata = [np.flatnonzero(positive), np.flatnonzero(~positive)]
     drawn = []
-    for rows in (positives, negatives):
+    for rows in strata:
         if len(rows):
             drawn.append(rows[rng.integers(0, len(rows), size=(resamples, len(rows)))])
     return np.hstack(drawn) if drawn else np.empty((resamples, 0), dtype=np.int64)
@@ -73,10 +90,84 @@ def _ece(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.abs(total_p - total_y).sum(axis=1) / n
 
 
-def replicates(
+def _macro_f1(y: np.ndarray, predicted: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    # Per resample and class: labelled, predicted and correct rows (ids offset by classes *
+    # resample); F1 = 2 correct / (labelled + predicted), averaged over the classes with any.
+    resamples = len(rows)
+    classes = int(max(y.max(initial=0), predicted.max(initial=0))) + 1
+    truth = y[rows] + classes * np.arange(resamples)[:, None]
+    guess = predicted[rows] + classes * np.arange(resamples)[:, None]
+
+    def count(ids: np.ndarray) -> np.ndarray:
+        return np.bincount(ids, minlength=resamples * classes).reshape(resamples, classes)
+
+    labelled, chosen, correct = (
+        count(truth.ravel()),
+        count(guess.ravel()),
+        count(truth[truth == guess]),
+    )
+    present = labelled + chosen
+    f1 = np.divide(2 * correct, present, out=np.zeros(present.shape), where=present > 0)
+    return f1.sum(axis=1) / (present > 0).sum(axis=1)
+
+
+def _multiclass(
     metric: str, labels: np.ndarray, probabilities: np.ndarray, rows: np.ndarray
 ) -> np.ndarray:
-    """The metric of the model on each resample (one value per row of ``rows``)."""
+    y = np.asarray(labels, dtype=np.int64)
+    p = np.asarray(probabilities, dtype=np.float64)
+    if metric == "log_loss":
+        # As scikit-learn's log_loss of class_probabilities (it clips at machine precision).
+        tiny = np.finfo(np.float64).eps
+        q = np.clip(class_probabilities(p)[np.arange(len(y)), y], tiny, 1 - tiny)
+        return _mean(-np.log(q), rows)
+    if metric == "accuracy":
+        return _mean((predicted_classes(p) == y).astype(np.float64), rows)
+    if metric == "macro_f1":
+        return _macro_f1(y, predicted_classes(p), rows)
+    raise ValueError(
+        f"no bootstrap for multiclass metric {metric!r}; known: "
+        f"{', '.join(task_spec('multiclass').metrics)}"
+    )
+
+
+def _regression(
+    metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.asarray(predictions, dtype=np.float64)
+    if metric == "rmse":
+        return np.sqrt(_mean((p - y) ** 2, rows))
+    if metric == "mae":
+        return _mean(np.abs(p - y), rows)
+    if metric == "r2":
+        drawn = y[rows]
+        residual = ((drawn - p[rows]) ** 2).sum(axis=1)
+        total = ((drawn - drawn.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+        # scikit-learn's finite R² of a constant label: 1 for a perfect fit, else 0.
+        constant = np.where(residual == 0, 1.0, 0.0)
+        safe = np.where(total > 0, total, 1.0)
+        return np.where(total > 0, 1 - residual / safe, constant)
+    raise ValueError(
+        f"no bootstrap for regression metric {metric!r}; known: "
+        f"{', '.join(task_spec('regression').metrics)}"
+    )
+
+
+def replicates(
+    metric: str,
+    labels: np.ndarray,
+    probabilities: np.ndarray,
+    rows: np.ndarray,
+    task: str = "binary",
+) -> np.ndarray:
+    """The metric of the model on each resample (one value per row of ``rows``);
+    ``probabilities`` are the model's predictions for ``task`` (class probabilities [rows, K]
+    for ``multiclass``, values for ``regression``)."""
+    if task == "multiclass":
+        return _multiclass(metric, labels, probabilities, rows)
+    if task == "regression":
+        return _regression(metric, labels, probabilities, rows)
     y = np.asarray(labels, dtype=np.float64)
     p = np.asarray(probabilities, dtype=np.float64)
     if metric == "auc":
@@ -102,17 +193,19 @@ def paired_differences(
     resamples: int,
     confidence: float,
     seed: int,
-    metrics: tuple[str, ...] = METRICS,
+    metrics: tuple[str, ...] | None = None,
+    task: str = "binary",
 ) -> dict[str, Interval]:
-    """``first`` minus ``second`` per metric, with intervals from the same stratified resamples
-    of the holdout for both. Metrics undefined on the holdout (AUC with one class) give NaN."""
+    """``first`` minus ``second`` per metric (by default the task's ``TaskSpec.metrics``), with
+    intervals from the same resamples of the holdout for both. Metrics undefined on the holdout
+    (AUC with one class, any metric of non-finite predictions) give NaN."""
     y = np.asarray(labels)
-    rows = resample_rows(y, resamples, seed)
-    point_first = classification_report(y, first)
-    point_second = classification_report(y, second)
+    rows = resample_rows(y, resamples, seed, task)
+    point_first = task_report(task, y, first)
+    point_second = task_report(task, y, second)
     out: dict[str, Interval] = {}
-    for metric in metrics:
-        diff = replicates(metric, y, first, rows) - replicates(metric, y, second, rows)
+    for metric in task_spec(task).metrics if metrics is None else metrics:
+        diff = replicates(metric, y, first, rows, task) - replicates(metric, y, second, rows, task)
         estimate = point_first[metric] - point_second[metric]
         if np.isnan(diff).any() or np.isnan(estimate):
             out[metric] = Interval(estimate=float("nan"), low=float("nan"), high=float("nan"))

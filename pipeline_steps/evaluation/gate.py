@@ -1,15 +1,18 @@
 """The promotion gate: may the challenger replace the champion, judged on intervals?
 
 A pure function of the evaluation (metrics, paired-bootstrap intervals, baselines, slices) and
-the gate settings. Outcomes:
+the gate settings; the task is the evaluation's (``HoldoutMetrics.task``), its metrics those of
+:mod:`pipeline_steps.core.tasks`. Outcomes:
 
-- ``undecided``: the holdout has fewer than ``gate.min_positives`` positives; nothing is decided
-  and the champion stays;
-- ``refuse``: the challenger does not beat the trivial model (its interval of log loss and AUC
-  differences must exclude zero in its favour), or, with a champion, is worse beyond a primary
-  metric's margin with ``evaluate.confidence``, or (``gate.require_improvement``) better on none,
-  or worse beyond ``gate.max_slice_auc_drop`` on a slice of at least ``gate.min_slice_rows``
-  rows; without a champion, below the ``gate.min_auc`` floor;
+- ``undecided``: the holdout has fewer than ``gate.min_positives`` positives (``binary``) or
+  ``gate.min_rows`` rows (the other tasks); nothing is decided and the champion stays;
+- ``refuse``: the challenger does not beat the trivial model (its interval of each of the task's
+  ``trivial_metrics`` differences must exclude zero in its favour), or, with a champion, is worse
+  beyond a primary metric's margin with ``evaluate.confidence``, or
+  (``gate.require_improvement``) better on none, or worse beyond the slice margin of the task's
+  slice metric on a slice of at least ``gate.min_slice_rows`` rows; without a champion, below
+  the ``gate.min_auc`` floor (``binary``; for the other tasks beating the trivial model is the
+  floor);
 - ``pass`` otherwise.
 
 Every check adds a readable reason, so the recorded decision says why.
@@ -20,12 +23,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline_steps.core.manifests import EvaluateManifest, Interval
+from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics, Interval
 from pipeline_steps.core.settings import GateSettings
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, best, worst
 
 Outcome = Literal["pass", "refuse", "undecided"]
-NAMES = {"auc": "AUC", "log_loss": "log loss", "brier": "Brier score", "accuracy": "accuracy"}
+NAMES = {
+    "auc": "AUC",
+    "log_loss": "log loss",
+    "brier": "Brier score",
+    "accuracy": "accuracy",
+    "macro_f1": "macro-F1",
+    "rmse": "RMSE",
+    "mae": "MAE",
+    "r2": "R²",
+}
+RELATIVE = ("rmse", "mae")
+"""Metrics whose margins are fractions of the champion's value (their units are the label's)."""
+TRIVIAL = {
+    "binary": "the training window's rate",
+    "multiclass": "the training window's class shares",
+    "regression": "the training window's mean label",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,64 +70,128 @@ def _better(metric: str, interval: Interval) -> bool:
     return bound > 0 if HIGHER_IS_BETTER[metric] else bound < 0
 
 
-def _trivial(evaluation: EvaluateManifest) -> tuple[bool, str] | None:
+def _surely_worse(metric: str, interval: Interval, margin: float) -> bool:
+    """Whether the difference is, with the interval's confidence, worse than ``margin``."""
+    bound = best(interval, metric)
+    return bound < -margin if HIGHER_IS_BETTER[metric] else bound > margin
+
+
+def _margin(margin: float, metric: str, champion: float, of: str) -> tuple[float, str]:
+    """A ``gate`` margin in the metric's units (RMSE's and MAE's are fractions of ``champion``,
+    the champion's value) and how a reason shows it: ``-0.01``, ``+0.01``, or
+    ``+0.2436 (2% of the champion's RMSE 12.1809)``."""
+    if metric in RELATIVE:
+        shown = f"+{margin * champion:.4f} ({100 * margin:g}% of {of} {champion:.4f})"
+        return margin * champion, shown
+    return margin, f"-{margin:g}" if HIGHER_IS_BETTER[metric] else f"+{margin:g}"
+
+
+def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None:
     baseline = next((b for b in evaluation.baselines if b.name == "trivial"), None)
     if baseline is None:
         return None
-    checks = [(m, baseline.differences.get(m)) for m in ("auc", "log_loss")]
+    checks = [(m, baseline.differences.get(m)) for m in task_spec(task).trivial_metrics]
     beats = all(d is not None and _better(m, d) for m, d in checks)
     shown = "; ".join(f"{NAMES[m]} {d.describe()}" for m, d in checks if d is not None)
-    what = "" if baseline.rate is None else f" (the training window's rate {baseline.rate:.3f})"
+    if baseline.rate is not None:
+        what = f" (the training window's rate {baseline.rate:.3f})"
+    else:
+        what = "" if task == "binary" else f" ({TRIVIAL[task]})"
     return beats, (
         f"challenger {'beats' if beats else 'does not beat'} the trivial model{what}: {shown}"
     )
 
 
+def _undefined(challenger: HoldoutMetrics, task: str, metrics: tuple[str, ...]) -> str | None:
+    """Why the challenger's metrics cannot be judged, or None."""
+    if task == "binary":
+        if challenger.auc != challenger.auc:  # NaN: one class only
+            return "challenger AUC is undefined on this holdout (one class only)"
+        return None
+    missing = [NAMES[m] for m in metrics if getattr(challenger, m) != getattr(challenger, m)]
+    if missing:
+        return (
+            f"challenger {', '.join(missing)} undefined on this holdout "
+            "(non-finite predictions or no rows)"
+        )
+    return None
+
+
+def _too_small(evaluation: EvaluateManifest, settings: GateSettings, task: str) -> str | None:
+    """Why the holdout is too small to decide on, or None."""
+    holdout = evaluation.holdout
+    if task == "binary":
+        if 0 <= holdout.positives < settings.min_positives:
+            return (
+                f"the holdout has {holdout.positives} positive rows, fewer than "
+                f"gate.min_positives={settings.min_positives}: too few to tell the models "
+                "apart; the champion stays"
+            )
+        return None
+    if holdout.rows < settings.min_rows:
+        return (
+            f"the holdout has {holdout.rows} rows, fewer than gate.min_rows={settings.min_rows}: "
+            "too few to tell the models apart; the champion stays"
+        )
+    return None
+
+
 def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float) -> Verdict:
     """The gate's verdict on ``evaluation``'s challenger; ``confidence`` is the intervals'
-    (recorded in the evaluation), named in the reasons."""
+    (recorded in the evaluation), named in the reasons. ``SettingsError`` when
+    ``gate.primary_metrics`` names a metric the evaluation's task does not have."""
     challenger = evaluation.challenger.metrics
-    if challenger.auc != challenger.auc:  # NaN: one class only
-        return Verdict("refuse", ["challenger AUC is undefined on this holdout (one class only)"])
-    positives = evaluation.holdout.positives
-    if 0 <= positives < settings.min_positives:
-        return Verdict(
-            "undecided",
-            [
-                f"the holdout has {positives} positive rows, fewer than gate.min_positives="
-                f"{settings.min_positives}: too few to tell the models apart; the champion stays"
-            ],
-        )
+    task = challenger.task
+    spec = task_spec(task)
+    primary = settings.metrics_for(task)
+    undefined = _undefined(challenger, task, tuple(dict.fromkeys(primary + spec.trivial_metrics)))
+    if undefined is not None:
+        return Verdict("refuse", [undefined])
+    too_small = _too_small(evaluation, settings, task)
+    if too_small is not None:
+        return Verdict("undecided", [too_small])
     level = f"{confidence:.0%} confidence"
     reasons: list[str] = []
     ok = True
-    trivial = _trivial(evaluation)
+    trivial = _trivial(evaluation, task)
     if trivial is not None:
         beats, reason = trivial
         ok &= beats
         reasons.append(reason)
     champion = evaluation.champion
     if champion is None:
-        floor = challenger.auc >= settings.min_auc
-        ok &= floor
-        reasons.append(
-            f"no champion yet; challenger AUC {challenger.auc:.4f} "
-            f"{'>=' if floor else '<'} floor {settings.min_auc}"
-        )
+        if task == "binary":
+            floor = challenger.auc >= settings.min_auc
+            ok &= floor
+            reasons.append(
+                f"no champion yet; challenger AUC {challenger.auc:.4f} "
+                f"{'>=' if floor else '<'} floor {settings.min_auc}"
+            )
+        elif trivial is None:
+            ok = False
+            reasons.append("no champion yet and no trivial model scored to hold the first to")
+        else:
+            reasons.append(
+                f"no champion yet; for a {task} task beating the trivial model is the floor"
+            )
         return Verdict("pass" if ok else "refuse", reasons)
 
     improved = []
-    for metric in settings.primary_metrics:
+    for metric in primary:
         interval = evaluation.differences.get(metric)
         name = NAMES[metric]
         if interval is None or interval.estimate != interval.estimate:
             ok = False
             reasons.append(f"{name}: no interval of challenger - champion recorded; refused")
             continue
-        margin = settings.margin(metric)
+        margin, bound = _margin(
+            settings.margin(metric),
+            metric,
+            float(getattr(champion.metrics, metric)),
+            f"the champion's {name}",
+        )
         worse = _worse_beyond(metric, interval, margin)
         ok &= not worse
-        bound = f"-{margin:g}" if HIGHER_IS_BETTER[metric] else f"+{margin:g}"
         reasons.append(
             f"{name} challenger - champion {interval.describe()}: "
             + (
@@ -126,15 +210,22 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
             else f"better on none of the primary metrics ({level}); gate.require_improvement"
         )
 
+    metric = spec.slice_metric
+    margin, bound = _margin(
+        settings.slice_margin(metric),
+        metric,
+        float(getattr(champion.metrics, metric)),
+        f"the champion's holdout {NAMES[metric]}",
+    )
     for piece in evaluation.slices:
-        interval = piece.differences.get("auc")
+        interval = piece.differences.get(metric)
         if interval is None or interval.estimate != interval.estimate:
             continue
-        if best(interval, "auc") < -settings.max_slice_auc_drop:
+        if _surely_worse(metric, interval, margin):
             ok = False
             reasons.append(
-                f"slice {piece.column}={piece.value} ({piece.rows} rows): AUC challenger - "
-                f"champion {interval.describe()} is worse than the slice margin "
-                f"-{settings.max_slice_auc_drop:g} ({level})"
+                f"slice {piece.column}={piece.value} ({piece.rows} rows): {NAMES[metric]} "
+                f"challenger - champion {interval.describe()} is worse than the slice margin "
+                f"{bound} ({level})"
             )
     return Verdict("pass" if ok else "refuse", reasons)

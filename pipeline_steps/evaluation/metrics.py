@@ -1,15 +1,25 @@
-"""Binary-classification metrics, so every step computes them the same way (scikit-learn's)."""
+"""Holdout metrics of the three tasks, so every step computes them the same way
+(scikit-learn's).
+
+- ``binary``: labels 0/1, predictions the probability of 1; AUC, log loss, Brier score,
+  accuracy, calibration error.
+- ``multiclass``: labels class indices 0..K-1, predictions a probability per class ([rows, K]);
+  log loss, accuracy, macro-F1 and each class's recall.
+- ``regression``: labels and predictions real numbers in the label's units; RMSE, MAE, R².
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn import metrics
 
 from pipeline_steps.core.manifests import HoldoutMetrics, Interval
+from pipeline_steps.core.tasks import HIGHER_IS_BETTER
 
-HIGHER_IS_BETTER = {"auc": True, "accuracy": True, "log_loss": False, "brier": False, "ece": False}
-"""The direction of each metric with an interval."""
+__all__ = ["HIGHER_IS_BETTER"]  # the metrics' directions, declared with the tasks
 
 
 def worst(interval: Interval, metric: str) -> float:
@@ -113,8 +123,126 @@ def classification_report(labels: ArrayLike, probabilities: ArrayLike) -> dict[s
     }
 
 
-def holdout_metrics(labels: ArrayLike, probabilities: ArrayLike) -> HoldoutMetrics:
-    """``classification_report`` of one model's probabilities as the manifests record it."""
+LOG_LOSS_EPS = 1e-7
+"""Probabilities are clipped to at least this before the log loss (binary and multiclass)."""
+
+
+def class_probabilities(probabilities: ArrayLike, eps: float = LOG_LOSS_EPS) -> np.ndarray:
+    """Multiclass probabilities ([rows, K]) clipped to [eps, 1] and renormalised per row, as
+    the multiclass log loss reads them: one confidently wrong row adds about -log(eps)."""
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), eps, 1.0)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def multiclass_log_loss(labels: ArrayLike, probabilities: ArrayLike) -> float:
+    """Mean cross-entropy of the class probabilities ([rows, K]) of the labelled class; NaN if
+    any probability is NaN. Clipped and renormalised by ``class_probabilities`` first."""
+    y = np.asarray(labels, dtype=np.int64)
+    raw = np.asarray(probabilities, dtype=np.float64)
+    if len(y) == 0 or np.isnan(raw).any():
+        return float("nan")
+    return float(metrics.log_loss(y, class_probabilities(raw), labels=range(raw.shape[1])))
+
+
+def predicted_classes(probabilities: ArrayLike) -> np.ndarray:
+    """Each row's most probable class index (the first on ties)."""
+    return np.asarray(probabilities, dtype=np.float64).argmax(axis=1)
+
+
+def multiclass_accuracy(labels: ArrayLike, probabilities: ArrayLike) -> float:
+    """Share of rows whose most probable class is the label."""
+    y = np.asarray(labels, dtype=np.int64)
+    return float(metrics.accuracy_score(y, predicted_classes(probabilities)))
+
+
+def macro_f1(labels: ArrayLike, probabilities: ArrayLike) -> float:
+    """Unweighted mean of the F1 scores of the classes labelled or predicted (scikit-learn's
+    ``average="macro"``): a rare class counts as much as a frequent one."""
+    y = np.asarray(labels, dtype=np.int64)
+    predicted = predicted_classes(probabilities)
+    return float(metrics.f1_score(y, predicted, average="macro", zero_division=0))
+
+
+def class_recall(
+    labels: ArrayLike, probabilities: ArrayLike, classes: Sequence[str]
+) -> dict[str, float]:
+    """Each class's recall (share of its rows predicted as it), by class name in index order;
+    NaN for a class without rows."""
+    y = np.asarray(labels, dtype=np.int64)
+    recall = metrics.recall_score(
+        y,
+        predicted_classes(probabilities),
+        labels=range(len(classes)),
+        average=None,
+        zero_division=np.nan,
+    )
+    return {name: round(float(r), 6) for name, r in zip(classes, recall, strict=True)}
+
+
+def regression_errors(labels: ArrayLike, predictions: ArrayLike) -> dict[str, float]:
+    """RMSE, MAE and R² of the predictions; NaN when any prediction is not finite. R² of a
+    constant label is scikit-learn's finite value (1 for a perfect fit, else 0)."""
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.asarray(predictions, dtype=np.float64)
+    if len(y) == 0 or not np.isfinite(p).all():
+        return dict.fromkeys(("rmse", "mae", "r2"), float("nan"))
+    return {
+        "rmse": float(metrics.root_mean_squared_error(y, p)),
+        "mae": float(metrics.mean_absolute_error(y, p)),
+        "r2": float(metrics.r2_score(y, p)) if len(y) > 1 else float("nan"),
+    }
+
+
+def task_report(task: str, labels: ArrayLike, predictions: ArrayLike) -> dict[str, float]:
+    """The task's metrics with intervals (``TaskSpec.metrics``), rounded for reports:
+    ``classification_report`` for ``binary``."""
+    if task == "binary":
+        return classification_report(labels, predictions)
+    y = np.asarray(labels)
+    if task == "multiclass":
+        values = {
+            "log_loss": multiclass_log_loss(y, predictions),
+            "accuracy": multiclass_accuracy(y, predictions),
+            "macro_f1": macro_f1(y, predictions),
+        }
+    elif task == "regression":
+        values = regression_errors(y, predictions)
+    else:
+        raise ValueError(f"no metrics for task {task!r}")
+    return {name: round(value, 6) for name, value in values.items()}
+
+
+def holdout_metrics(
+    labels: ArrayLike,
+    probabilities: ArrayLike,
+    task: str = "binary",
+    classes: Sequence[str] = (),
+) -> HoldoutMetrics:
+    """One model's metrics on the holdout as the manifests record them: for ``binary``
+    ``classification_report`` of its probabilities; for ``multiclass`` those of its class
+    probabilities ([rows, K], ``classes`` their names) and each class's recall; for
+    ``regression`` those of its predicted values and the holdout's mean label."""
+    if task == "multiclass":
+        report = task_report(task, labels, probabilities)
+        return HoldoutMetrics(
+            task=task,
+            rows=len(np.asarray(labels)),
+            log_loss=report["log_loss"],
+            accuracy=report["accuracy"],
+            macro_f1=report["macro_f1"],
+            class_recall=class_recall(labels, probabilities, classes),
+        )
+    if task == "regression":
+        y = np.asarray(labels, dtype=np.float64)
+        report = task_report(task, y, probabilities)
+        return HoldoutMetrics(
+            task=task,
+            rows=len(y),
+            rmse=report["rmse"],
+            mae=report["mae"],
+            r2=report["r2"],
+            label_mean=round(float(y.mean()), 6) if len(y) else float("nan"),
+        )
     report = classification_report(labels, probabilities)
     return HoldoutMetrics(
         auc=report["auc"],

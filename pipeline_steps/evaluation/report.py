@@ -1,25 +1,47 @@
-"""The evaluation report: ROC, precision-recall and calibration curves of the challenger against
-the champion and the baselines, the metrics with their intervals, the slice table and the gate's
-verdict, as one self-contained HTML file (plots embedded) beside the plots as PNG files.
+"""The evaluation report: the plots of the challenger against the champion (and, for curves,
+the baselines), the metrics with their intervals, the slice table and the gate's verdict, as one
+self-contained HTML file (plots embedded) beside the plots as PNG files.
 
-The curves are scikit-learn's displays (``RocCurveDisplay``, ``PrecisionRecallDisplay``,
-``CalibrationDisplay``) drawn on shared axes; the page is a Jinja2 template.
+The plots are scikit-learn's displays, by task: ROC, precision-recall and calibration curves on
+shared axes (``binary``: ``RocCurveDisplay``, ``PrecisionRecallDisplay``,
+``CalibrationDisplay``), the confusion matrix normalised over each true class (``multiclass``:
+``ConfusionMatrixDisplay``), residuals and predicted against actual values (``regression``:
+``PredictionErrorDisplay``). The page is a Jinja2 template.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.gate import NAMES, Verdict
-from pipeline_steps.evaluation.metrics import CALIBRATION_BINS
+from pipeline_steps.evaluation.metrics import CALIBRATION_BINS, predicted_classes
 
-PLOTS = ("roc", "precision_recall", "calibration")
-TITLES = {"roc": "ROC", "precision_recall": "Precision-recall", "calibration": "Calibration"}
+PLOTS = {
+    "binary": ("roc", "precision_recall", "calibration"),
+    "multiclass": ("confusion",),
+    "regression": ("residuals", "predicted_vs_actual"),
+}
+"""The plots of each task's report, by file name."""
+TITLES = {
+    "roc": "ROC",
+    "precision_recall": "Precision-recall",
+    "calibration": "Calibration",
+    "confusion": "Confusion matrix (share of each true class)",
+    "residuals": "Residuals",
+    "predicted_vs_actual": "Predicted against actual",
+}
+SCATTERED = {"challenger": "tab:blue", "champion": "tab:orange"}
+"""Models drawn in the confusion matrices and scatter plots, with their colours (the baselines
+only in curves)."""
+SCATTER_ROWS = 1000
+"""Rows drawn in a scatter plot (a seeded sample of the holdout)."""
 REPORT = "index.html"
 
 TEMPLATE = """<!doctype html>
@@ -35,13 +57,16 @@ border-bottom: 1px solid #ddd; text-align: right } th:first-child, td:first-chil
 ul.reasons li { margin: .2em 0 }
 </style></head><body>
 <h1>Evaluation of run {{ run_id }}</h1>
-<p>Logical date {{ day }}; holdout {{ holdout.rows }} rows ({{ holdout.positives }} positive)
+<p>Logical date {{ day }}; {{ task }} task; holdout {{ holdout.rows }} rows
+{%- if task == "binary" %} ({{ holdout.positives }} positive){% endif %}
+{%- if task == "regression" %} (mean label {{ "%.4f" % label_mean }}){% endif %}
 from {{ holdout.days | join(", ") }}; sha256 <code>{{ holdout.sha256[:16] }}</code>.
 Challenger: <code>{{ challenger_uri }}</code>; champion:
 {% if champion_version %}version {{ champion_version }}{% else %}none yet{% endif %}.</p>
 <h2>Gate: <span class="{{ verdict.outcome }}">{{ verdict.outcome }}</span></h2>
 <ul class="reasons">{% for reason in verdict.reasons %}<li>{{ reason }}</li>{% endfor %}</ul>
-<p class="muted">Intervals: paired, stratified bootstrap ({{ resamples }} resamples); each bound is
+<p class="muted">Intervals: paired{% if task != "regression" %}, stratified{% endif %} bootstrap
+({{ resamples }} resamples); each bound is
 one-sided at {{ "%.0f" % (confidence * 100) }}% (the interval two-sided at
 {{ "%.0f" % ((2 * confidence - 1) * 100) }}%). Promotion also needs the champion to be unchanged
 since evaluation; the promote step records the final decision.</p>
@@ -55,10 +80,16 @@ since evaluation; the promote step records the final decision.</p>
 {% for m, d in diffs.items() %}<tr><td>{{ names[m] }}</td><td>{{ "%+.4f" % d.estimate }}</td>
 <td>[{{ "%+.4f" % d.low }}, {{ "%+.4f" % d.high }}]</td></tr>{% endfor %}</table>
 {% endfor %}
-<h2>Curves</h2>
+{% if recall %}<h2>Recall per class</h2>
+<table><tr><th>model</th>{% for c in classes %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for name, row in recall.items() %}<tr><td>{{ name }}</td>
+{% for c in classes %}<td>{{ "%.4f" % row.get(c, nan) }}</td>{% endfor %}</tr>{% endfor %}
+</table>{% endif %}
+<h2>{{ "Curves" if task == "binary" else "Plots" }}</h2>
 <div class="plots">{% for name, data in plots.items() %}
 <img alt="{{ name }}" src="data:image/png;base64,{{ data }}">{% endfor %}</div>
 <h2>Slices</h2>
+{% if task == "binary" %}
 <table><tr><th>slice</th><th>rows</th><th>positives</th><th>challenger AUC</th>
 <th>champion AUC</th><th>AUC difference [interval]</th><th>challenger log loss</th>
 <th>champion log loss</th></tr>
@@ -70,38 +101,109 @@ since evaluation; the promote step records the final decision.</p>
 <td>{{ "%.4f" % s.challenger.log_loss }}</td>
 <td>{% if s.champion %}{{ "%.4f" % s.champion.log_loss }}{% endif %}</td></tr>{% endfor %}
 </table>
+{% else %}<table><tr><th>slice</th><th>rows</th>
+<th>{{ names[slice_metric] }} challenger - champion [interval]</th></tr>
+{% for s in slices %}<tr><td>{{ s.column }} = {{ s.value }}</td><td>{{ s.rows }}</td>
+<td>{% if s.differences[slice_metric] %}{{ s.differences[slice_metric].describe() }}{% else %}
+<span class="muted">{% if s.champion %}below gate.min_slice_rows{% endif %}</span>{% endif %}
+</td></tr>{% endfor %}
+</table>{% endif %}
 </body></html>
 """
 
 
-def _plots(labels: np.ndarray, curves: Mapping[str, np.ndarray], folder: Path) -> list[Path]:
+def _binary(ax: Any, plot: str, labels: np.ndarray, curves: Mapping[str, np.ndarray]) -> None:
+    from sklearn.calibration import CalibrationDisplay
+    from sklearn.metrics import PrecisionRecallDisplay, RocCurveDisplay
+
+    for name, probabilities in curves.items():
+        if plot == "roc":
+            RocCurveDisplay.from_predictions(labels, probabilities, name=name, ax=ax)
+        elif plot == "precision_recall":
+            PrecisionRecallDisplay.from_predictions(labels, probabilities, name=name, ax=ax)
+        else:
+            CalibrationDisplay.from_predictions(
+                labels, probabilities, n_bins=CALIBRATION_BINS, name=name, ax=ax
+            )
+    ax.legend(loc="lower right" if plot != "precision_recall" else "upper right", fontsize=8)
+
+
+def _regression(ax: Any, plot: str, labels: np.ndarray, curves: Mapping[str, np.ndarray]) -> None:
+    from sklearn.metrics import PredictionErrorDisplay
+
+    kind = "residual_vs_predicted" if plot == "residuals" else "actual_vs_predicted"
+    for name, colour in SCATTERED.items():
+        if name in curves:
+            PredictionErrorDisplay.from_predictions(
+                labels,
+                curves[name],
+                kind=kind,
+                subsample=SCATTER_ROWS,
+                random_state=0,
+                ax=ax,
+                scatter_kwargs={"alpha": 0.4, "s": 8, "label": name, "color": colour},
+            )
+    ax.legend(loc="best", fontsize=8)
+
+
+def _confusion(
+    labels: np.ndarray, curves: Mapping[str, np.ndarray], classes: Sequence[str], path: Path
+) -> None:
+    """One confusion matrix per model of ``SCATTERED`` side by side, rows normalised."""
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    models = [name for name in SCATTERED if name in curves]
+    side = 1.6 + 0.45 * len(classes)
+    figure, axes = plt.subplots(
+        1, len(models), figsize=(side * len(models), side), dpi=110, squeeze=False
+    )
+    for ax, name in zip(axes[0], models, strict=True):
+        ConfusionMatrixDisplay.from_predictions(
+            labels,
+            predicted_classes(curves[name]),
+            labels=list(range(len(classes))),
+            display_labels=list(classes),
+            normalize="true",
+            values_format=".2f",
+            colorbar=False,
+            xticks_rotation="vertical",
+            ax=ax,
+        )
+        ax.set_title(name, fontsize=9)
+    figure.suptitle(TITLES["confusion"], fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def _plots(
+    task: str,
+    labels: np.ndarray,
+    curves: Mapping[str, np.ndarray],
+    folder: Path,
+    classes: Sequence[str] = (),
+) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from sklearn.calibration import CalibrationDisplay
-    from sklearn.metrics import PrecisionRecallDisplay, RocCurveDisplay
 
     written = []
-    for plot in PLOTS:
-        figure, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
-        for name, probabilities in curves.items():
-            if plot == "roc":
-                RocCurveDisplay.from_predictions(labels, probabilities, name=name, ax=ax)
-            elif plot == "precision_recall":
-                PrecisionRecallDisplay.from_predictions(labels, probabilities, name=name, ax=ax)
-            else:
-                CalibrationDisplay.from_predictions(
-                    labels, probabilities, n_bins=CALIBRATION_BINS, name=name, ax=ax
-                )
-        ax.set_title(
-            {"roc": "ROC", "precision_recall": "Precision-recall"}.get(plot, "Calibration")
-        )
-        ax.legend(loc="lower right" if plot != "precision_recall" else "upper right", fontsize=8)
-        figure.tight_layout()
+    for plot in PLOTS[task]:
         path = folder / f"{plot}.png"
-        figure.savefig(path)
-        plt.close(figure)
+        if plot == "confusion":
+            _confusion(labels, curves, classes, path)
+        else:
+            figure, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
+            if task == "regression":
+                _regression(ax, plot, labels, curves)
+            else:
+                _binary(ax, plot, labels, curves)
+            ax.set_title(TITLES[plot])
+            figure.tight_layout()
+            figure.savefig(path)
+            plt.close(figure)
         written.append(path)
     return written
 
@@ -113,14 +215,18 @@ def render(
     curves: Mapping[str, np.ndarray],
     verdict: Verdict,
     folder: Path,
+    classes: Sequence[str] = (),
 ) -> list[Path]:
-    """Write ``index.html`` and the plots into ``folder``; returns the files written.
+    """Write ``index.html`` and the task's plots into ``folder``; returns the files written.
 
-    ``curves`` maps a model's name to its holdout probabilities (challenger first)."""
+    ``curves`` maps a model's name to its holdout predictions (challenger first): probabilities
+    of 1 (``binary``), class probabilities ([rows, K], ``multiclass``, ``classes`` their names)
+    or values (``regression``); the task is the challenger's metrics'."""
     import jinja2
 
-    plots = _plots(np.asarray(labels), curves, folder)
-    metrics = ("auc", "log_loss", "brier", "accuracy", "ece")
+    task = evaluation.challenger.metrics.task
+    plots = _plots(task, np.asarray(labels), curves, folder, classes)
+    metrics = task_spec(task).metrics
     models: dict[str, HoldoutMetrics] = {"challenger": evaluation.challenger.metrics}
     comparisons = {}
     if evaluation.champion is not None:
@@ -133,7 +239,9 @@ def render(
     html = page.render(
         run_id=run_id,
         day=evaluation.logical_date,
+        task=task,
         holdout=evaluation.holdout,
+        label_mean=evaluation.challenger.metrics.label_mean,
         challenger_uri=evaluation.challenger.model_uri,
         champion_version=evaluation.champion.version if evaluation.champion else None,
         verdict=verdict,
@@ -143,8 +251,12 @@ def render(
         names={**NAMES, "ece": "calibration error"},
         models={name: {m: getattr(row, m) for m in metrics} for name, row in models.items()},
         comparisons=comparisons,
+        classes=list(classes) or list(evaluation.challenger.metrics.class_recall),
+        recall={name: row.class_recall for name, row in models.items() if row.class_recall},
+        nan=float("nan"),
         plots={p.stem: base64.b64encode(p.read_bytes()).decode() for p in plots},
         slices=evaluation.slices,
+        slice_metric=task_spec(task).slice_metric,
     )
     report = folder / REPORT
     report.write_text(html, encoding="utf-8")

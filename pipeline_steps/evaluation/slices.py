@@ -1,5 +1,9 @@
 """Metrics per slice of the holdout (a value of a column: a carrier, an origin airport, a band
-of departure hours), for the challenger and the champion."""
+of departure hours), for the challenger and the champion.
+
+Each slice records the challenger minus the champion on the task's slice metric
+(``TaskSpec.slice_metric``) with its paired-bootstrap interval: AUC (and log loss) for
+``binary``, accuracy for ``multiclass``, RMSE for ``regression``."""
 
 from __future__ import annotations
 
@@ -7,17 +11,32 @@ import numpy as np
 import pandas as pd
 
 from pipeline_steps.core.manifests import SliceResult, SliceScores
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.bootstrap import paired_differences
-from pipeline_steps.evaluation.metrics import log_loss, roc_auc
+from pipeline_steps.evaluation.metrics import log_loss, multiclass_log_loss, roc_auc
 
 SLICE_METRICS = ("auc", "log_loss")
+"""``binary``: the metrics with intervals per slice; the other tasks' is their slice metric."""
 
 
-def _scores(labels: np.ndarray, probabilities: np.ndarray) -> SliceScores:
+def _scores(labels: np.ndarray, predictions: np.ndarray, task: str) -> SliceScores:
+    if task == "multiclass":
+        return SliceScores(
+            auc=float("nan"), log_loss=round(multiclass_log_loss(labels, predictions), 6)
+        )
+    if task == "regression":
+        return SliceScores(auc=float("nan"), log_loss=float("nan"))
     return SliceScores(
-        auc=round(roc_auc(labels, probabilities), 6),
-        log_loss=round(log_loss(labels, probabilities), 6),
+        auc=round(roc_auc(labels, predictions), 6),
+        log_loss=round(log_loss(labels, predictions), 6),
     )
+
+
+def _comparable(labels: np.ndarray, rows: int, min_rows: int, task: str) -> bool:
+    """Whether a slice is large enough for an interval (AUC also needs both classes)."""
+    if rows < min_rows:
+        return False
+    return task != "binary" or 0 < int(labels.sum()) < len(labels)
 
 
 def slice_results(
@@ -30,22 +49,24 @@ def slice_results(
     resamples: int,
     confidence: float,
     seed: int,
+    task: str = "binary",
 ) -> list[SliceResult]:
     """One result per value of each column of ``slices`` (rows aligned with ``labels`` and the
     predictions; missing values form the slice ``<missing>``), largest slices first within a
-    column. Slices of at least ``min_rows`` rows with both classes get paired-bootstrap
-    intervals of challenger minus champion."""
+    column. Slices of at least ``min_rows`` rows (``binary``: with both classes) get
+    paired-bootstrap intervals of challenger minus champion on the task's slice metric (and
+    log loss for ``binary``). ``positives`` is -1 for tasks other than ``binary``."""
     results: list[SliceResult] = []
     y = np.asarray(labels)
+    metrics = SLICE_METRICS if task == "binary" else (task_spec(task).slice_metric,)
     for column in slices.columns:
         values = slices[column].astype("string").fillna("<missing>").to_numpy()
         names, counts = np.unique(values, return_counts=True)
         for value in names[np.argsort(-counts, kind="stable")]:
             rows = values == value
             ys = y[rows]
-            positives = int(ys.sum())
             differences = {}
-            if champion is not None and rows.sum() >= min_rows and 0 < positives < len(ys):
+            if champion is not None and _comparable(ys, int(rows.sum()), min_rows, task):
                 differences = paired_differences(
                     ys,
                     challenger[rows],
@@ -53,16 +74,17 @@ def slice_results(
                     resamples=resamples,
                     confidence=confidence,
                     seed=seed,
-                    metrics=SLICE_METRICS,
+                    metrics=metrics,
+                    task=task,
                 )
             results.append(
                 SliceResult(
                     column=str(column),
                     value=str(value),
                     rows=int(rows.sum()),
-                    positives=positives,
-                    challenger=_scores(ys, challenger[rows]),
-                    champion=_scores(ys, champion[rows]) if champion is not None else None,
+                    positives=int(ys.sum()) if task == "binary" else -1,
+                    challenger=_scores(ys, challenger[rows], task),
+                    champion=_scores(ys, champion[rows], task) if champion is not None else None,
                     differences=differences,
                 )
             )

@@ -3,13 +3,16 @@
 Besides each model's metrics it records the paired-bootstrap intervals of the challenger's
 differences from the champion and from the baselines, the metrics per slice, and writes the HTML
 report (``reports/evaluation/date=D/run=<run>/``), also logged to the challenger's MLflow run
-under ``evaluation/``. The promote step's gate decides on what is recorded here.
+under ``evaluation/``. The promote step's gate decides on what is recorded here. Metrics,
+baselines, intervals and plots are those of the features' task (``FeaturesManifest.task``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -30,7 +33,8 @@ from pipeline_steps.core.manifests import (
     ScoredChampion,
     TrainManifest,
 )
-from pipeline_steps.evaluation.baselines import logistic_regression, trivial
+from pipeline_steps.core.settings import SettingsError
+from pipeline_steps.evaluation.baselines import LINEAR, linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.gate import Verdict, gate
 from pipeline_steps.evaluation.metrics import holdout_metrics
@@ -39,12 +43,40 @@ from pipeline_steps.evaluation.slices import slice_results
 log = logging.getLogger(__name__)
 
 
-def score(model_uri: str, holdout: pd.DataFrame, features: list[str]) -> np.ndarray:
-    """The model's delay probabilities for the holdout rows."""
+def score(
+    model_uri: str,
+    holdout: pd.DataFrame,
+    features: list[str],
+    task: str | None = None,
+    classes: Sequence[str] = (),
+) -> np.ndarray:
+    """The model's predictions for the holdout rows: probabilities of 1 (``binary``), each
+    class's probability ([rows, K], ``multiclass``) or values (``regression``). With ``task``
+    the class probabilities are taken in the order of ``classes`` (the model's columns are
+    class names) and a shape that does not fit the task is a ``StepError``; without it they are
+    as the model gives them."""
     import mlflow.pyfunc
 
     model = mlflow.pyfunc.load_model(model_uri)
-    return np.asarray(model.predict(holdout[features]))
+    predicted = model.predict(holdout[features])
+    if task is None:
+        return np.asarray(predicted)
+    if task == "multiclass" and isinstance(predicted, pd.DataFrame):
+        missing = [c for c in classes if c not in predicted.columns]
+        if missing:
+            raise StepError(
+                f"{model_uri} gives no probability of class(es) {missing}; it gives "
+                f"{list(map(str, predicted.columns))}"
+            )
+        predicted = predicted[list(classes)]
+    values = np.asarray(predicted, dtype=np.float64)
+    expected = (len(holdout), len(classes)) if task == "multiclass" else (len(holdout),)
+    if values.shape != expected:
+        raise StepError(
+            f"{model_uri} predicted shape {values.shape} for a {task} task on {len(holdout)} "
+            f"rows; expected {expected}"
+        )
+    return values
 
 
 def report_dir(logical_date: str, run_id: str) -> str:
@@ -79,6 +111,11 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
 
     settings = ctx.settings.evaluate
     features, trained = ctx.upstream(FeaturesManifest), ctx.upstream(TrainManifest)
+    task, classes = features.task, features.classes
+    try:
+        ctx.settings.gate.metrics_for(task)  # the gate's metrics fit the task: fail before scoring
+    except SettingsError as exc:
+        raise StepError(str(exc)) from exc
     holdout_set = features.sets.holdout
     holdout = ctx.lake.read_table_at(holdout_set.path).to_pandas()
     if holdout.empty:
@@ -94,31 +131,35 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             resamples=settings.resamples,
             confidence=settings.confidence,
             seed=settings.seed,
+            task=task,
         )
 
+    def scored(predictions: np.ndarray) -> HoldoutMetrics:
+        return holdout_metrics(labels, predictions, task, classes)
+
     client = connect(ctx.settings.mlflow)
-    curves = {"challenger": score(trained.model_uri, holdout, columns)}
+    curves = {"challenger": score(trained.model_uri, holdout, columns, task, classes)}
     champion: ScoredChampion | None = None
     current = reference_champion(client, ctx.settings.mlflow, ctx.trigger, ctx.logical_date)
     if current is not None:
         uri = f"models:/{ctx.settings.mlflow.registered_model}/{current.version}"
         try:
-            curves["champion"] = score(uri, holdout, columns)
+            curves["champion"] = score(uri, holdout, columns, task, classes)
         except Exception as exc:
             raise StepError(f"champion {uri} could not score the holdout: {exc}") from exc
-        champion_metrics = holdout_metrics(labels, curves["champion"])
         champion = ScoredChampion(
-            version=str(current.version), model_uri=uri, metrics=champion_metrics
+            version=str(current.version), model_uri=uri, metrics=scored(curves["champion"])
         )
     baselines = []
-    for name, probabilities in baseline_predictions(ctx, features, holdout).items():
-        curves[name.replace("_", " ")] = probabilities
+    for name, predictions in baseline_predictions(ctx, features, holdout).items():
+        curves[name.replace("_", " ")] = predictions
+        rate = name == "trivial" and task == "binary"  # the one probability it gives
         baselines.append(
             ScoredBaseline(
                 name=name,
-                metrics=holdout_metrics(labels, probabilities),
-                differences=differences(curves["challenger"], probabilities),
-                rate=round(float(probabilities[0]), 6) if name == "trivial" else None,
+                metrics=scored(predictions),
+                differences=differences(curves["challenger"], predictions),
+                rate=round(float(predictions[0]), 6) if rate else None,
             )
         )
     report = EvaluateManifest(
@@ -127,13 +168,13 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             path=holdout_set.path,
             sha256=holdout_set.sha256,
             rows=len(holdout),
-            positives=int(labels.sum()),
+            positives=int(labels.sum()) if task == "binary" else -1,
             days=features.holdout_days or [features.holdout_day],
         ),
         challenger=ScoredChallenger(
             model_uri=trained.model_uri,
             mlflow_run_id=trained.mlflow_run_id,
-            metrics=holdout_metrics(labels, curves["challenger"]),
+            metrics=scored(curves["challenger"]),
         ),
         champion=champion,
         confidence=settings.confidence,
@@ -149,11 +190,13 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             resamples=settings.resamples,
             confidence=settings.confidence,
             seed=settings.seed,
+            task=task,
         ),
     )
     verdict = gate(report, ctx.settings.gate, settings.confidence)
     if settings.report:
-        report = replace(report, report=write_report(ctx, report, labels, curves, verdict))
+        written = write_report(ctx, report, labels, curves, verdict, classes)
+        report = replace(report, report=written)
     log_to_mlflow(report)
     ctx.lake.write_json(report.to_json(), ctx.run_dir, "evaluation.json")
     log.info("challenger %s; champion %s", report.challenger.metrics, champion or "none")
@@ -166,19 +209,24 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
 def baseline_predictions(
     ctx: RunContext, features: FeaturesManifest, holdout: pd.DataFrame
 ) -> dict[str, np.ndarray]:
-    """The baselines' holdout probabilities: the trivial model, and the logistic regression
-    when ``evaluate.logistic_baseline`` is on."""
+    """The baselines' holdout predictions by name: the trivial model, and the task's linear
+    model (``baselines.LINEAR``) when ``evaluate.logistic_baseline`` is on and the training
+    labels can fit it (both classes, two or more classes, two or more rows)."""
+    task, classes = features.task, len(features.classes)
     train = ctx.lake.read_table_at(features.sets.train.path).to_pandas()
     labels = train[features.label].to_numpy()
-    out = {"trivial": trivial(labels, len(holdout))}
-    if ctx.settings.evaluate.logistic_baseline and len(np.unique(labels)) == 2:
-        out["logistic_regression"] = logistic_regression(
+    out = {"trivial": trivial(labels, len(holdout), task, classes)}
+    fits = len(np.unique(labels)) == 2 if task == "binary" else len(np.unique(labels)) >= 2
+    if ctx.settings.evaluate.logistic_baseline and fits:
+        out[LINEAR[task]] = linear(
+            task,
             train,
             holdout,
             features.categorical,
             features.numeric,
             features.label,
             ctx.settings.evaluate.seed,
+            classes,
         )
     return out
 
@@ -189,16 +237,18 @@ def write_report(
     labels: np.ndarray,
     curves: dict[str, np.ndarray],
     verdict: Verdict,
+    classes: Sequence[str] = (),
 ) -> str:
     """Render the report into the lake (all files or none) and log it to the challenger's
-    MLflow run under ``evaluation/``; returns the report's path in the lake."""
+    MLflow run under ``evaluation/``; returns the report's path in the lake. ``classes`` names
+    a multiclass task's classes."""
     import mlflow
 
     from pipeline_steps.evaluation.report import REPORT, render
 
     folder = report_dir(evaluation.logical_date, ctx.run_id)
     with tempfile.TemporaryDirectory(prefix="trainyard-evaluation-") as tmp:
-        files = render(evaluation, ctx.run_id, labels, curves, verdict, Path(tmp))
+        files = render(evaluation, ctx.run_id, labels, curves, verdict, Path(tmp), classes)
         with ctx.lake.staged_dir(folder) as staged:
             for path in files:
                 ctx.lake.fs.put_file(str(path), f"{staged}/{path.name}")
@@ -231,4 +281,13 @@ def log_to_mlflow(evaluation: EvaluateManifest) -> None:
 
 
 def _prefixed(prefix: str, metrics: HoldoutMetrics) -> dict[str, float]:
-    return {f"{prefix}{k}": float(v) for k, v in asdict(metrics).items()}
+    """The metrics as MLflow metrics under ``prefix``, each class's recall as
+    ``<prefix>recall_<class>``."""
+    values = {
+        f"{prefix}{k}": float(v)
+        for k, v in asdict(metrics).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    for name, recall in metrics.class_recall.items():
+        values[f"{prefix}recall_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"] = recall
+    return values

@@ -203,7 +203,9 @@ def log_champion_day(
 
     from pipeline_steps.core.tracking import connect
 
-    metrics = holdout_metrics(today[domain.label].to_numpy(), predicted)
+    metrics = holdout_metrics(
+        today[domain.label].to_numpy(), predicted, task=domain.task, classes=domain.classes
+    )
     settings = replace(ctx.settings.mlflow, experiment=ctx.settings.mlflow.monitoring_experiment)
     client = connect(settings)
     experiment = client.get_experiment_by_name(settings.experiment)
@@ -213,7 +215,12 @@ def log_champion_day(
         filter_string=f"tags.`trainyard.logical_date` = '{day}'",
         max_results=1,
     )
-    values: dict[str, Any] = {f"champion_{k}": float(v) for k, v in asdict(metrics).items()}
+    values: dict[str, Any] = {
+        f"champion_{k}": float(v)
+        for k, v in asdict(metrics).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    values |= {f"champion_recall_{k}": v for k, v in metrics.class_recall.items()}
     values["champion_mean_score"] = float(np.mean(predicted)) if predicted.ndim == 1 else np.nan
     values["drift_crossed"] = float(len(verdict.crossed))
     for signal in verdict.signals:

@@ -18,6 +18,7 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.locks import exclusive
 from pipeline_steps.core.manifests import Decision, EvaluateManifest, PromoteManifest, to_json
 from pipeline_steps.core.provenance import build_lineage
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.gate import Verdict, gate
 
 log = logging.getLogger(__name__)
@@ -177,15 +178,17 @@ def record_decision(
         KIND_TAG: ctx.trigger.kind,
         REASONS_TAG: " | ".join(decision.reasons),
         DATE_TAG: ctx.logical_date.isoformat(),
-        "trainyard.challenger_auc": str(challenger.metrics.auc),
         COMPARED_WITH_TAG: champion.version if champion else "none",
-        "trainyard.champion_auc": str(champion.metrics.auc) if champion else "none",
-        "trainyard.challenger_log_loss": str(challenger.metrics.log_loss),
-        "trainyard.champion_log_loss": str(champion.metrics.log_loss) if champion else "none",
         "trainyard.holdout_sha256": evaluation.holdout.sha256,
         "trainyard.gate": gate_summary(evaluation),
         "trainyard.trigger": ctx.trigger.describe(),
     }
+    # The task's default gate metrics of both models (binary: AUC and log loss).
+    for metric in task_spec(challenger.metrics.task).gate_metrics:
+        tags[f"trainyard.challenger_{metric}"] = str(getattr(challenger.metrics, metric))
+        tags[f"trainyard.champion_{metric}"] = (
+            str(getattr(champion.metrics, metric)) if champion else "none"
+        )
     if decision.decision == "forced":
         tags["trainyard.forced_reason"] = ctx.settings.promotion.reason
         tags["trainyard.forced_by"] = ctx.trigger.user or "unknown"

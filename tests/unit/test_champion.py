@@ -8,6 +8,7 @@ from datetime import date
 from types import SimpleNamespace
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
@@ -234,7 +235,8 @@ def _monitored(settings, day: date, version: str, scores: list[float], crossed: 
         RunContext(run_id=f"monitor-{day}", logical_date=day, settings=settings),
         Champion(version=version, model_uri=f"models:/flight_delay/{version}", window=None),
         today,
-        SimpleNamespace(label="delayed"),  # type: ignore[arg-type]
+        np.asarray(scores),
+        SimpleNamespace(label="delayed", task="binary", classes=()),  # type: ignore[arg-type]
         Verdict(signals=[signal], triggers=("label",)),
     )
 

@@ -8,7 +8,7 @@ import pytest
 
 from pipeline_steps.core.manifests import ScoredBaseline, ScoredChampion
 from pipeline_steps.core.settings import GateSettings
-from pipeline_steps.evaluation.baselines import logistic_regression, trivial
+from pipeline_steps.evaluation.baselines import LINEAR, linear, logistic_regression, trivial
 from pipeline_steps.evaluation.bootstrap import (
     METRICS,
     paired_differences,
@@ -149,3 +149,20 @@ def test_the_report_renders_curves_metrics_slices_and_the_verdict(holdout, tmp_p
     assert html.count("data:image/png;base64,") == 3
     assert "origin = EWR" in html and "champion (version 4)" in html
     assert verdict.reasons[-1].split(":")[0] in html  # the reasons are listed
+
+
+def test_the_binary_task_is_the_default_and_its_numbers_do_not_move(holdout) -> None:
+    """Naming the task ``binary`` gives what the binary evaluation always gave: the same
+    stratified draws, the same metrics with intervals, the same logistic regression."""
+    labels, good, poor, frame = holdout
+    rows = resample_rows(labels, 50, seed=7)
+    assert (resample_rows(labels, 50, seed=7, task="binary") == rows).all()
+    assert (labels[rows[:, : labels.sum()]] == 1).all()  # positives first, then negatives
+    kwargs = dict(resamples=200, confidence=0.95, seed=0)
+    default = paired_differences(labels, good, poor, **kwargs)
+    assert list(default) == list(METRICS)
+    assert paired_differences(labels, good, poor, task="binary", **kwargs) == default
+    train = frame.assign(delayed=labels)
+    args = (train.iloc[:600], train.iloc[600:], ["origin"], ["signal"], "delayed", 0)
+    assert (linear("binary", *args) == logistic_regression(*args)).all()
+    assert LINEAR["binary"] == "logistic_regression"  # the name recorded runs carry

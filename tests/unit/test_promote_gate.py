@@ -1,5 +1,5 @@
 """The gate's outcomes, each from a constructed evaluation: promote, refuse, undecided, a slice
-refusal, a trivial-baseline refusal."""
+refusal, a trivial-baseline refusal; for binary, multiclass and regression models."""
 
 from dataclasses import replace
 
@@ -7,14 +7,16 @@ import pytest
 
 from pipeline_steps.core.manifests import (
     EvaluateManifest,
+    HoldoutMetrics,
     HoldoutRef,
     Interval,
     ScoredBaseline,
+    ScoredChallenger,
     ScoredChampion,
     SliceResult,
     SliceScores,
 )
-from pipeline_steps.core.settings import GateSettings
+from pipeline_steps.core.settings import GateSettings, SettingsError
 from pipeline_steps.evaluation.gate import gate
 from tests.manifests import evaluate_manifest, scored
 
@@ -171,3 +173,163 @@ def test_first_model_needs_the_floor() -> None:
 
 def test_undefined_auc_never_passes() -> None:
     assert gate(evaluate_manifest("r", "m", float("nan"), None), GATE, 0.95).outcome == "refuse"
+
+
+# -- multiclass and regression: the task's metrics, margins and floors ---------------------------
+
+
+def _task_evaluation(
+    task: str,
+    champion: HoldoutMetrics | None,
+    differences: dict[str, Interval],
+    trivial_diff: dict[str, Interval] | None = None,
+    rows: int = 900,
+) -> EvaluateManifest:
+    """A ``task`` evaluation whose challenger minus champion is ``differences``."""
+    challenger = HoldoutMetrics(task=task, rows=rows, rmse=20.0, mae=14.0, r2=0.4)
+    if task == "multiclass":
+        challenger = HoldoutMetrics(task=task, rows=rows, log_loss=0.8, accuracy=0.6, macro_f1=0.5)
+    baselines = []
+    if trivial_diff is not None:
+        baselines = [
+            ScoredBaseline(
+                name="trivial",
+                metrics=HoldoutMetrics(task=task, rows=rows),
+                differences=trivial_diff,
+            )
+        ]
+    return EvaluateManifest(
+        logical_date="2013-06-04",
+        holdout=HoldoutRef(path="h", sha256="h", rows=rows),
+        challenger=ScoredChallenger(
+            model_uri="runs:/r/model", mlflow_run_id="r", metrics=challenger
+        ),
+        champion=None
+        if champion is None
+        else ScoredChampion(version="3", model_uri="models:/m/3", metrics=champion),
+        differences=differences,
+        baselines=baselines,
+    )
+
+
+REGRESSION_CHAMPION = HoldoutMetrics(task="regression", rows=900, rmse=20.0, mae=14.0, r2=0.4)
+BEATS_MEAN = {"rmse": Interval(estimate=-6.0, low=-7.0, high=-5.0)}
+
+
+def test_a_regression_challenger_with_clearly_lower_error_passes() -> None:
+    lower = {
+        "rmse": Interval(estimate=-1.5, low=-2.0, high=-1.0),
+        "mae": Interval(estimate=-1.0, low=-1.4, high=-0.6),
+    }
+    verdict = gate(
+        _task_evaluation("regression", REGRESSION_CHAMPION, lower, BEATS_MEAN), GATE, 0.95
+    )
+    assert verdict.outcome == "pass"
+    assert verdict.reasons[0].startswith("challenger beats the trivial model")
+    assert "RMSE -6.0000 [-7.0000, -5.0000]" in verdict.reasons[0]
+    assert verdict.reasons[1].startswith("RMSE challenger - champion -1.5000")
+
+
+def test_a_regression_challenger_worse_beyond_the_relative_margin_is_refused() -> None:
+    """The RMSE margin is 2 % of the champion's 20 minutes: +0.4, in the label's units."""
+    within = {
+        "rmse": Interval(estimate=0.1, low=-0.2, high=0.35),
+        "mae": Interval(estimate=0.0, low=-0.2, high=0.2),
+    }
+    assert gate(_task_evaluation("regression", REGRESSION_CHAMPION, within), GATE, 0.95).passed
+    beyond = {**within, "rmse": Interval(estimate=0.3, low=0.05, high=0.6)}
+    verdict = gate(_task_evaluation("regression", REGRESSION_CHAMPION, beyond), GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert verdict.reasons[0] == (
+        "RMSE challenger - champion +0.3000 [+0.0500, +0.6000]: may be worse than the margin "
+        "+0.4000 (2% of the champion's RMSE 20.0000) (95% confidence)"
+    )
+    looser = replace(GATE, max_rmse_rise=0.05)  # 5 %: +1.0
+    assert gate(_task_evaluation("regression", REGRESSION_CHAMPION, beyond), looser, 0.95).passed
+
+
+def test_a_multiclass_challenger_is_held_to_log_loss_and_macro_f1() -> None:
+    champion = HoldoutMetrics(
+        task="multiclass", rows=900, log_loss=0.8, accuracy=0.6, macro_f1=0.55
+    )
+    worse_f1 = {
+        "log_loss": Interval(estimate=-0.01, low=-0.02, high=0.0),
+        "macro_f1": Interval(estimate=-0.05, low=-0.08, high=-0.02),
+        # accuracy is not a default gate metric of multiclass: a drop there decides nothing
+        "accuracy": Interval(estimate=-0.2, low=-0.3, high=-0.1),
+    }
+    verdict = gate(_task_evaluation("multiclass", champion, worse_f1), GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert [r.split(" challenger")[0] for r in verdict.reasons] == ["log loss", "macro-F1"]
+    assert "may be worse than the margin -0.01 (95% confidence)" in verdict.reasons[1]
+    on_accuracy = replace(GATE, primary_metrics=("accuracy",), max_accuracy_drop=0.5)
+    assert gate(_task_evaluation("multiclass", champion, worse_f1), on_accuracy, 0.95).passed
+
+
+def test_a_small_holdout_of_another_task_is_undecided_by_its_rows() -> None:
+    better = {
+        "rmse": Interval(estimate=-3.0, low=-4.0, high=-2.0),
+        "mae": Interval(estimate=-2.0, low=-3.0, high=-1.0),
+    }
+    small = _task_evaluation("regression", REGRESSION_CHAMPION, better, BEATS_MEAN, rows=150)
+    verdict = gate(small, GATE, 0.95)  # GATE.min_positives=100 counts only binary positives
+    assert verdict.outcome == "undecided"
+    assert verdict.reasons == [
+        "the holdout has 150 rows, fewer than gate.min_rows=200: too few to tell the models "
+        "apart; the champion stays"
+    ]
+    assert gate(small, replace(GATE, min_rows=100), 0.95).passed
+
+
+def test_without_a_champion_beating_the_trivial_model_is_the_floor() -> None:
+    first = _task_evaluation("regression", None, {}, BEATS_MEAN)
+    verdict = gate(first, GATE, 0.95)
+    assert verdict.passed
+    assert verdict.reasons[-1] == (
+        "no champion yet; for a regression task beating the trivial model is the floor"
+    )
+    no_better = {"rmse": Interval(estimate=-0.1, low=-0.5, high=0.3)}
+    refused = gate(_task_evaluation("regression", None, {}, no_better), GATE, 0.95)
+    assert refused.outcome == "refuse"
+    assert refused.reasons[0].startswith(
+        "challenger does not beat the trivial model (the training window's mean label): RMSE"
+    )
+    assert gate(_task_evaluation("regression", None, {}), GATE, 0.95).outcome == "refuse"
+
+
+def test_a_regression_slice_worse_beyond_its_margin_is_named() -> None:
+    fine = {
+        "rmse": Interval(estimate=0.0, low=-0.2, high=0.2),
+        "mae": Interval(estimate=0.0, low=-0.2, high=0.2),
+    }
+    hurt = SliceResult(
+        column="origin",
+        value="LGA",
+        rows=250,
+        positives=-1,
+        challenger=SliceScores(auc=float("nan"), log_loss=float("nan")),
+        champion=SliceScores(auc=float("nan"), log_loss=float("nan")),
+        differences={"rmse": Interval(estimate=4.0, low=2.5, high=5.5)},
+    )
+    evaluation = replace(_task_evaluation("regression", REGRESSION_CHAMPION, fine), slices=[hurt])
+    verdict = gate(evaluation, GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert verdict.reasons[-1] == (
+        "slice origin=LGA (250 rows): RMSE challenger - champion +4.0000 [+2.5000, +5.5000] is "
+        "worse than the slice margin +2.0000 (10% of the champion's holdout RMSE 20.0000) "
+        "(95% confidence)"
+    )
+
+
+def test_primary_metrics_must_be_the_tasks() -> None:
+    wrong = replace(GATE, primary_metrics=("auc", "log_loss"))
+    evaluation = _task_evaluation("regression", REGRESSION_CHAMPION, {})
+    with pytest.raises(SettingsError) as raised:
+        gate(evaluation, wrong, 0.95)
+    assert str(raised.value) == (
+        "gate.primary_metrics names auc, log_loss, not a metric of the regression task; its "
+        "metrics: rmse, mae, r2 (or leave it empty for rmse, mae)"
+    )
+    with pytest.raises(SettingsError, match=r"gate.primary_metrics may name auc, .*; unknown"):
+        GateSettings(primary_metrics=("f2",))
+    assert GateSettings().metrics_for("binary") == ("auc", "log_loss")
