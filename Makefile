@@ -15,17 +15,19 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo tune test test-fast lint format airflow mlflow optuna prod-up prod-down clean
+.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast lint format airflow mlflow optuna prod-up prod-down clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/hotel_rates/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# torch first and pinned: a CPU wheel of 2.13.0 is what the project is built and tested on.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# The second example's domain is a package of its own, installed as a team installs theirs.
+	$(BIN)/python -m pip install --quiet --no-deps -e examples/hotel_rates
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install trainyard (skipped when up to date)
@@ -37,6 +39,9 @@ airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metad
 
 demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened
 	@scripts/demo.sh
+
+demo-hotel-rates: airflow-db ## run the second example (hotel rates, a regression) for 2017-05-01 and 02
+	@scripts/demo_hotel_rates.sh
 
 tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print the study
 	@scripts/tune.sh

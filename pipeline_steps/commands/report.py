@@ -163,6 +163,10 @@ def describe_usage(cost: RunCost | None) -> str:
     return text
 
 
+VALIDATION_METRICS = {"val_auc": "val AUC", "val_accuracy": "val accuracy", "val_rmse": "val RMSE"}
+"""The task's validation metric of a training run (the head's), as the summary names it."""
+
+
 def summarise(
     run: RecordedRun, rows_label: str = "flights", rates: CostSettings | None = None
 ) -> list[str]:
@@ -194,10 +198,12 @@ def summarise(
         )
     if run.train:
         m = run.train.metrics
+        validation = next(
+            (f"{name} {m[key]:.4f}, " for key, name in VALIDATION_METRICS.items() if key in m), ""
+        )
         lines.append(
-            f"  training             {run.train.epochs} epochs, val AUC "
-            f"{m['val_auc']:.4f}, val loss {m['val_loss']:.4f} "
-            f"(MLflow run {run.train.mlflow_run_id})"
+            f"  training             {run.train.epochs} epochs, {validation}"
+            f"val loss {m['val_loss']:.4f} (MLflow run {run.train.mlflow_run_id})"
         )
         tuned = run.train.tuned_from
         if tuned is not None:

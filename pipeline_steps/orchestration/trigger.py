@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import date, timedelta
+from os import PathLike
 from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
@@ -37,9 +38,10 @@ KINDS: dict[str, TriggerKind] = {
 }
 
 
-def training_run_args() -> list[str]:
+def training_run_args(config: str | PathLike[str] | None = None) -> list[str]:
     """The argv after ``trainyard step <name>`` in a training run: the run, the day the trigger
-    task resolved, the trigger, and the form's values as ``--set``."""
+    task resolved, the trigger, and the form's values as ``--set``; with ``config``, the settings
+    file every step loads (a DAG built from its own file rather than ``TRAINYARD_CONFIG``)."""
     return [
         "--run-id",
         "{{ run_id }}",
@@ -48,6 +50,7 @@ def training_run_args() -> list[str]:
         "--trigger",
         RUN_TRIGGER,
         *set_arguments(),
+        *(["--config", str(config)] if config else []),
     ]
 
 
@@ -55,8 +58,11 @@ class RunRefused(ValueError):
     """The run cannot start as triggered; the message says which value or field is wrong."""
 
 
-def describe_run(context: Any, settings: Settings) -> dict[str, Any]:
-    """``{"logical_date": ISO day, "trigger": Trigger JSON}`` of the run in ``context``.
+def describe_run(
+    context: Any, settings: Settings, config: str | PathLike[str] | None = None
+) -> dict[str, Any]:
+    """``{"logical_date": ISO day, "trigger": Trigger JSON}`` of the run in ``context``; the
+    form is checked over the settings file ``config`` (default: ``TRAINYARD_CONFIG``).
 
     Raises ``RunRefused`` when the form's values do not go together, a drift event names no
     day, or a run has no logical date at all."""
@@ -71,7 +77,7 @@ def describe_run(context: Any, settings: Settings) -> dict[str, Any]:
         )
     params = dict(context.get("params") or {})
     changed = overrides_of(params, settings)
-    check_form(changed)
+    check_form(changed, config)
     evidence: dict[str, Any] = {}
     if kind == "drift":
         evidence, day = drift_evidence(context.get("triggering_asset_events") or {})
@@ -93,11 +99,14 @@ def describe_run(context: Any, settings: Settings) -> dict[str, Any]:
     return {"logical_date": day, "trigger": to_json(trigger)}
 
 
-def check_form(changed: list[tuple[str, Any, Any]]) -> None:
-    """Load the settings with the form's changes, so rules across fields are enforced before
-    any step runs; the error names the form field and its setting."""
+def check_form(
+    changed: list[tuple[str, Any, Any]], config: str | PathLike[str] | None = None
+) -> None:
+    """Load the settings (of the file ``config``, if given) with the form's changes, so rules
+    across fields are enforced before any step runs; the error names the form field and its
+    setting."""
     try:
-        load_settings(overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
+        load_settings(config, overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
     except SettingsError as exc:
         message = str(exc)
         for name, field in FORM.items():
@@ -120,19 +129,22 @@ def drift_evidence(events: Any) -> tuple[dict[str, Any], str]:
 
 class TriggerOperator(BaseOperator):
     """The run's first task: its XCom is ``describe_run``'s value; a refused run fails at once
-    (no retries)."""
+    (no retries). ``config``: the settings file the DAG and its steps load, if not the default."""
 
     ui_color = "#fdf2d0"
 
-    def __init__(self, *, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self, *, settings: Settings, config: str | PathLike[str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(task_id=TRIGGER_TASK, retries=0, **kwargs)
         self.settings = settings
+        self.config = str(config) if config else None
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         try:
-            described = describe_run(context, self.settings)
+            described = describe_run(context, self.settings, self.config)
         except RunRefused as exc:
             raise AirflowFailException(str(exc)) from exc
         trigger = described["trigger"]
