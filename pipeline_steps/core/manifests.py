@@ -10,8 +10,8 @@ order, is the order of the step contracts here.
 
 Records that are not step manifests live with their owners: the trigger in
 :mod:`pipeline_steps.core.trigger`, usage and cost in :mod:`pipeline_steps.core.usage`, the code
-version and lineage in :mod:`pipeline_steps.core.provenance`; metric directions in
-:mod:`pipeline_steps.evaluation.metrics`.
+version and lineage in :mod:`pipeline_steps.core.provenance`; metric directions with the tasks, in
+:mod:`pipeline_steps.core.tasks`.
 
 Only the standard library is imported: the runner factory reads manifests while DAGs parse.
 """
@@ -386,10 +386,19 @@ class Interval:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SliceScores:
-    """One model's metrics on the rows of one slice."""
+    """One model's metrics on the rows of one slice. A metric that is not its task's is NaN, so
+    slices recorded before ``accuracy`` and ``rmse`` load as they were."""
 
     auc: float
+    """``binary``: area under the ROC curve (NaN with one class); the slice metric."""
     log_loss: float
+    """``binary`` and ``multiclass``: mean cross-entropy of the probabilities."""
+    accuracy: float = float("nan")
+    """``multiclass``: share of rows whose most probable class is the label; the slice
+    metric."""
+    rmse: float = float("nan")
+    """``regression``: root mean squared error in the label's units; the slice metric, whose
+    champion value scales ``gate.max_slice_rmse_rise``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -403,8 +412,9 @@ class SliceResult:
     challenger: SliceScores
     champion: SliceScores | None = None
     differences: dict[str, Interval] = field(default_factory=dict)
-    """Challenger minus champion (AUC, log loss), for slices of at least
-    ``gate.min_slice_rows`` rows with both classes; empty otherwise."""
+    """Challenger minus champion on the task's slice metric (``binary``: AUC and log loss), for
+    slices of at least ``gate.min_slice_rows`` rows (``binary``: with both classes); empty
+    otherwise."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -313,10 +313,12 @@ class DriftSettings:
     """Monitor: effect-size floor of PSI (features, prediction): smaller shifts never cross, however
     significant."""
     min_js: float = 0.05
-    """Monitor: effect-size floor of the Jensen-Shannon distance of categorical features."""
+    """Monitor: effect-size floor of the Jensen-Shannon distance of categorical features (and of
+    a multiclass task's predicted and labelled classes)."""
     min_rate_change: float = 0.04
-    """Monitor: effect-size floor of the label drift, the absolute change of the positive-label
-    (delay) rate."""
+    """Monitor: effect-size floor of a binary task's label drift, the absolute change of the
+    positive-label (delay) rate (a regression label's drift is held to ``min_psi``, a multiclass
+    one to ``min_js``)."""
     min_importance: float = 0.05
     """Monitor: share of the champion's sensitivity a feature needs for its drift to count; drift
     of features the model hardly uses is reported, never a trigger."""
@@ -649,8 +651,9 @@ class GateSettings:
     max_slice_accuracy_drop: float = 0.03
     """``multiclass``: the same for accuracy on a slice."""
     max_slice_rmse_rise: float = 0.1
-    """``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on the
-    whole holdout."""
+    """``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on that
+    slice (where the champion errs more, the margin is wider): 0.1 lets the challenger's RMSE
+    on a slice be at most 10 % above the champion's there."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
@@ -715,7 +718,7 @@ class GateSettings:
 
     def slice_margin(self, metric: str) -> float:
         """How much worse than the champion the challenger may be on a slice's ``metric`` (a
-        task's slice metric); for ``rmse`` as a fraction of the champion's holdout RMSE."""
+        task's slice metric); for ``rmse`` as a fraction of the champion's RMSE on the slice."""
         return {
             "auc": self.max_slice_auc_drop,
             "accuracy": self.max_slice_accuracy_drop,

@@ -10,7 +10,8 @@ the gate settings; the task is the evaluation's (``HoldoutMetrics.task``), its m
   ``trivial_metrics`` differences must exclude zero in its favour), or, with a champion, is worse
   beyond a primary metric's margin with ``evaluate.confidence``, or
   (``gate.require_improvement``) better on none, or worse beyond the slice margin of the task's
-  slice metric on a slice of at least ``gate.min_slice_rows`` rows; without a champion, below
+  slice metric on a slice of at least ``gate.min_slice_rows`` rows (``regression``: a fraction
+  of the champion's RMSE on that slice); without a champion, below
   the ``gate.min_auc`` floor (``binary``; for the other tasks beating the trivial model is the
   floor);
 - ``pass`` otherwise.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics, Interval
+from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics, Interval, SliceResult
 from pipeline_steps.core.settings import GateSettings
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, best, worst
@@ -84,6 +85,20 @@ def _margin(margin: float, metric: str, champion: float, of: str) -> tuple[float
         shown = f"+{margin * champion:.4f} ({100 * margin:g}% of {of} {champion:.4f})"
         return margin * champion, shown
     return margin, f"-{margin:g}" if HIGHER_IS_BETTER[metric] else f"+{margin:g}"
+
+
+def _slice_margin(
+    settings: GateSettings, metric: str, piece: SliceResult, champion: HoldoutMetrics
+) -> tuple[float, str]:
+    """``_margin`` of a slice: RMSE's is a fraction of the champion's RMSE on the slice itself
+    (where the champion errs more, a difference in the label's units means less); a slice
+    recorded without it (before the slices held it) falls back to the champion's holdout
+    RMSE."""
+    value = float(getattr(piece.champion, metric)) if piece.champion else float("nan")
+    of = f"the champion's {NAMES[metric]} on the slice"
+    if value != value:  # NaN: not recorded
+        value, of = float(getattr(champion, metric)), f"the champion's holdout {NAMES[metric]}"
+    return _margin(settings.slice_margin(metric), metric, value, of)
 
 
 def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None:
@@ -211,16 +226,11 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         )
 
     metric = spec.slice_metric
-    margin, bound = _margin(
-        settings.slice_margin(metric),
-        metric,
-        float(getattr(champion.metrics, metric)),
-        f"the champion's holdout {NAMES[metric]}",
-    )
     for piece in evaluation.slices:
         interval = piece.differences.get(metric)
         if interval is None or interval.estimate != interval.estimate:
             continue
+        margin, bound = _slice_margin(settings, metric, piece, champion.metrics)
         if _surely_worse(metric, interval, margin):
             ok = False
             reasons.append(

@@ -101,9 +101,12 @@ since evaluation; the promote step records the final decision.</p>
 <td>{{ "%.4f" % s.challenger.log_loss }}</td>
 <td>{% if s.champion %}{{ "%.4f" % s.champion.log_loss }}{% endif %}</td></tr>{% endfor %}
 </table>
-{% else %}<table><tr><th>slice</th><th>rows</th>
+{% else %}<table><tr><th>slice</th><th>rows</th><th>challenger {{ names[slice_metric] }}</th>
+<th>champion {{ names[slice_metric] }}</th>
 <th>{{ names[slice_metric] }} challenger - champion [interval]</th></tr>
 {% for s in slices %}<tr><td>{{ s.column }} = {{ s.value }}</td><td>{{ s.rows }}</td>
+<td>{{ "%.4f" % s.challenger[slice_metric] }}</td>
+<td>{% if s.champion %}{{ "%.4f" % s.champion[slice_metric] }}{% endif %}</td>
 <td>{% if s.differences[slice_metric] %}{{ s.differences[slice_metric].describe() }}{% else %}
 <span class="muted">{% if s.champion %}below gate.min_slice_rows{% endif %}</span>{% endif %}
 </td></tr>{% endfor %}

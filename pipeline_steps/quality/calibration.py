@@ -143,8 +143,10 @@ def categorical_counts(
     reference: np.ndarray, ref_days: np.ndarray, current: np.ndarray, n_days: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-reference-day counts per category (missing is a category) and the current counts."""
-    labels = pd.Series(np.concatenate([reference, current]), dtype=object).fillna("<missing>")
-    codes, categories = pd.factorize(labels.astype(str), sort=True)
+    labels = pd.Series(np.concatenate([reference, current]), dtype=object)
+    codes, categories = pd.factorize(
+        labels.where(labels.notna(), "<missing>").astype(str), sort=True
+    )
     ref_codes, cur_codes = codes[: len(reference)], codes[len(reference) :]
     per_day = np.zeros((n_days, len(categories)), dtype=np.int64)
     np.add.at(per_day, (ref_days, ref_codes), 1)

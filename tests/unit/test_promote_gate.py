@@ -298,6 +298,7 @@ def test_without_a_champion_beating_the_trivial_model_is_the_floor() -> None:
 
 
 def test_a_regression_slice_worse_beyond_its_margin_is_named() -> None:
+    """A slice recorded without the champion's RMSE on it is held to the holdout's."""
     fine = {
         "rmse": Interval(estimate=0.0, low=-0.2, high=0.2),
         "mae": Interval(estimate=0.0, low=-0.2, high=0.2),
@@ -319,6 +320,42 @@ def test_a_regression_slice_worse_beyond_its_margin_is_named() -> None:
         "worse than the slice margin +2.0000 (10% of the champion's holdout RMSE 20.0000) "
         "(95% confidence)"
     )
+
+
+def _regression_slice(value: str, champion_rmse: float, rmse: Interval) -> SliceResult:
+    return SliceResult(
+        column="origin",
+        value=value,
+        rows=250,
+        positives=-1,
+        challenger=SliceScores(
+            auc=float("nan"), log_loss=float("nan"), rmse=champion_rmse + rmse.estimate
+        ),
+        champion=SliceScores(auc=float("nan"), log_loss=float("nan"), rmse=champion_rmse),
+        differences={"rmse": rmse},
+    )
+
+
+def test_a_regression_slice_margin_is_a_fraction_of_the_champions_rmse_on_the_slice() -> None:
+    """The champion's holdout RMSE is 20 minutes. On a slice of long delays it errs by 40: an
+    RMSE 2.5 to 5.5 minutes higher there is within 10 % of 40. On a slice it predicts well (10)
+    1.2 to 1.8 minutes is beyond 10 % of 10, though within 10 % of the holdout's 20."""
+    fine = {
+        "rmse": Interval(estimate=0.0, low=-0.2, high=0.2),
+        "mae": Interval(estimate=0.0, low=-0.2, high=0.2),
+    }
+    base = _task_evaluation("regression", REGRESSION_CHAMPION, fine)
+    hard = _regression_slice("LGA", 40.0, Interval(estimate=4.0, low=2.5, high=5.5))
+    assert gate(replace(base, slices=[hard]), GATE, 0.95).passed
+    easy = _regression_slice("JFK", 10.0, Interval(estimate=1.5, low=1.2, high=1.8))
+    verdict = gate(replace(base, slices=[hard, easy]), GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert verdict.reasons[-1] == (
+        "slice origin=JFK (250 rows): RMSE challenger - champion +1.5000 [+1.2000, +1.8000] is "
+        "worse than the slice margin +1.0000 (10% of the champion's RMSE on the slice 10.0000) "
+        "(95% confidence)"
+    )
+    assert not any("origin=LGA" in r for r in verdict.reasons)
 
 
 def test_primary_metrics_must_be_the_tasks() -> None:

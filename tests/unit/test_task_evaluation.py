@@ -26,6 +26,7 @@ from pipeline_steps.core.manifests import (
     ScoredBaseline,
     ScoredChallenger,
     ScoredChampion,
+    SliceResult,
     TrainingSets,
     load_manifest,
     load_record,
@@ -171,6 +172,34 @@ def test_slices_carry_the_tasks_slice_metric_interval(task, multiclass, regressi
     assert by_value["LGA"].rows < 300 and by_value["LGA"].differences == {}
 
 
+@pytest.mark.parametrize("task", ["multiclass", "regression"])
+def test_slices_record_each_models_slice_metric_on_the_slice(task, multiclass, regression) -> None:
+    labels, good, poor, frame = multiclass if task == "multiclass" else regression
+    metric = task_spec(task).slice_metric
+    results = slice_results(frame[["origin"]], labels, poor, good, min_rows=300, task=task, **KW)
+    for piece in results:
+        rows = (frame["origin"] == piece.value).to_numpy()
+        assert piece.champion is not None
+        for scores, predictions in ((piece.challenger, poor), (piece.champion, good)):
+            expected = task_report(task, labels[rows], predictions[rows])[metric]
+            assert getattr(scores, metric) == pytest.approx(expected, abs=1e-6), piece.value
+        if piece.differences:  # the interval's estimate is the difference of the two values
+            difference = getattr(piece.challenger, metric) - getattr(piece.champion, metric)
+            assert piece.differences[metric].estimate == pytest.approx(difference, abs=1e-5)
+    other = "rmse" if task == "multiclass" else "accuracy"
+    assert all(np.isnan(getattr(r.challenger, other)) for r in results)
+    # Slices recorded before they held the slice metric still load, with NaN there.
+    old = {
+        "column": "origin",
+        "value": "EWR",
+        "rows": 10,
+        "positives": -1,
+        "challenger": {"auc": None, "log_loss": None},
+    }
+    loaded = load_record(SliceResult, old, "evaluation.json")
+    assert np.isnan(getattr(loaded.challenger, metric)) and loaded.champion is None
+
+
 def _evaluation(
     task: str,
     labels: np.ndarray,
@@ -272,6 +301,13 @@ def test_the_report_draws_the_tasks_plots(task, plots, multiclass, regression, t
         assert "macro-F1" in html and "AUC" not in html
     else:
         assert "RMSE" in html and "mean label" in html and "positive" not in html
+    metric = task_spec(task).slice_metric  # both models' value on each slice, then the interval
+    ewr = next(s for s in evaluation.slices if s.value == "EWR")
+    assert ewr.champion is not None
+    assert (
+        f"<td>{getattr(ewr.challenger, metric):.4f}</td>\n"
+        f"<td>{getattr(ewr.champion, metric):.4f}</td>" in html
+    )
 
 
 def test_task_metrics_survive_the_manifest_and_old_metrics_load_as_binary(multiclass) -> None:
