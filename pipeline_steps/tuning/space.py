@@ -255,15 +255,15 @@ def load_space(path: str | Path, model: str = "mlp") -> SearchSpace:
     for arch, specs in arch_specs.items():
         params = []
         for name, spec in (specs or {}).items():
-            declared = models[arch].hyperparameter(name)
-            if declared is None and (owner := _builtin_owner(name)):
+            own = models[arch].hyperparameter(name)
+            if own is None and (owner := _builtin_owner(name)):
                 raise SpaceError(
                     f"{where}: architectures.{arch}.{name} is not a hyperparameter of {arch}; "
                     f"it belongs to {owner}"
                 )
             if name in shared_specs:
                 raise SpaceError(f"{where}: architectures.{arch}.{name} is also under 'parameters'")
-            params.append(_parameter(where, f"architectures.{arch}.", name, spec, declared))
+            params.append(_parameter(where, f"architectures.{arch}.", name, spec, own))
         architectures[arch] = tuple(params)
     if not shared and not architectures:
         raise SpaceError(f"{where}: the search space draws nothing")
