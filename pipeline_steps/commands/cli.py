@@ -10,10 +10,14 @@
     trainyard replay (--run-id R | --logical-date D) [--promote]
                                             run a recorded run again from its lineage and diff
     trainyard tuning [--study NAME]         summarise a tuning study (default: the newest)
-    trainyard predict --logical-date D [--flights FILE] [--output FILE]
-                                            score a day's flights with the champion from
+    trainyard predict --logical-date D [--rows FILE] [--output FILE]
+                                            score a day's rows with the champion from
                                             features read in the Feast online store
     trainyard services up|down|status|env   the production profile on this machine
+    trainyard init-domain NAME --sample FILE [--label COL] [--task T] [--time-column COL]
+                          [--key COL] [--out DIR] [--force]
+                                            draft a new domain, its first suite, a Feast
+                                            repository and settings from a sample file
 
 ``step`` prints the step's manifest as one JSON line, last on stdout; the DAG passes only that
 line through XCom. A step that cannot go on exits 2 with a readable message and no traceback.
@@ -43,6 +47,7 @@ from pipeline_steps.core.manifests import (
     load_record,
 )
 from pipeline_steps.core.settings import SettingsError, load_settings
+from pipeline_steps.core.tasks import TASKS
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import UsageMeter, recording_usage
 from pipeline_steps.steps.registry import STEP_FUNCTIONS, step_function
@@ -153,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(tuning)
 
     serve = sub.add_parser(
-        "predict", help="score a day's flights with the champion, features read online"
+        "predict", help="score a day's rows with the champion, features read online"
     )
     serve.add_argument(
         "--logical-date",
@@ -162,8 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the day whose validated sources feed the online store",
     )
     serve.add_argument(
+        "--rows",
         "--flights",
-        help="parquet or CSV file of that day's rows to score (default: its validated partition)",
+        dest="rows",
+        help="parquet or CSV file of that day's rows to score (default: its validated partition;"
+        " --flights is the same option under the flights example's name)",
     )
     serve.add_argument(
         "--output",
@@ -183,6 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="register the replayed model and let the gate move the champion (default: neither)",
     )
     common(again)
+
+    draft = sub.add_parser(
+        "init-domain", help="draft a domain, a first suite, Feast stubs and settings from a sample"
+    )
+    draft.add_argument("name", help="the domain's name: a lowercase Python identifier")
+    draft.add_argument("--sample", required=True, help="CSV or parquet file of real rows")
+    draft.add_argument("--label", help="the label column (default: one named label, target, y...)")
+    draft.add_argument(
+        "--task", choices=list(TASKS), help="what the model predicts (default: from the label)"
+    )
+    draft.add_argument("--time-column", help="the rows' dates or times (default: the first such)")
+    draft.add_argument("--key", help="the unique key column (default: the first unique one)")
+    draft.add_argument("--out", help="folder to write (default: ./NAME)")
+    draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
     return parser
 
 
@@ -285,7 +307,7 @@ def predict_command(args: argparse.Namespace) -> int:
 
     if args.output:
         check_output(args.output)
-    result = predict(load_settings(args.config, args.set), args.logical_date, args.flights)
+    result = predict(load_settings(args.config, args.set), args.logical_date, args.rows)
     model = result.model
     summary = (
         f"{len(result.rows)} prediction(s) for {args.logical_date} by champion version "
@@ -371,6 +393,21 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         elif args.command == "predict":
             return predict_command(args)
+        elif args.command == "init-domain":
+            from pipeline_steps.commands.init_domain import init_domain
+
+            result = init_domain(
+                args.name,
+                args.sample,
+                out=args.out,
+                force=args.force,
+                label=args.label,
+                task=args.task,
+                time_column=args.time_column,
+                key=args.key,
+            )
+            print(result.render(), flush=True)
+            return 0
         elif args.command == "replay":
             from pipeline_steps.commands.replay import replay
 

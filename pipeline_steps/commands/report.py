@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from pipeline_steps.core.domain import load_domain
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import (
@@ -432,6 +433,7 @@ def print_report(
         print("\n".join(cost_table(runs, settings.cost)))
         return
     latest = {run.ingest.logical_date: run for run in runs}
+    labelled = load_domain(settings.domain.module).labelled_dataset
     for _, run in sorted(latest.items()):
-        print("\n".join(summarise(run, rates=settings.cost)))
+        print("\n".join(summarise(run, rows_label=labelled, rates=settings.cost)))
         print()
