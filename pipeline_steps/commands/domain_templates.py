@@ -1,0 +1,217 @@
+"""The files ``trainyard init-domain`` writes, as Jinja2 templates.
+
+Each template renders one file of the new domain's folder from a ``DomainDraft``
+(:mod:`pipeline_steps.commands.init_domain`): the domain module, the Feast repository (its
+definitions and config) and the settings. Python values are written as literals (``py``), YAML
+scalars as JSON (``tojson``), so any column name survives; ``wrap`` fills a paragraph of prose
+(a docstring, or comments with their prefix).
+"""
+
+from __future__ import annotations
+
+DOMAIN_MODULE = '''\
+"""{{ d.domain_summary | wrap }}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+
+import pandas as pd
+import pyarrow as pa
+from pipeline_steps.core.domain import Domain, FeatureColumns, read_validated
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.settings import FeatureSettings
+
+DATASET = {{ d.name | py }}
+SCHEMA = pa.schema(
+    [
+{%- for name, kind in d.schema_fields %}
+        ({{ name | py }}, {{ kind }}),
+{%- endfor %}
+    ]
+)
+"""{{ d.schema_note | wrap }}"""
+KEY = {{ d.roles.key | py }}
+TIME_COLUMN = {{ d.roles.time_column | py }}
+LABEL = {{ d.roles.label | py }}
+{%- if d.roles.task == "binary" %}
+POSITIVE = {{ d.roles.positive | py }}
+"""The label value counted as 1 ({{ d.positive_reason }})."""
+{%- elif d.roles.task == "multiclass" %}
+CLASSES = {{ d.roles.classes | py_lines }}
+"""The label's values, in the order of their class indices."""
+{%- endif %}
+CATEGORICAL = {{ d.categorical | py_lines }}
+"""Row features: strings with few distinct values."""
+NUMERIC = {{ d.numeric | py_lines }}
+"""Fields of the Feast feature view {{ d.view | py }}: numbers and flags."""
+INTEGER = {{ d.integer | py_lines }}
+"""The numeric columns holding whole numbers (Int64 in Feast)."""
+LEFT_OUT = {{ d.left_out | py_lines }}
+"""Columns the model does not see: identifiers, free text, columns always missing, encodings of
+the time (a holdout's values would lie beyond every training value)."""
+FEATURE_SOURCE = {{ d.view | py }}
+"""The offline source of the feature view: ``$TRAINYARD_FEAST_DIR/sources/<name>.parquet``."""
+
+
+def event_time(values: pd.Series) -> pd.Series:
+    """Each row's event time in UTC (a date is its midnight)."""
+    return pd.to_datetime(values, utc=True).astype("datetime64[us, UTC]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class {{ d.class_name }}(Domain):
+    """{{ d.name }}: one entity row per {{ d.roles.key }}, its numeric columns joined by Feast."""
+
+    def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """One row per key with its label; rows without a label are left out."""
+        labelled = labelled[labelled[LABEL].notna()]
+        rows = self._rows(labelled)
+{%- if d.roles.task == "binary" %}
+        rows[self.label] = (labelled[LABEL] == POSITIVE).astype("int8").to_numpy()
+{%- elif d.roles.task == "multiclass" %}
+        names = labelled[LABEL]{{ ".astype('Int64')" if d.label_whole_floats else "" }}.astype(str)
+        rows[self.label] = pd.Categorical(names, categories=CLASSES).codes.astype("int64")
+{%- else %}
+        rows[self.label] = labelled[LABEL].astype("float64").to_numpy()
+{%- endif %}
+        return rows.drop_duplicates(self.key).reset_index(drop=True)
+
+    def request_rows(self, rows: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
+        """One row per key to score: ``entity_rows`` without the label."""
+        return self._rows(rows).drop_duplicates(self.key).reset_index(drop=True)
+
+    def _rows(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The key, date, event time and row features of each row, in the order of ``frame``."""
+        event = event_time(frame[TIME_COLUMN])
+        rows = pd.DataFrame(
+            {
+                self.key: frame[KEY].to_numpy(),
+                self.date_column: event.dt.strftime("%Y-%m-%d").to_numpy(),
+                "event_timestamp": event.to_numpy(),
+            }
+        )
+        for column in CATEGORICAL:
+            rows[column] = frame[column].to_numpy()
+        return rows
+
+    def feature_sources(
+        self, lake: Lake, days: Sequence[date]
+    ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
+        """The numeric columns of the window's validated rows, each at its row's event time."""
+        rows, hashes = read_validated(lake, DATASET, days)
+        source = pd.DataFrame({KEY: rows[KEY], "event_timestamp": event_time(rows[TIME_COLUMN])})
+        for column in NUMERIC:
+            source[column] = rows[column].astype("Int64" if column in INTEGER else "float64")
+        return {FEATURE_SOURCE: source}, {DATASET: hashes}
+
+
+DOMAIN = {{ d.class_name }}(
+    name=DATASET,
+    datasets=(DATASET,),
+    labelled_dataset=DATASET,
+    schemas={DATASET: SCHEMA},
+    feature_service={{ d.service | py }},
+    key=KEY,
+    date_column={{ d.date_column | py }},
+    label=LABEL,
+    task={{ d.roles.task | py }},
+{%- if d.roles.task == "multiclass" %}
+    classes=CLASSES,
+{%- endif %}
+    row_features=FeatureColumns(categorical=CATEGORICAL, numeric=[]),
+    slice_columns={{ d.slice_columns | py }},
+)
+'''
+
+FEATURES_MODULE = '''\
+"""{{ d.features_summary | wrap }}
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast.types import {{ d.feast_types | join(", ") }}
+
+SOURCES = Path(os.environ.get("TRAINYARD_FEAST_DIR", Path(__file__).parent / "data")) / "sources"
+
+row_key = Entity(
+    name={{ d.roles.key | py }},
+    join_keys=[{{ d.roles.key | py }}],
+    value_type=ValueType.{{ d.key_value_type }},
+    description="The row's key in the sample.",
+)
+
+numeric = FeatureView(
+    name={{ d.view | py }},
+    entities=[row_key],
+    ttl=timedelta(0),  # a row's values hold until a newer row of the same key
+    schema=[
+{%- for name in d.numeric %}
+        Field(name={{ name | py }}, dtype={{ d.feast_type(name) }}),
+{%- endfor %}
+    ],
+    source=FileSource(
+        name={{ (d.name ~ "_rows") | py }},
+        path=str(SOURCES / {{ (d.view ~ ".parquet") | py }}),
+        timestamp_field="event_timestamp",
+    ),
+    description="The numeric columns of each row, at its event time.",
+)
+
+features = FeatureService(
+    name={{ d.service | py }},
+    features=[numeric],
+    description="Features joined to each entity row of {{ d.name }}.",
+)
+'''
+
+FEATURE_STORE = """\
+# Feast repository of the {{ d.name }} domain, drafted by trainyard init-domain. Paths come from
+# the environment so that the same file serves the pipeline (which sets TRAINYARD_FEAST_DIR) and
+# the feast CLI:
+#   TRAINYARD_FEAST_DIR=/tmp/{{ d.name }}-feast feast -c feature_repo apply
+project: {{ d.name }}
+provider: local
+registry: ${TRAINYARD_FEAST_DIR}/registry.db
+online_store:
+  type: sqlite
+  path: ${TRAINYARD_FEAST_DIR}/online.db
+offline_store:
+  type: duckdb
+entity_key_serialization_version: 3
+"""
+
+SETTINGS = """\
+{{ d.settings_summary | wrap("# ") }}
+#   export PYTHONPATH={{ d.folder }}${PYTHONPATH:+:$PYTHONPATH}
+#   export TRAINYARD_CONFIG={{ d.folder }}/settings.yaml
+domain:
+  module: {{ (d.name ~ ".domain") | tojson }}
+ingest:
+  source: file
+{{ d.ingest_note | wrap("  # ") }}
+  path: {{ d.ingest_path | tojson }}
+  date_column: {{ d.roles.time_column | tojson }}
+validation:
+  expectations_dir: {{ (d.folder ~ "/expectations") | tojson }}
+{{ d.row_count_note | wrap("  # ") }}
+  row_count_low: {{ d.row_counts.low }}
+  row_count_high: {{ d.row_counts.high }}
+features:
+  feature_repo: {{ (d.folder ~ "/feature_repo") | tojson }}
+  project: {{ d.name | tojson }}
+mlflow:
+  experiment: {{ (d.name ~ "_training") | tojson }}
+  registered_model: {{ d.name | tojson }}
+  monitoring_experiment: {{ (d.name ~ "_monitoring") | tojson }}
+orchestration:
+  start_date: {{ d.roles.first_day.isoformat() | tojson }}
+"""

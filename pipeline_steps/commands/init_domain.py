@@ -1,0 +1,450 @@
+"""``trainyard init-domain``: a new domain drafted from a sample file, in a folder of its own.
+
+    trainyard init-domain NAME --sample FILE [--label COL] [--task binary|multiclass|regression]
+                          [--time-column COL] [--key COL] [--out DIR] [--force]
+
+The folder (default ``./NAME``) receives:
+
+- ``NAME/domain.py``: the domain (``DOMAIN``): the sample's schema, its key, time column, label
+  and task, categorical row features, and the numeric columns as a Feast source;
+- ``expectations/NAME.json``: a first suite drafted from the sample
+  (:mod:`pipeline_steps.quality.suite_draft`), which must pass on the sample itself;
+- ``feature_repo/``: a Feast repository (an entity for the key, one feature view over the numeric
+  columns, a feature service), enough for ``feast apply``;
+- ``settings.yaml``: the settings pointing at all of these, rows read by the ``file`` source.
+
+Roles not given are inferred from the sample (:mod:`pipeline_steps.quality.sample_profile`).
+The folder is written whole or not at all: built beside the target, then renamed into place. An
+existing folder with files in it is replaced only with ``--force``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import keyword
+import re
+import textwrap
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline_steps.commands import domain_templates
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.lake import Lake
+from pipeline_steps.quality.sample_profile import (
+    Roles,
+    SampleProfile,
+    infer_roles,
+    profile_sample,
+)
+from pipeline_steps.quality.suite_draft import Margins, RowCounts, draft_suite, row_counts
+from pipeline_steps.steps.validate import MIN_HISTORY
+
+NAME = re.compile(r"[a-z_][a-z0-9_]*")
+SLICE_VALUES = 12
+"""Categorical columns with at most this many values are the evaluation's default slices."""
+SLICES = 3
+"""At most this many slice columns."""
+ARROW_TYPES = {
+    "int64": "pa.int64()",
+    "double": "pa.float64()",
+    "bool": "pa.bool_()",
+    "string": "pa.string()",
+    "date32[day]": "pa.date32()",
+    "timestamp[us]": 'pa.timestamp("us")',
+    "timestamp[us, tz=UTC]": 'pa.timestamp("us", tz="UTC")',
+}
+"""The schema's types as the domain module writes them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DomainDraft:
+    """Everything the new domain's files say, inferred from the sample and the arguments."""
+
+    name: str
+    sample: str
+    """The sample: an absolute path, or an fsspec URL."""
+    folder: Path
+    """Where the domain is written, as an absolute path."""
+    profile: SampleProfile
+    roles: Roles
+    suite: dict[str, Any]
+    row_counts: RowCounts
+    categorical: list[str] = field(default_factory=list)
+    numeric: list[str] = field(default_factory=list)
+    integer: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    slice_columns: tuple[str, ...] = ()
+    date_column: str = "event_date"
+
+    @property
+    def sample_name(self) -> str:
+        return self.sample.rsplit("/", 1)[-1]
+
+    @property
+    def class_name(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("_") if part) or "Rows"
+
+    @property
+    def view(self) -> str:
+        return f"{self.name}_numeric"
+
+    @property
+    def service(self) -> str:
+        return f"{self.name}_features"
+
+    @property
+    def pattern(self) -> str:
+        """The sample's kind of file, as a glob: ``*.csv``, ``*.csv.gz``, ``*.parquet``."""
+        name = self.sample_name
+        ending = name[name.index(".csv") :] if ".csv" in name else Path(name).suffix
+        return f"*{ending}"
+
+    @property
+    def ingest_path(self) -> str:
+        return f"{self.sample.rsplit('/', 1)[0]}/{self.pattern}"
+
+    @property
+    def task_text(self) -> str:
+        if self.roles.task == "multiclass":
+            return f"multiclass, {len(self.roles.classes)} classes"
+        if self.roles.task == "binary":
+            return f"binary, {self.roles.positive!r} counts as 1"
+        return "regression"
+
+    @property
+    def positive_reason(self) -> str:
+        label = self.profile.column(self.roles.label, "--label")
+        other = next(v for v in label.counts if v != self.roles.positive)
+        return f"the other value is {other!r}; change it if that one is the event"
+
+    @property
+    def label_whole_floats(self) -> bool:
+        label = self.profile.column(self.roles.label, "--label")
+        return label.kind == "integer" and pa.types.is_floating(label.storage)
+
+    @property
+    def float_integers(self) -> list[str]:
+        return [
+            c.name
+            for c in self.profile.columns
+            if c.kind == "integer" and pa.types.is_floating(c.storage)
+        ]
+
+    def feast_type(self, column: str) -> str:
+        """The Feast type of a numeric column's field: whole numbers Int64, others Float64."""
+        return "Int64" if column in self.integer else "Float64"
+
+    @property
+    def feast_types(self) -> list[str]:
+        return sorted({self.feast_type(column) for column in self.numeric})
+
+    @property
+    def schema_note(self) -> str:
+        note = "The sample's columns, as the file source reads them."
+        if self.float_integers:
+            note += (
+                " Whole numbers with gaps are read as floats, as the sample's file holds them "
+                f"(a CSV writes 11.0): {', '.join(self.float_integers)}."
+            )
+        return note
+
+    @property
+    def schema_fields(self) -> list[tuple[str, str]]:
+        return [(f.name, ARROW_TYPES[str(f.type)]) for f in self.profile.schema()]
+
+    @property
+    def key_value_type(self) -> str:
+        key = self.profile.column(self.roles.key, "--key")
+        return "INT64" if key.kind == "integer" else "STRING"
+
+    @property
+    def domain_summary(self) -> str:
+        roles = self.roles
+        return (
+            f"The {self.name} domain, drafted by ``trainyard init-domain`` from "
+            f"{self.sample_name} ({self.profile.rows} rows, {roles.first_day}..{roles.last_day})."
+            f"\n\nOne entity row per ``{roles.key}``, dated by ``{roles.time_column}``; the label "
+            f"is ``{roles.label}`` ({self.task_text}). Strings with few values are row features; "
+            "the numeric columns reach the model through the Feast feature view in "
+            f"``feature_repo/features.py``, keyed by ``{roles.key}`` at each row's event time. "
+            "Rows are read by the ``file`` source (settings.yaml) and checked by "
+            f"``expectations/{self.name}.json``. Review each choice: the module is yours to "
+            "change."
+        )
+
+    @property
+    def features_summary(self) -> str:
+        return (
+            f"Feast definitions of the {self.name} domain, drafted by ``trainyard init-domain``."
+            "\n\nThe features step writes the offline source "
+            f"``$TRAINYARD_FEAST_DIR/sources/{self.view}.parquet`` from the validated partitions "
+            f"(``{self.name}.domain.{self.class_name}.feature_sources``), then applies every "
+            "object defined here. To apply them by hand: "
+            f"``TRAINYARD_FEAST_DIR=/tmp/{self.name}-feast feast -c feature_repo apply``."
+        )
+
+    @property
+    def settings_summary(self) -> str:
+        roles = self.roles
+        return (
+            f"Settings of the {self.name} domain, drafted by trainyard init-domain from "
+            f"{self.sample}. The label {roles.label} ({self.task_text}), the key {roles.key}, "
+            f"the time column {roles.time_column} and the features are declared in "
+            f"{self.name}/domain.py; the rules in expectations/{self.name}.json."
+        )
+
+    @property
+    def ingest_note(self) -> str:
+        return (
+            f"Every {self.pattern} file in the sample's folder; a day's rows are those whose "
+            f"{self.roles.time_column} falls on it. Point it at where new files land."
+        )
+
+    @property
+    def row_count_note(self) -> str:
+        days = self.roles.days.values()
+        seen = self.row_counts.ratios
+        ratios = f"{seen[0]:.2f}..{seen[1]:.2f}" if seen else "(too few days to compare)"
+        return (
+            f"A sample day holds {min(days)}..{max(days)} rows, {ratios} times the mean of its "
+            "trailing days; the bounds are those ratios widened (never inside the defaults)."
+        )
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """The written folder, its files and what to run next."""
+
+    draft: DomainDraft
+    files: list[str]
+    evaluated: int
+    """Expectations of the drafted suite, all met by the sample."""
+
+    def next_commands(self) -> list[str]:
+        """The commands that take the new domain from its sample to a first trained model."""
+        d, roles = self.draft, self.draft.roles
+        last, before = roles.last_day.isoformat(), sorted(roles.days)[-2:][0].isoformat()
+        return [
+            f"export PYTHONPATH={d.folder}${{PYTHONPATH:+:$PYTHONPATH}}",
+            f"export TRAINYARD_CONFIG={d.folder}/settings.yaml",
+            f"trainyard validate --path {d.sample}",
+            f"trainyard seed --start {roles.first_day.isoformat()} --end {before}",
+            "for step in ingest validate features train evaluate promote; do "
+            f"trainyard step $step --run-id {d.name}-first --logical-date {last}; done",
+        ]
+
+    def render(self) -> str:
+        """What was written, and the next commands."""
+        d, roles = self.draft, self.draft.roles
+        lines = [
+            f"Drafted domain {d.name} in {d.folder} from {d.sample_name}: {d.profile.rows} rows, "
+            f"{roles.first_day}..{roles.last_day}; label {roles.label} ({d.task_text}), key "
+            f"{roles.key}, time column {roles.time_column}.",
+            f"The suite's {self.evaluated} rules pass on the sample; each names its figure and "
+            "margin in meta.why: review them.",
+            "",
+            *(f"  {path}" for path in self.files),
+            "",
+            "Next:",
+            *(f"  {command}" for command in self.next_commands()),
+            "",
+            "Or run the DAG on these settings (with both exports where the scheduler runs):",
+            f"  airflow dags trigger flight_delay_training --logical-date {roles.last_day}",
+        ]
+        return "\n".join(lines)
+
+
+def draft_domain(
+    name: str,
+    sample: str,
+    *,
+    out: str | None = None,
+    label: str | None = None,
+    task: str | None = None,
+    time_column: str | None = None,
+    key: str | None = None,
+    margins: Margins | None = None,
+) -> DomainDraft:
+    """The new domain inferred from ``sample``; ``SampleError`` names a bad argument, the file and
+    the column, ``StepError`` a bad name."""
+    check_name(name, out)
+    margins = margins or Margins()
+    profile, roles = infer_roles(
+        profile_sample(sample),
+        label=label,
+        task=task,
+        time_column=time_column,
+        key=key,
+    )
+    taken = {roles.key, roles.time_column, roles.label}
+    columns = [c for c in profile.columns if c.name not in taken]
+    categorical = [c.name for c in columns if c.categorical(margins.category_limit)]
+    numeric = [
+        c.name
+        for c in columns
+        if (c.numeric or c.kind == "boolean") and c.name not in roles.time_encodings
+    ]
+    if not numeric:
+        raise StepError(
+            f"{sample} has no numeric column besides the key and the label; the Feast feature "
+            "view needs one"
+        )
+    counts = {c.name: c.distinct for c in columns}
+    return DomainDraft(
+        name=name,
+        sample=sample if "://" in sample else str(Path(sample).resolve()),
+        folder=Path(out or name).resolve(),
+        profile=profile,
+        roles=roles,
+        suite=draft_suite(name, profile, roles, margins, MIN_HISTORY),
+        row_counts=row_counts(roles.days, margins, MIN_HISTORY),
+        categorical=categorical,
+        numeric=numeric,
+        integer=[c.name for c in columns if c.name in numeric and c.kind != "float"],
+        left_out=[c.name for c in columns if c.name not in categorical and c.name not in numeric],
+        slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
+        date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
+    )
+
+
+def check_name(name: str, out: str | None) -> None:
+    """``StepError`` unless ``name`` can be the domain's package: a lowercase identifier that no
+    installed module already owns (a package in ``out`` itself, written before, may)."""
+    if not NAME.fullmatch(name) or keyword.iskeyword(name):
+        raise StepError(
+            f"NAME {name!r} must be a lowercase Python identifier (letters, digits, _), "
+            "the name of the domain's package"
+        )
+    spec = importlib.util.find_spec(name)
+    folder = Path(out or name).resolve()
+    origin = Path(spec.origin).resolve() if spec and spec.origin else None
+    if spec is not None and (origin is None or folder not in origin.parents):
+        raise StepError(
+            f"NAME {name!r} is already an installed module ({spec.origin}); choose another, "
+            "the domain's package would shadow it"
+        )
+
+
+def init_domain(
+    name: str,
+    sample: str,
+    *,
+    out: str | None = None,
+    force: bool = False,
+    label: str | None = None,
+    task: str | None = None,
+    time_column: str | None = None,
+    key: str | None = None,
+    margins: Margins | None = None,
+) -> InitResult:
+    """Draft the domain and write its folder whole, or raise with nothing written."""
+    folder, source = Path(out or name).resolve(), Path(sample).resolve()
+    if "://" not in sample and (folder == source.parent or folder in source.parents):
+        raise StepError(
+            f"the sample {source} lies inside {folder}, which init-domain would replace; "
+            "choose another --out"
+        )
+    if folder.is_file() or (folder.is_dir() and any(folder.iterdir()) and not force):
+        raise StepError(
+            f"{folder} exists and is not empty; pass --force to replace it, or choose --out"
+        )
+    draft = draft_domain(
+        name,
+        sample,
+        out=out,
+        label=label,
+        task=task,
+        time_column=time_column,
+        key=key,
+        margins=margins,
+    )
+    with Lake(str(folder.parent)).staged_dir(folder.name) as staged:
+        files = write_files(draft, Path(staged))
+        evaluated = check_on_sample(draft, Path(staged))
+    return InitResult(draft=draft, files=files, evaluated=evaluated)
+
+
+def write_files(draft: DomainDraft, folder: Path) -> list[str]:
+    """Render the domain's files into ``folder``; their paths relative to it."""
+    import jinja2
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    env.filters["py"] = python_literal
+    env.filters["tojson"] = json.dumps
+    env.filters["py_lines"] = python_lines
+    env.filters["wrap"] = wrap
+    files: dict[str, str | jinja2.Template] = {
+        f"{draft.name}/__init__.py": f'"""The {draft.name} domain (see domain.py)."""\n',
+        f"{draft.name}/domain.py": env.from_string(domain_templates.DOMAIN_MODULE),
+        f"expectations/{draft.name}.json": json.dumps(draft.suite, indent=2) + "\n",
+        "feature_repo/feature_store.yaml": env.from_string(domain_templates.FEATURE_STORE),
+        "feature_repo/features.py": env.from_string(domain_templates.FEATURES_MODULE),
+        "settings.yaml": env.from_string(domain_templates.SETTINGS),
+    }
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = content if isinstance(content, str) else content.render(d=draft)
+        if path.suffix == ".py":
+            compile(text, str(path), "exec")  # a template that renders bad Python is a bug here
+        path.write_text(text)
+    return list(files)
+
+
+def python_literal(value: Any) -> str:
+    """``value`` as Python source, strings in double quotes (as the formatter writes them)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, tuple):
+        items = [python_literal(v) for v in value]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if isinstance(value, list):
+        return f"[{', '.join(python_literal(v) for v in value)}]"
+    return repr(value)
+
+
+def python_lines(values: list[str] | tuple[str, ...]) -> str:
+    """A list or tuple as Python source, one item a line (as the formatter writes long ones)."""
+    empty, (opening, closing) = not values, ("[", "]") if isinstance(values, list) else ("(", ")")
+    if empty:
+        return opening + closing
+    return "\n".join([opening, *(f"    {python_literal(v)}," for v in values), closing])
+
+
+def wrap(text: str, prefix: str = "") -> str:
+    """Paragraphs of ``text`` filled to the line length, each line starting with ``prefix``."""
+    width = 100 - (0 if prefix else 4)  # a docstring's closing quotes stay inside the line
+    return f"\n{prefix.rstrip()}\n".join(
+        textwrap.fill(paragraph, width, initial_indent=prefix, subsequent_indent=prefix)
+        for paragraph in text.split("\n\n")
+    )
+
+
+def check_on_sample(draft: DomainDraft, folder: Path) -> int:
+    """Run the written suite on the sample, read as the file source reads a day of it; the
+    number of expectations. ``StepError`` when the sample fails its own suite."""
+    from pipeline_steps.domain.sources import conform
+    from pipeline_steps.quality.file_check import read_any
+    from pipeline_steps.quality.suites import as_frame, describe, load_suite, run_suite
+
+    suite = load_suite(folder / "expectations" / f"{draft.name}.json")
+    schema = draft.profile.schema()
+    read = read_any(draft.sample, schema)
+    table = pa.Table.from_batches([conform(batch, schema) for batch in read.to_batches()])
+    # The sample as one partition: no trailing days to bound its row count; ingested now.
+    parameters = {
+        "row_count_min": 0,
+        "row_count_max": table.num_rows,
+        "ingested_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    outcome = run_suite(draft.name, as_frame(table), suite, parameters)
+    if outcome.failures:
+        raise StepError(describe(f"sample {draft.sample}", outcome.failures))
+    return outcome.evaluated

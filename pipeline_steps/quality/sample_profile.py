@@ -1,0 +1,501 @@
+"""What a sample file says about a dataset: each column's profile, and which columns are the key,
+the time and the label (the inference behind ``trainyard init-domain``).
+
+The sample is read as the file source reads a day (CSV or parquet, types as Arrow infers them)
+and each column is profiled: its kind, missing share, range, distinct values. A column of whole
+numbers with missing values arrives as floats (a CSV writes ``11.0``): it is an integer column,
+stored as float64 so that the file source reads the files as they are written. The roles are
+checked, or inferred when not given: the key (unique, never missing), the time column (dates or
+ISO times: each row's day), the label and its task; numeric columns that merely encode the time
+are told apart. Errors name the argument, the file and the column.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.tasks import TASKS, Task
+
+Kind = Literal["integer", "float", "boolean", "string", "date", "timestamp", "empty"]
+MIN_ROWS = 20
+"""Fewest rows a sample needs: figures from fewer are noise."""
+MAX_CLASSES = 50
+"""Most classes a multiclass label may have."""
+LABEL_NAMES = ("label", "target", "y", "outcome", "class")
+"""Column names taken for the label when ``--label`` is not given."""
+POSITIVE_WORDS = ("1", "true", "yes", "y", "t", "positive", "pos")
+"""Binary label values counted as 1 when the label is not 0/1."""
+EXAMPLES = 8
+"""Values or columns named in an error message."""
+TIME_ENCODING = 0.9999
+"""Correlation with the time above which a numeric column is taken for an encoding of it."""
+COUNT_LIMIT = 100
+"""Most distinct values whose rows a profile counts per column, by default."""
+
+
+class SampleError(StepError):
+    """The sample cannot be drafted from, or an argument does not fit it; the message names the
+    file, the column and the argument."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ColumnProfile:
+    """What the sample shows about one column."""
+
+    name: str
+    kind: Kind
+    storage: pa.DataType
+    """The column's type in the domain's schema: how the file source reads it."""
+    rows: int
+    missing: int
+    distinct: int
+    low: float | None = None
+    """Smallest value (numbers) or length (strings)."""
+    high: float | None = None
+    """Largest value (numbers) or length (strings)."""
+    counts: Mapping[Any, int] = field(default_factory=dict)
+    """Rows per value, for columns with at most ``count_limit`` values (see ``profile_sample``)."""
+
+    @property
+    def present(self) -> int:
+        return self.rows - self.missing
+
+    @property
+    def missing_share(self) -> float:
+        return self.missing / self.rows if self.rows else 0.0
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("integer", "float")
+
+    def categorical(self, limit: int) -> bool:
+        """A string column with at most ``limit`` values (all counted), each seen twice on
+        average."""
+        return (
+            self.kind == "string"
+            and 0 < self.distinct <= min(limit, len(self.counts))
+            and 2 * self.distinct <= self.present
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleProfile:
+    """A sample file read as the file source reads it, and its columns' profiles."""
+
+    path: str
+    table: pa.Table = field(repr=False)
+    """The sample, each column of the type in ``columns``."""
+    columns: tuple[ColumnProfile, ...]
+
+    @property
+    def rows(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str, argument: str) -> ColumnProfile:
+        """The column ``name``; ``SampleError`` naming ``argument`` and listing the columns."""
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise SampleError(
+            f"{argument} {name}: no such column in {self.path}; columns: {', '.join(self.names)}"
+        )
+
+    def schema(self) -> pa.Schema:
+        """The domain's schema: each column as the file source should read it."""
+        return pa.schema([(c.name, c.storage) for c in self.columns])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Roles:
+    """Which columns play which part, checked against the sample."""
+
+    key: str
+    time_column: str
+    label: str
+    task: Task
+    classes: tuple[str, ...] = ()
+    """``multiclass``: the label's values as class names, in the order of their indices."""
+    positive: Any = None
+    """``binary``: the label value counted as 1."""
+    days: Mapping[date, int] = field(default_factory=dict)
+    """Rows per day of the time column, in date order."""
+    time_encodings: tuple[str, ...] = ()
+    """Numeric columns that are a linear function of the time column (a decimal year, a day
+    number, epoch seconds): in a rolling window a holdout's values lie beyond every training
+    value, so they are no features, and later days exceed the sample's range by design."""
+
+    @property
+    def first_day(self) -> date:
+        return min(self.days)
+
+    @property
+    def last_day(self) -> date:
+        return max(self.days)
+
+
+# -- reading and profiling ---------------------------------------------------------------------
+
+
+def profile_sample(path: str, count_limit: int = COUNT_LIMIT) -> SampleProfile:
+    """Read ``path`` (CSV or parquet, a local path or fsspec URL) as the file source would and
+    profile each column, counting the rows of each value where a column has at most
+    ``count_limit`` of them (and always a label's classes). Raises ``SampleError`` when it is
+    unreadable, has too few rows, or holds a column of a type no suite can judge."""
+    from pipeline_steps.quality.file_check import read_any
+
+    try:
+        table = read_any(path, None)
+    except StepError as exc:
+        raise SampleError(f"sample {exc}") from exc
+    if table.num_rows < MIN_ROWS:
+        raise SampleError(
+            f"sample {path} has {table.num_rows} rows; a draft needs at least {MIN_ROWS}"
+        )
+    columns, arrays = [], []
+    for name, values in zip(table.column_names, table.columns, strict=True):
+        column, normalised = _profile_column(path, name, values, count_limit)
+        columns.append(column)
+        arrays.append(normalised)
+    normalised_table = pa.table(arrays, names=table.column_names)
+    return SampleProfile(path=path, table=normalised_table, columns=tuple(columns))
+
+
+def _profile_column(
+    path: str, name: str, values: pa.ChunkedArray, count_limit: int
+) -> tuple[ColumnProfile, pa.ChunkedArray]:
+    kind, values = _normalise(path, name, values)
+    rows = len(values)
+    if kind == "float":
+        values = pc.if_else(pc.is_nan(values), pa.scalar(None, pa.float64()), values)
+    missing = values.null_count
+    distinct = pc.count_distinct(values, mode="only_valid").as_py() if kind != "empty" else 0
+    low = high = None
+    if kind in ("integer", "float") and missing < rows:
+        low, high = _min_max(values)
+        if kind == "float" and missing and pc.all(pc.equal(pc.round(values), values)).as_py():
+            # Integers with gaps: pandas holds them as floats and writes them 11.0.
+            kind = "integer"
+    elif kind == "string" and missing < rows:
+        low, high = _min_max(pc.utf8_length(values))
+    counts: dict[Any, int] = {}
+    # A label's classes are counted whatever the limit of value sets.
+    if kind not in ("date", "timestamp") and 0 < distinct <= max(count_limit, MAX_CLASSES):
+        counted = pc.value_counts(values.drop_null())
+        counts = {
+            _plain(v): int(n)
+            for v, n in zip(
+                counted.field("values").to_pylist(),
+                counted.field("counts").to_pylist(),
+                strict=True,
+            )
+        }
+    profile = ColumnProfile(
+        name=name,
+        kind=kind,
+        storage=values.type,
+        rows=rows,
+        missing=missing,
+        distinct=distinct,
+        low=low,
+        high=high,
+        counts=counts,
+    )
+    return profile, values
+
+
+def _normalise(path: str, name: str, values: pa.ChunkedArray) -> tuple[Kind, pa.ChunkedArray]:
+    """The column's kind and its values in the type the domain's schema gives it (64-bit
+    numbers, plain strings, microsecond timestamps)."""
+    kind = values.type
+    if pa.types.is_dictionary(kind):
+        values = values.cast(kind.value_type)
+        kind = values.type
+    if pa.types.is_null(kind):
+        return "empty", values.cast(pa.string())
+    if pa.types.is_integer(kind):
+        return "integer", values.cast(pa.int64())
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return "float", values.cast(pa.float64())
+    if pa.types.is_boolean(kind):
+        return "boolean", values
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string", values.cast(pa.string())
+    if pa.types.is_date(kind):
+        return "date", values.cast(pa.date32())
+    if pa.types.is_timestamp(kind):
+        return "timestamp", values.cast(pa.timestamp("us", kind.tz))
+    raise SampleError(
+        f"column {name} of {path} has type {kind}, which a suite cannot judge; "
+        "leave it out of the sample"
+    )
+
+
+def _min_max(values: pa.ChunkedArray) -> tuple[float, float]:
+    found = pc.min_max(values)
+    return found["min"].as_py(), found["max"].as_py()
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON writes it: whole floats as integers."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# -- roles ---------------------------------------------------------------------------------------
+
+
+def infer_roles(
+    profile: SampleProfile,
+    *,
+    label: str | None = None,
+    task: str | None = None,
+    time_column: str | None = None,
+    key: str | None = None,
+) -> tuple[SampleProfile, Roles]:
+    """Check the given roles against the sample and infer the others; the profile comes back
+    with the time column parsed (a string column of ISO dates becomes a date column). Raises
+    ``SampleError`` naming the argument, the file and the column."""
+    label_column = _label(profile, label)
+    time_name = _time_column(profile, time_column)
+    profile, days = _parse_time(profile, time_name)
+    key_column = _key(profile, key, exclude={time_name, label_column.name})
+    if label_column.name in (key_column.name, time_name):
+        role = "key" if label_column.name == key_column.name else "time column"
+        raise SampleError(f"--label {label_column.name} is also the {role}; choose another")
+    checked_task = _task(profile, label_column, task)
+    classes: tuple[str, ...] = ()
+    positive = None
+    if checked_task == "multiclass":
+        classes = tuple(sorted(str(v) for v in label_column.counts))
+    elif checked_task == "binary":
+        positive = _positive(label_column)
+    roles = Roles(
+        time_encodings=_time_encodings(profile, time_name, {key_column.name, label_column.name}),
+        key=key_column.name,
+        time_column=time_name,
+        label=label_column.name,
+        task=checked_task,
+        classes=classes,
+        positive=positive,
+        days=days,
+    )
+    return profile, roles
+
+
+def _label(profile: SampleProfile, label: str | None) -> ColumnProfile:
+    if label is not None:
+        column = profile.column(label, "--label")
+    else:
+        named = [c for c in profile.columns if c.name.lower() in LABEL_NAMES]
+        if not named:
+            raise SampleError(
+                f"--label is needed: {profile.path} has no column named "
+                f"{', '.join(LABEL_NAMES)}; columns: {', '.join(profile.names)}"
+            )
+        column = named[0]
+    if column.missing == column.rows:
+        raise SampleError(f"--label {column.name}: every value is missing in {profile.path}")
+    return column
+
+
+def _time_column(profile: SampleProfile, given: str | None) -> str:
+    if given is not None:
+        return profile.column(given, "--time-column").name
+    for column in profile.columns:
+        if column.kind in ("date", "timestamp"):
+            return column.name
+    for column in profile.columns:
+        if column.kind == "string" and column.present:
+            try:
+                _parse_strings(profile, column.name)
+            except SampleError:
+                continue
+            return column.name
+    raise SampleError(
+        f"--time-column is needed: no column of {profile.path} holds dates or ISO times; "
+        f"columns: {', '.join(profile.names)}"
+    )
+
+
+def _parse_time(profile: SampleProfile, name: str) -> tuple[SampleProfile, dict[date, int]]:
+    argument = "--time-column"
+    column = profile.column(name, argument)
+    values = profile.table.column(name)
+    if column.kind == "string":
+        kind, values = _parse_strings(profile, name)
+        column = ColumnProfile(
+            name=name,
+            kind=kind,
+            storage=values.type,
+            rows=column.rows,
+            missing=column.missing,
+            distinct=column.distinct,
+        )
+        index = profile.names.index(name)
+        profile = SampleProfile(
+            path=profile.path,
+            table=profile.table.set_column(index, name, values),
+            columns=(*profile.columns[:index], column, *profile.columns[index + 1 :]),
+        )
+    elif column.kind not in ("date", "timestamp"):
+        raise SampleError(
+            f"{argument} {name}: {profile.path} holds {column.kind} values there "
+            f"({_examples(values)}), not dates or times"
+        )
+    if column.missing == column.rows:
+        raise SampleError(f"{argument} {name}: every value is missing in {profile.path}")
+    days = pc.cast(values, pa.date32()).drop_null().to_pylist()
+    return profile, dict(sorted(Counter(days).items()))
+
+
+def _parse_strings(profile: SampleProfile, name: str) -> tuple[Kind, pa.ChunkedArray]:
+    """A string column as dates, or as timestamps (with or without a zone); ``SampleError``
+    naming the first value that parses as neither."""
+    argument = "--time-column"
+    values = profile.table.column(name)
+    present = values.drop_null()
+    targets: list[tuple[Kind, pa.DataType]] = [
+        ("date", pa.date32()),
+        ("timestamp", pa.timestamp("us")),
+        ("timestamp", pa.timestamp("us", "UTC")),
+    ]
+    for kind, target in targets:
+        try:
+            pc.cast(present[:1], target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+        try:
+            return kind, pc.cast(values, target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            bad = next(v for v in present.to_pylist() if not _casts(v, target))
+            raise SampleError(
+                f"{argument} {name}: value {bad!r} in {profile.path} does not parse like the "
+                f"column's first value {present[0].as_py()!r}"
+            ) from None
+    raise SampleError(
+        f"{argument} {name}: value {present[0].as_py()!r} in {profile.path} does not parse as a "
+        "date or time (ISO 8601, e.g. 2016-07-02 or 2016-07-02T10:00:00)"
+    )
+
+
+def _casts(value: str, target: pa.DataType) -> bool:
+    try:
+        pc.cast(pa.array([value]), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _time_encodings(profile: SampleProfile, time_column: str, exclude: set[str]) -> tuple[str, ...]:
+    """The numeric columns whose values follow the time linearly (correlation at least
+    ``TIME_ENCODING``) over at least three distinct times."""
+    times = profile.table.column(time_column)
+    ticks = pc.cast(times, pa.int32() if pa.types.is_date(times.type) else pa.int64())
+    if pc.count_distinct(ticks).as_py() < 3:
+        return ()
+    found = []
+    for column in profile.columns:
+        if not column.numeric or column.name in exclude or column.distinct < 3:
+            continue
+        values = profile.table.column(column.name).cast(pa.float64())
+        both = pc.and_(pc.is_valid(values), pc.is_valid(ticks))
+        x = values.filter(both).to_numpy()
+        y = ticks.filter(both).cast(pa.float64()).to_numpy()
+        if len(x) > 2 and abs(np.corrcoef(x, y)[0, 1]) >= TIME_ENCODING:
+            found.append(column.name)
+    return tuple(found)
+
+
+def _key(profile: SampleProfile, key: str | None, exclude: set[str]) -> ColumnProfile:
+    if key is not None:
+        column = profile.column(key, "--key")
+        if column.missing:
+            raise SampleError(
+                f"--key {key}: {column.missing} value(s) missing in {profile.path}; a key is "
+                "never missing"
+            )
+        if column.distinct < column.rows:
+            values = profile.table.column(key).to_pylist()
+            repeated = [v for v, n in Counter(values).items() if n > 1]
+            raise SampleError(
+                f"--key {key}: not unique in {profile.path} ({len(repeated)} repeated value(s), "
+                f"e.g. {', '.join(repr(v) for v in repeated[:EXAMPLES])})"
+            )
+        return column
+    candidates = [
+        c
+        for c in profile.columns
+        if c.kind in ("integer", "string")
+        and not c.missing
+        and c.distinct == c.rows
+        and c.name not in exclude
+    ]
+    if not candidates:
+        raise SampleError(
+            f"--key is needed: no column of {profile.path} is unique and never missing; "
+            f"columns: {', '.join(profile.names)}"
+        )
+    named = [c for c in candidates if re.search(r"(^|_)(id|key)$", c.name.lower())]
+    return (named or candidates)[0]
+
+
+def _task(profile: SampleProfile, label: ColumnProfile, task: str | None) -> Task:
+    values = profile.table.column(label.name).drop_null()
+    seen = f"{profile.path} holds {label.distinct} ({_examples(values)})"
+    if task is None:
+        if label.distinct == 2:
+            return "binary"
+        if label.kind == "string" and label.distinct > MAX_CLASSES:
+            raise SampleError(
+                f"--label {label.name}: {seen}: too many values for a multiclass label, and "
+                "not numbers for a regression"
+            )
+        small = label.kind == "string" or (label.kind == "integer" and label.distinct <= 20)
+        task = "multiclass" if small else "regression"
+    if task not in TASKS:
+        raise SampleError(f"--task {task}: unknown; known: {', '.join(TASKS)}")
+    fits = f"--task {task} does not fit --label {label.name}"
+    if task == "binary" and label.distinct != 2:
+        hint = "; use --task multiclass" if 2 < label.distinct <= MAX_CLASSES else ""
+        raise SampleError(f"{fits}: a binary label has two values, {seen}{hint}")
+    if task == "multiclass":
+        if label.kind == "float":
+            raise SampleError(f"{fits}: it holds fractional numbers ({_examples(values)})")
+        if not 3 <= label.distinct <= MAX_CLASSES:
+            hint = "; use --task binary" if label.distinct == 2 else ""
+            raise SampleError(
+                f"{fits}: a multiclass label has 3..{MAX_CLASSES} values, {seen}{hint}"
+            )
+    if task == "regression":
+        if not label.numeric:
+            raise SampleError(f"{fits}: a regression label is a number, {seen}")
+        if label.distinct < 3:
+            raise SampleError(f"{fits}: a regression label varies, {seen}")
+    return task
+
+
+def _positive(label: ColumnProfile) -> Any:
+    """The binary label value counted as 1: 1 or true, a yes-like word, else the rarer value."""
+    values = sorted(label.counts, key=str)
+    for value in values:
+        if str(value).lower() in POSITIVE_WORDS:
+            return value
+    return min(values, key=lambda v: (label.counts[v], -values.index(v)))
+
+
+def _examples(values: pa.ChunkedArray | pa.Array) -> str:
+    shown = pc.unique(values.drop_null()).to_pylist()[:EXAMPLES]
+    return ", ".join(repr(_plain(v)) for v in shown)

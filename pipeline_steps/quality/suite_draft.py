@@ -1,0 +1,410 @@
+"""A first validation suite drafted from a sample's profile (``trainyard init-domain``).
+
+The suite has the shipped suites' format (``expectations/*.json``): the column set and the day's
+row count, then per column its type, its missing share, and its values (a range, a value set or
+string lengths), the key's uniqueness and the label's rules for its task. Every rule's
+``meta.why`` gives the sample's figure and the margin added to it (:class:`Margins`; their
+defaults are measured on real data in docs/benchmarks.md, "Drafted suites").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from pipeline_steps.core.settings import ValidationSettings
+from pipeline_steps.quality.sample_profile import COUNT_LIMIT, ColumnProfile, Roles, SampleProfile
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Margins:
+    """How far a drafted rule reaches beyond what the sample shows."""
+
+    range_widen: float = 3.0
+    """Numeric ranges (and string lengths) are widened on each side by this multiple of the
+    larger of the sample's span and the bound's own size, keeping the sign: a column never
+    negative in the sample is bounded below by 0. At 3 a positive column may reach four times its
+    sample maximum: a month of counts shows their body, not their tail, while a unit error (x100,
+    x1000) or a sentinel lands far beyond."""
+    null_factor: float = 3.0
+    """Highest missing share of a column, as a multiple of the sample's (plus ``null_floor``);
+    a column never missing in the sample must never be missing."""
+    null_floor: float = 0.1
+    """Missing share tolerated above ``null_factor`` times the sample's: a small day with a few
+    more gaps than usual is ordinary."""
+    unseen_factor: float = 3.0
+    """Share of a day's rows a value set lets through with values the sample lacks, as a multiple
+    of the sample's own share of values seen once (the Good-Turing estimate of how often an unseen
+    value turns up), plus ``unseen_floor``. A sample where every value repeats gives a closed
+    set."""
+    unseen_floor: float = 0.25
+    """Unseen-value share tolerated above ``unseen_factor`` times the sample's estimate: a small
+    day whose bookings come through a few new agents is ordinary."""
+    open_set_severity: Literal["critical", "warning"] = "warning"
+    """Severity of the value set of an open vocabulary (values seen once in the sample: agents,
+    companies, countries). How fast such a vocabulary grows over a year a sample cannot show;
+    ``warning`` reports a day full of new values and lets the run go on."""
+    category_limit: int = COUNT_LIMIT
+    """Strings with at most this many distinct values (each seen twice on average) get a value
+    set and are categorical features; others (identifiers, free text) get a length range. A
+    profile counts values up to its own limit (``profile_sample``), 100 by default."""
+    row_count_widen: float = 1.0
+    """The sample's lowest and highest ratio of a day's row count to its trailing mean are
+    widened by this share (low divided by 1 + it, high multiplied by 1 + it) into
+    ``validation.row_count_low`` and ``row_count_high``, never inside the defaults."""
+
+    def __post_init__(self) -> None:
+        for name in ("range_widen", "null_factor", "null_floor", "unseen_factor", "unseen_floor"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"margin {name} must not be negative")
+        if self.category_limit < 2:
+            raise ValueError("margin category_limit must be at least 2")
+
+
+# -- the suite -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowCounts:
+    """``validation.row_count_low`` and ``row_count_high`` drafted from the sample's days."""
+
+    low: float
+    high: float
+    ratios: tuple[float, float] | None
+    """The lowest and highest ratio of a sample day's rows to its trailing mean; None when the
+    sample has too few days to judge one."""
+
+
+def row_counts(
+    days: Mapping[date, int], margins: Margins | None = None, min_history: int = 3
+) -> RowCounts:
+    """Bounds on a day's row count as multiples of its trailing mean, as the validate step
+    judges it (``validation.trailing_days``; ``min_history``, the validate step's, days needed
+    before a day is judged; a day missing from the sample counts 0 rows): the sample's lowest and
+    highest ratio widened by ``Margins.row_count_widen``, never inside the defaults."""
+    margins = margins or Margins()
+    settings = ValidationSettings()
+    floor, ceiling = settings.row_count_low, settings.row_count_high
+    first, last = min(days), max(days)
+    counts = [days.get(first + timedelta(n), 0) for n in range((last - first).days + 1)]
+    ratios = []
+    for index, count in enumerate(counts):
+        trailing = counts[max(0, index - settings.trailing_days) : index]
+        mean = sum(trailing) / len(trailing) if len(trailing) >= min_history else 0
+        if mean:
+            ratios.append(count / mean)
+    if not ratios:
+        return RowCounts(low=floor, high=ceiling, ratios=None)
+    widen_by = 1 + margins.row_count_widen
+    return RowCounts(
+        low=min(floor, _round_down(min(ratios) / widen_by, 2)),
+        high=max(ceiling, math.ceil(max(ratios) * widen_by * 10) / 10),
+        ratios=(min(ratios), max(ratios)),
+    )
+
+
+def draft_suite(
+    name: str,
+    profile: SampleProfile,
+    roles: Roles,
+    margins: Margins | None = None,
+    min_history: int = 3,
+) -> dict[str, Any]:
+    """The suite of dataset ``name`` drafted from the sample, as the JSON document that
+    ``load_suite`` reads (``min_history`` as for :func:`row_counts`)."""
+    margins = margins or Margins()
+    bounds = row_counts(roles.days, margins, min_history)
+    day_rows = list(roles.days.values())
+    noun = f"the sample ({profile.rows} rows, {len(roles.days)} days)"
+    seen = (
+        f"{bounds.ratios[0]:.2f}..{bounds.ratios[1]:.2f} times the mean of its trailing days"
+        if bounds.ratios
+        else "too few days to compare with their trailing mean"
+    )
+    expectations: list[dict[str, Any]] = [
+        _rule(
+            "expect_table_columns_to_match_set",
+            {"column_set": profile.names, "exact_match": True},
+            f"inferred from {noun}: its {len(profile.names)} columns, no more, no fewer",
+        ),
+        _rule(
+            "expect_table_row_count_to_be_between",
+            {
+                "min_value": {"$PARAMETER": "row_count_min"},
+                "max_value": {"$PARAMETER": "row_count_max"},
+            },
+            f"inferred from {noun}: a day holds {min(day_rows)}..{max(day_rows)} rows, {seen}; "
+            "a day may hold validation.row_count_low..row_count_high times its trailing mean, "
+            f"{bounds.low:g}..{bounds.high:g} in settings.yaml (the sample's ratios widened by "
+            f"{margins.row_count_widen:.0%})",
+        ),
+    ]
+    types = pandas_types(profile)
+    for column in profile.columns:
+        expectations += _column_rules(column, roles, margins, types[column.name], noun)
+    expectations.append(
+        _rule(
+            "expect_column_values_to_be_unique",
+            {"column": roles.key},
+            f"inferred from {noun}: the key, no value repeated in its {profile.rows} rows",
+        )
+    )
+    notes = (
+        f"Drafted by trainyard init-domain from {profile.path}: {profile.rows} rows, "
+        f"{roles.first_day}..{roles.last_day}. Each rule is the sample's figure plus a margin "
+        "(meta.why); review them before trusting a verdict."
+    )
+    return {"name": name, "meta": {"notes": notes}, "expectations": expectations}
+
+
+def pandas_types(profile: SampleProfile) -> dict[str, str]:
+    """The pandas dtype of each column's present values as the suites see them (``as_frame``):
+    an integer column with missing values turns float64 on a day it has some."""
+    from pipeline_steps.quality.suites import as_frame
+
+    types = {}
+    for name, values in zip(profile.table.column_names, profile.table.columns, strict=True):
+        frame = as_frame(pa.table([values.drop_null()], names=[name]))
+        types[name] = str(frame.dtypes.iloc[0])
+    return types
+
+
+def _column_rules(
+    column: ColumnProfile, roles: Roles, margins: Margins, pandas_type: str, noun: str
+) -> list[dict[str, Any]]:
+    """The rules of one column: its type, its missing share, its values."""
+    name = column.name
+    if column.kind == "empty":
+        return [
+            _rule(
+                "expect_column_values_to_be_null",
+                {"column": name, "mostly": _round_down(1 - margins.null_floor)},
+                f"inferred from {noun}: always missing there; a day may fill "
+                f"{_share(margins.null_floor)} of its rows",
+            )
+        ]
+    role = _role(name, roles)
+    rules: list[dict[str, Any]] = []
+    type_list = _type_list(column, pandas_type)
+    if type_list:
+        why = f"inferred from {noun}: {column.kind} values"
+        if column.kind == "integer" and pa.types.is_floating(column.storage):
+            why += " with gaps, stored as floats (a CSV writes them 11.0)"
+        elif column.kind == "integer" and "float64" in type_list:
+            why += "; pandas holds integers with missing values as float64"
+        rules.append(
+            _rule(
+                "expect_column_values_to_be_in_type_list",
+                {"column": name, "type_list": type_list},
+                why,
+            )
+        )
+    rules.append(_null_rule(column, margins, noun, role))
+    if column.kind == "integer" and (column.missing or pa.types.is_floating(column.storage)):
+        rules.append(
+            _rule(
+                "expect_rows_to_satisfy",
+                {
+                    "column_list": [name, roles.key],
+                    "condition": f"`{name}` == `{name}`.round()",
+                    "ignore_row_if": "any_value_is_missing",
+                },
+                f"inferred from {noun}: whole numbers, though held as floats (the key "
+                f"{roles.key} names the row)",
+            )
+        )
+    if name == roles.label and roles.task in ("binary", "multiclass"):
+        rules.append(_label_set(column, roles, noun))
+    elif name == roles.time_column:
+        rules.append(
+            _rule(
+                "expect_column_values_to_not_be_after",
+                {"column": name, "latest": {"$PARAMETER": "ingested_at"}},
+                f"inferred from {noun}: the row's time, {roles.first_day}..{roles.last_day} in "
+                "the sample; nothing is dated after its ingest",
+            )
+        )
+    elif column.numeric and name != roles.key:
+        rules.append(_range_rule(column, roles, margins, noun, role))
+    elif column.categorical(margins.category_limit):
+        rules.append(_set_rule(column, margins, noun))
+    elif column.kind == "string":
+        rules.append(_length_rule(column, margins, noun))
+    return rules
+
+
+def _role(name: str, roles: Roles) -> str:
+    if name == roles.label:
+        return f"the label ({roles.task}), "
+    if name == roles.key:
+        return "the key, "
+    return ""
+
+
+def _type_list(column: ColumnProfile, pandas_type: str) -> list[str]:
+    if column.kind == "date":
+        return ["date"]  # pandas holds dates as Python objects; GX checks each value's type
+    if pandas_type in ("object", "string") or "," in pandas_type:
+        return []  # strings and zoned timestamps: GX 1.x cannot name their pandas dtype
+    if pandas_type == "int64" and column.missing:
+        return ["int64", "float64"]
+    if pandas_type == "bool" and column.missing:
+        return ["bool", "object"]
+    return [pandas_type]
+
+
+def _null_rule(column: ColumnProfile, margins: Margins, noun: str, role: str) -> dict[str, Any]:
+    name, share = column.name, column.missing_share
+    if share == 0:
+        return _rule(
+            "expect_column_values_to_not_be_null",
+            {"column": name},
+            f"inferred from {noun}: {role}never missing there",
+        )
+    allowed = min(margins.null_factor * share + margins.null_floor, (1 + share) / 2)
+    return _rule(
+        "expect_column_values_to_not_be_null",
+        {"column": name, "mostly": _round_down(1 - allowed)},
+        f"inferred from {noun}: {role}missing in {_share(share)} of its rows; a day may miss "
+        f"{_share(allowed)} ({margins.null_factor:g} x {_share(share)} + "
+        f"{_share(margins.null_floor)}, at most halfway to all)",
+    )
+
+
+def _range_rule(
+    column: ColumnProfile, roles: Roles, margins: Margins, noun: str, role: str
+) -> dict[str, Any]:
+    seen = f"inferred from {noun}: {role}values {_number(column.low)}..{_number(column.high)}"
+    low, high = widen(column, margins.range_widen)
+    kwargs: dict[str, Any] = {"column": column.name, "min_value": low, "max_value": high}
+    if column.name in roles.time_encodings:
+        # Later days lie beyond the sample's range by design: only the lower bound holds.
+        del kwargs["max_value"]
+        return _rule(
+            "expect_column_values_to_be_between",
+            kwargs,
+            f"{seen}: it follows {roles.time_column} linearly (an encoding of the time), so "
+            f"later days exceed it; only the lower bound holds, {_number(low)} (widened by "
+            f"{margins.range_widen:g} x the larger of the span and the bound, the sign kept)",
+        )
+    if column.low == column.high == 0:
+        # A column always 0 shows no scale to widen by: only its sign is bound.
+        del kwargs["max_value"]
+        return _rule(
+            "expect_column_values_to_be_between",
+            kwargs,
+            f"{seen}: always 0 there, so only its sign is bound (never negative)",
+        )
+    return _rule(
+        "expect_column_values_to_be_between",
+        kwargs,
+        f"{seen}; allowed {_number(low)}..{_number(high)} (widened by {margins.range_widen:g} x "
+        "the larger of the span and the bound, the sign kept)",
+    )
+
+
+def _set_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, Any]:
+    once = sum(1 for n in column.counts.values() if n == 1)
+    unseen = once / column.present
+    kwargs: dict[str, Any] = {"column": column.name, "value_set": _sorted(column.counts)}
+    why = f"inferred from {noun}: its {column.distinct} values"
+    if not once:
+        why += f", each seen at least {min(column.counts.values())} times: a closed set"
+        return _rule("expect_column_values_to_be_in_set", kwargs, why)
+    allowed = min(margins.unseen_factor * unseen + margins.unseen_floor, 0.5)
+    kwargs["mostly"] = _round_down(1 - allowed)
+    why += (
+        f"; {once} seen once ({_share(unseen)} of rows), an open vocabulary: a day may hold "
+        f"others in {_share(allowed)} of its rows ({margins.unseen_factor:g} x "
+        f"{_share(unseen)} + {_share(margins.unseen_floor)}, at most half)"
+    )
+    if margins.open_set_severity == "warning":
+        why += "; a warning, as a sample cannot show how fast new values come"
+    return _rule("expect_column_values_to_be_in_set", kwargs, why, margins.open_set_severity)
+
+
+def _label_set(column: ColumnProfile, roles: Roles, noun: str) -> dict[str, Any]:
+    total = sum(column.counts.values())
+    shares = ", ".join(f"{v!r} {_share(n / total)}" for v, n in column.counts.items())
+    why = f"inferred from {noun}: the label ({roles.task}), its values only ({shares})"
+    if roles.task == "binary":
+        why += f"; {roles.positive!r} counts as 1"
+    else:
+        why += "; a new class needs a new model"
+    return _rule(
+        "expect_column_values_to_be_in_set",
+        {"column": column.name, "value_set": _sorted(column.counts)},
+        why,
+    )
+
+
+def _length_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, Any]:
+    low, high = widen(column, margins.range_widen, whole=True)
+    return _rule(
+        "expect_column_value_lengths_to_be_between",
+        {"column": column.name, "min_value": int(low), "max_value": int(high)},
+        f"inferred from {noun}: {column.distinct} distinct strings (too many for a set) of "
+        f"{_number(column.low)}..{_number(column.high)} characters; allowed "
+        f"{_number(low)}..{_number(high)} (widened by {margins.range_widen:g} x the larger of "
+        "the span and the bound)",
+    )
+
+
+def _rule(
+    kind: str, kwargs: dict[str, Any], why: str, severity: str = "critical"
+) -> dict[str, Any]:
+    """One entry of the suite file; ``severity`` written only when it is not the default."""
+    entry: dict[str, Any] = {"type": kind, "kwargs": kwargs}
+    if severity != "critical":
+        entry["severity"] = severity
+    return {**entry, "meta": {"why": why}}
+
+
+def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[float, float]:
+    """The column's range (values, or lengths of strings) widened on each side by ``factor``
+    times the larger of the span and the bound's size; a bound never crosses zero when the
+    sample's values did not. Whole bounds for integers, else three significant digits, both
+    rounded outward."""
+    assert column.low is not None and column.high is not None, "a range needs values"
+    low, high = column.low, column.high
+    wide_low = low - factor * max(high - low, abs(low))
+    wide_high = high + factor * max(high - low, abs(high))
+    if low >= 0:
+        wide_low = max(wide_low, 0.0)
+    if high <= 0:
+        wide_high = min(wide_high, 0.0)
+    if whole or column.kind == "integer":
+        return math.floor(wide_low), math.ceil(wide_high)
+    return _round_outward(wide_low, down=True), _round_outward(wide_high, down=False)
+
+
+def _round_outward(value: float, *, down: bool) -> float:
+    if value == 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(abs(value))) - 2)
+    rounded = (math.floor if down else math.ceil)(value / scale) * scale
+    return float(f"{rounded:.12g}")
+
+
+def _round_down(value: float, digits: int = 4) -> float:
+    scale = 10**digits
+    return math.floor(max(value, 0.0) * scale) / scale
+
+
+def _sorted(counts: Mapping[Any, int]) -> list[Any]:
+    return sorted(counts, key=lambda v: (type(v).__name__, v))
+
+
+def _share(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "none"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
