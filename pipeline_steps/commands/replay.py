@@ -21,7 +21,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -312,8 +312,8 @@ def diff(original: Lineage, replayed: Lineage, lake: Lake) -> list[DiffLine]:
     lines.append(
         _same(
             "holdout metrics",
-            original.challenger,
-            replayed.challenger,
+            _comparable(original.challenger),
+            _comparable(replayed.challenger),
             lambda: _metrics_detail(original, replayed),
         )
     )
@@ -379,15 +379,19 @@ def _epoch_line(before: list[dict[str, float]], after: list[dict[str, float]]) -
     return DiffLine(item="per-epoch metrics", identical=False, detail=detail)
 
 
+def _comparable(metrics: Any) -> Any:
+    """Holdout metrics as comparable values: a metric the task does not have is NaN in both
+    runs, and NaN equals NaN here."""
+    if metrics is None:
+        return None
+    return {k: None if isinstance(v, float) and v != v else v for k, v in asdict(metrics).items()}
+
+
 def _metrics_detail(original: Lineage, replayed: Lineage) -> str:
-    a, b = original.challenger, replayed.challenger
+    a, b = _comparable(original.challenger), _comparable(replayed.challenger)
     if a is None or b is None:
         return f"{a} -> {b}"
-    return ", ".join(
-        f"{k} {getattr(a, k):.6f} -> {getattr(b, k):.6f}"
-        for k in ("auc", "log_loss", "accuracy")
-        if getattr(a, k) != getattr(b, k)
-    )
+    return ", ".join(f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b.get(k))
 
 
 # -- the command --------------------------------------------------------------------------------

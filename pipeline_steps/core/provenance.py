@@ -145,9 +145,10 @@ def raw_versions(ingest: IngestManifest, features: FeaturesManifest) -> Partitio
 def trained_settings(ctx: RunContext, trained: TrainManifest) -> dict[str, Any]:
     """The run's settings document with the train section as trained: the tuned parameters
     over the configured values when the run took them from a study (``train.params_from``)."""
-    document: dict[str, Any] = to_json(ctx.settings.to_dict())
-    if trained.tuned_from is not None:
-        document["train"] |= to_json(trained.tuned_from.params)
+    settings = ctx.settings
+    if trained.tuned_from is not None:  # as the train step took them (the model's own values)
+        settings = settings.with_train(trained.tuned_from.params)
+    document: dict[str, Any] = to_json(settings.to_dict())
     return document
 
 
