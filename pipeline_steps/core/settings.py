@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -908,9 +908,7 @@ def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     if cls is TrainSettings:
         return _build_train(values, known, hints)
     unknown = sorted(set(values) - known)
-    if retired := [f"{section}.{k}" for k in unknown if f"{section}.{k}" in RETIRED_SETTINGS]:
-        why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
-        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {why}")
+    _refuse_retired(section, unknown)
     if unknown:
         raise SettingsError(
             f"unknown setting(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
@@ -920,15 +918,20 @@ def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:
     return cls(**kwargs)
 
 
+def _refuse_retired(section: str, keys: Iterable[str]) -> None:
+    """``SettingsError`` naming the retired settings among ``keys`` of ``section`` and why."""
+    retired = [f"{section}.{k}" for k in keys if f"{section}.{k}" in RETIRED_SETTINGS]
+    if retired:
+        why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
+        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {why}")
+
+
 def _build_train(
     values: Mapping[str, Any], known: set[str], hints: Mapping[str, Any]
 ) -> TrainSettings:
     """The train section: its own settings, and ``train.<name>`` of the model's
     hyperparameters (also accepted as one ``hyperparameters`` mapping, as recorded)."""
-    retired = [f"train.{k}" for k in values if f"train.{k}" in RETIRED_SETTINGS]
-    if retired:
-        why = "; ".join(dict.fromkeys(RETIRED_SETTINGS[k] for k in retired))
-        raise SettingsError(f"retired setting(s) {', '.join(retired)}: {why}")
+    _refuse_retired("train", values)
     given = values.get("hyperparameters") or {}
     if not isinstance(given, Mapping):
         raise SettingsError(f"setting train.hyperparameters expects a mapping, got {given!r}")

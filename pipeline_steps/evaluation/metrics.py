@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -273,3 +275,16 @@ def binned_auc(positives: ArrayLike, negatives: ArrayLike) -> float:
             sample_weight=np.r_[pos, neg],
         )
     )
+
+
+def mlflow_metrics(prefix: str, metrics: HoldoutMetrics) -> dict[str, float]:
+    """The metrics as MLflow metrics under ``prefix``, each class's recall as
+    ``<prefix>recall_<class>``."""
+    values = {
+        f"{prefix}{k}": float(v)
+        for k, v in asdict(metrics).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    for name, recall in metrics.class_recall.items():
+        values[f"{prefix}recall_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"] = recall
+    return values

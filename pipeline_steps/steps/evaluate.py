@@ -10,7 +10,6 @@ baselines, intervals and plots are those of the features' task (``FeaturesManife
 from __future__ import annotations
 
 import logging
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -37,7 +36,7 @@ from pipeline_steps.core.settings import SettingsError
 from pipeline_steps.evaluation.baselines import LINEAR, linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.gate import Verdict, gate
-from pipeline_steps.evaluation.metrics import holdout_metrics
+from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.evaluation.slices import slice_results
 
 log = logging.getLogger(__name__)
@@ -262,9 +261,9 @@ def log_to_mlflow(evaluation: EvaluateManifest) -> None:
     MLflow run."""
     import mlflow
 
-    values = _prefixed("holdout_", evaluation.challenger.metrics)
+    values = mlflow_metrics("holdout_", evaluation.challenger.metrics)
     if evaluation.champion:
-        values |= _prefixed("champion_holdout_", evaluation.champion.metrics)
+        values |= mlflow_metrics("champion_holdout_", evaluation.champion.metrics)
     for metric, interval in evaluation.differences.items():
         values |= {
             f"diff_{metric}": interval.estimate,
@@ -272,22 +271,9 @@ def log_to_mlflow(evaluation: EvaluateManifest) -> None:
             f"diff_{metric}_high": interval.high,
         }
     for baseline in evaluation.baselines:
-        values |= _prefixed(f"baseline_{baseline.name}_", baseline.metrics)
+        values |= mlflow_metrics(f"baseline_{baseline.name}_", baseline.metrics)
     with mlflow.start_run(run_id=evaluation.challenger.mlflow_run_id):
         mlflow.log_metrics({k: v for k, v in values.items() if v == v})
         mlflow.log_dict(
             {"slices": [asdict(s) for s in evaluation.slices]}, "evaluation/slices.json"
         )
-
-
-def _prefixed(prefix: str, metrics: HoldoutMetrics) -> dict[str, float]:
-    """The metrics as MLflow metrics under ``prefix``, each class's recall as
-    ``<prefix>recall_<class>``."""
-    values = {
-        f"{prefix}{k}": float(v)
-        for k, v in asdict(metrics).items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    }
-    for name, recall in metrics.class_recall.items():
-        values[f"{prefix}recall_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"] = recall
-    return values

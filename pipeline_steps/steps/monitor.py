@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -31,7 +31,7 @@ from pipeline_steps.core.domain import (
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import join_features
 from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
-from pipeline_steps.evaluation.metrics import holdout_metrics
+from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.quality.calibration import (
     PREDICTION,
     Verdict,
@@ -215,12 +215,7 @@ def log_champion_day(
         filter_string=f"tags.`trainyard.logical_date` = '{day}'",
         max_results=1,
     )
-    values: dict[str, Any] = {
-        f"champion_{k}": float(v)
-        for k, v in asdict(metrics).items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    }
-    values |= {f"champion_recall_{k}": v for k, v in metrics.class_recall.items()}
+    values: dict[str, Any] = mlflow_metrics("champion_", metrics)
     values["champion_mean_score"] = float(np.mean(predicted)) if predicted.ndim == 1 else np.nan
     values["drift_crossed"] = float(len(verdict.crossed))
     for signal in verdict.signals:
