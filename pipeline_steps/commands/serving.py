@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from pipeline_steps.core.domain import Domain, FeatureColumns, cast_features, feature_columns
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.feature_store import materialize_online, scratch_store
+from pipeline_steps.core.feature_store import earliest_event, materialize_online, scratch_store
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import FeaturesManifest, ManifestError, load_manifest
 from pipeline_steps.core.settings import Settings
@@ -176,11 +176,10 @@ def online_rows(
         sources, _ = domain.feature_sources(lake, [day])
     except StepError as exc:
         raise StepError(f"--logical-date {day}: {exc}") from exc
-    start = min(frame["event_timestamp"].min() for frame in sources.values())
     with scratch_store(settings.features, sources) as store:
         service = store.get_feature_service(domain.feature_service)
         columns = feature_columns(domain, service)
-        served = serve_rows(store, service, rows, pd.Timestamp(start).to_pydatetime())
+        served = serve_rows(store, service, rows, earliest_event(store, service))
     return cast_features(served.reset_index(drop=True), columns), columns
 
 

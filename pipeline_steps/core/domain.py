@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.tasks import Task, check_task
@@ -111,14 +111,18 @@ class Domain(ABC):
     @abstractmethod
     def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
         """Entity rows from the labelled dataset's validated rows: the key, ``event_timestamp``,
-        the date column, the join keys of the feature views, the row features and the label."""
+        the date column, the join keys of the feature views, the row features and the label.
+        The features step calls it once per validated day, so memory holds one day at a time:
+        a row's entity row depends on that row alone."""
 
     @abstractmethod
     def feature_sources(
         self, lake: Lake, days: Sequence[date]
-    ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
-        """The Feast offline sources (name → frame) for a window of validated days, and the
-        partition hashes they were read from (dataset → date → sha256)."""
+    ) -> tuple[dict[str, SourceRows], dict[str, dict[str, str]]]:
+        """The Feast offline sources (name → rows) for a window of validated days, and the
+        partition hashes they are read from (dataset → date → sha256). A source's rows are a
+        frame, an Arrow table, or a stream of either read as the source is written
+        (:class:`ValidatedPartitions` reads a dataset one day at a time)."""
 
     def request_rows(self, rows: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
         """Entity rows for rows to score: ``entity_rows`` without the label. This default needs
@@ -179,6 +183,52 @@ def cast_features(rows: pd.DataFrame, columns: FeatureColumns) -> pd.DataFrame:
     for column in columns.categorical:
         rows[column] = rows[column].astype("string").fillna(MISSING_CATEGORY).astype(object)
     return rows
+
+
+def validated_hashes(lake: Lake, dataset: str, days: Sequence[date]) -> dict[str, str]:
+    """The sha256 of each validated partition of ``dataset`` on ``days``, by date, read from
+    the manifests alone; days without one are skipped, none at all is an error."""
+    hashes = {}
+    for day in days:
+        folder = lake.validated_partition(dataset, day)
+        if folder is not None:
+            hashes[day.isoformat()] = lake.partition_manifest(folder).sha256
+    if not hashes:
+        raise StepError(f"no validated {dataset} partitions for {days[0]}..{days[-1]}")
+    return hashes
+
+
+@dataclass(frozen=True)
+class ValidatedPartitions:
+    """The validated partitions of ``dataset`` on ``days``, read one day at a time each time it
+    is iterated (days without one are skipped), each passed through ``rows`` when given: a
+    source whose memory is one day's, however long the window."""
+
+    lake: Lake
+    dataset: str
+    days: Sequence[date]
+    rows: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+
+    def __iter__(self) -> Iterator[pd.DataFrame]:
+        for _, frame in self.by_day():
+            yield frame
+
+    def by_day(self) -> Iterator[tuple[date, pd.DataFrame]]:
+        """Each day with a validated partition and its rows."""
+        for day in self.days:
+            folder = self.lake.validated_partition(self.dataset, day)
+            if folder is None:
+                continue
+            frame = self.lake.read_table(folder, "data.parquet").to_pandas()
+            yield day, self.rows(frame) if self.rows is not None else frame
+
+    def hashes(self) -> dict[str, str]:
+        """What :func:`validated_hashes` gives for these partitions."""
+        return validated_hashes(self.lake, self.dataset, self.days)
+
+
+SourceRows: TypeAlias = "pd.DataFrame | pa.Table | Iterable[pd.DataFrame | pa.Table]"
+"""A Feast offline source's rows: one frame or table, or a stream of them."""
 
 
 def read_validated(

@@ -14,7 +14,7 @@ import importlib.util
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -23,11 +23,13 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline_steps.core.domain import Domain, FeatureColumns, cast_features, feature_columns
+from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, feature_columns
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import TimeRange
+from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, joined_batches, view_joins
 from pipeline_steps.core.settings import FeatureSettings
 
 FEAST_DIR = "TRAINYARD_FEAST_DIR"
@@ -52,12 +54,122 @@ def load_definitions(repo: Path) -> list[Any]:
     return objects
 
 
-def write_sources(folder: str | Path, sources: Mapping[str, pd.DataFrame]) -> None:
-    """Write the domain's offline sources (name → frame) as ``<folder>/sources/<name>.parquet``."""
+def write_sources(folder: str | Path, sources: Mapping[str, SourceRows]) -> None:
+    """Write the domain's offline sources (name → rows) as ``<folder>/sources/<name>.parquet``;
+    a stream is written piece by piece, each piece cast to the first one's column types."""
     os.makedirs(f"{folder}/sources", exist_ok=True)
-    for name, frame in sources.items():
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        pq.write_table(table, f"{folder}/sources/{name}.parquet")
+    for name, rows in sources.items():
+        pieces = [rows] if isinstance(rows, pd.DataFrame | pa.Table) else rows
+        _write_pieces(f"{folder}/sources/{name}.parquet", pieces, f"offline source {name}")
+
+
+def _write_pieces(
+    path: str, pieces: Iterable[pd.DataFrame | pa.Table], what: str
+) -> pa.Schema | None:
+    """Write frames or tables one after another into one parquet file; its schema (None when
+    there was no piece)."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for piece in pieces:
+            table = piece if isinstance(piece, pa.Table) else _table(piece)
+            table = table.replace_schema_metadata(None)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            elif not table.schema.equals(writer.schema):
+                table = _conform(table, writer.schema, what)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    return writer.schema if writer is not None else None
+
+
+def _table(frame: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """``table`` with ``schema``'s columns and types; an error naming the column otherwise."""
+    if set(table.schema.names) != set(schema.names):
+        raise StepError(
+            f"{what}: a day's rows have columns {sorted(table.schema.names)}, the first day's "
+            f"{sorted(schema.names)}"
+        )
+    columns = []
+    for target in schema:
+        column = table[target.name]
+        try:
+            columns.append(column.cast(target.type) if column.type != target.type else column)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise StepError(
+                f"{what}: column {target.name!r} is {column.type} on one day and "
+                f"{target.type} on the first: {exc}"
+            ) from exc
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+ENTITY_DIR = "entities"
+
+
+def write_entity_rows(
+    folder: str,
+    domain: Domain,
+    settings: FeatureSettings,
+    parts: Iterable[tuple[str, pd.DataFrame]],
+) -> list[str]:
+    """The domain's entity rows of each labelled part (name → rows, e.g. one validated day),
+    written as ``<folder>/entities/<name>.parquet`` in the parts' order; the files written.
+    An entity row lacking a column the join needs is an error naming it."""
+    os.makedirs(f"{folder}/{ENTITY_DIR}", exist_ok=True)
+    files = []
+    for name, labelled in parts:
+        rows = domain.entity_rows(labelled, settings)
+        needed = [
+            domain.key,
+            domain.date_column,
+            ENTITY_TIMESTAMP,
+            domain.label,
+            *domain.row_features.categorical,
+            *domain.row_features.numeric,
+        ]
+        missing = [c for c in needed if c not in rows.columns]
+        if missing:
+            raise StepError(
+                f"domain {domain.name}: entity_rows gave no column(s) {missing} for {name}"
+            )
+        if rows.empty:
+            continue
+        path = f"{folder}/{ENTITY_DIR}/{name}.parquet"
+        pq.write_table(_table(rows), path)
+        files.append(path)
+    if not files:
+        raise StepError(f"domain {domain.name}: the window has no entity rows to train on")
+    return files
+
+
+@contextmanager
+def joined_rows(
+    store: Any,
+    domain: Domain,
+    settings: FeatureSettings,
+    entity_files: list[str],
+    scratch: str,
+) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
+    """The entity rows joined point in time with the domain's feature service of ``store``
+    (:mod:`pipeline_steps.core.point_in_time`), ordered by the key, as a stream of batches, and
+    the model's feature columns."""
+    service = store.get_feature_service(domain.feature_service)
+    columns = feature_columns(domain, service)
+    joins = view_joins(store, service)
+    with joined_batches(
+        domain,
+        entity_files,
+        joins,
+        columns,
+        scratch=scratch,
+        memory_limit=settings.join_memory_limit,
+    ) as reader:
+        yield reader, columns
 
 
 @contextmanager
@@ -101,7 +213,7 @@ def open_store(
 
 
 @contextmanager
-def scratch_store(settings: FeatureSettings, sources: Mapping[str, pd.DataFrame]) -> Iterator[Any]:
+def scratch_store(settings: FeatureSettings, sources: Mapping[str, SourceRows]) -> Iterator[Any]:
     """A store of its own over ``sources``, in a scratch folder removed afterwards (the
     repository's ``feature_store.yaml``: a registry file and a SQLite online store); nothing a
     training run reads is written."""
@@ -114,19 +226,35 @@ def scratch_store(settings: FeatureSettings, sources: Mapping[str, pd.DataFrame]
 def join_features(
     domain: Domain,
     settings: FeatureSettings,
-    labelled: pd.DataFrame,
-    sources: Mapping[str, pd.DataFrame],
+    labelled: pd.DataFrame | Iterable[tuple[str, pd.DataFrame]],
+    sources: Mapping[str, SourceRows],
 ) -> tuple[pd.DataFrame, FeatureColumns]:
-    """The model's feature rows for ``labelled`` rows: the domain's entity rows joined point in
-    time with its Feast feature service over ``sources`` in a scratch store, with the column
-    types training uses (numeric float64, categorical strings with ``<missing>``)."""
+    """The model's feature rows for ``labelled`` rows (one frame, or parts such as
+    ``ValidatedPartitions.by_day()`` turned into entity rows one at a time): the domain's entity
+    rows joined point in time with its Feast feature service over ``sources`` in a scratch
+    store, ordered by the key, with the column types training uses (numeric float64,
+    categorical strings with ``<missing>``)."""
+    parts = [("rows", labelled)] if isinstance(labelled, pd.DataFrame) else labelled
     with scratch_store(settings, sources) as store:
-        service = store.get_feature_service(domain.feature_service)
-        columns = feature_columns(domain, service)
-        entity_rows = domain.entity_rows(labelled, settings)
-        joined = store.get_historical_features(entity_df=entity_rows, features=service).to_df()
-    cast_features(joined, columns)
-    return joined.sort_values(domain.key).reset_index(drop=True), columns
+        folder = os.environ[FEAST_DIR]
+        named = ((str(name), rows) for name, rows in parts)
+        files = write_entity_rows(folder, domain, settings, named)
+        with joined_rows(store, domain, settings, files, folder) as (reader, columns):
+            joined = reader.read_all().to_pandas()
+    return joined, columns
+
+
+def earliest_event(store: Any, service: Any) -> datetime:
+    """The earliest event time in the offline sources of the service's feature views (read from
+    the event-time column alone)."""
+    first = []
+    for join in view_joins(store, service):
+        times = pq.read_table(join.path, columns=[join.timestamp_field])[join.timestamp_field]
+        if len(times) and times.null_count < len(times):
+            first.append(pd.Timestamp(pc.min(times).as_py()))
+    if not first:
+        raise StepError(f"feature service {service.name}: its offline sources hold no rows")
+    return min(first).to_pydatetime()
 
 
 def materialize_online(

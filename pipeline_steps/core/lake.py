@@ -350,44 +350,78 @@ def _json_bytes(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
 
 
+class Rechunker:
+    """Re-cuts a stream of record batches into tables of exactly ``rows`` rows (the last one
+    shorter), holding at most one table plus one incoming batch."""
+
+    def __init__(self, schema: pa.Schema, rows: int) -> None:
+        self.schema, self.rows = schema, rows
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def push(self, batch: pa.RecordBatch) -> Iterator[pa.Table]:
+        """The full tables ``batch`` completes."""
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        while self._pending_rows >= self.rows:
+            yield self._take(self.rows)
+
+    def finish(self) -> Iterator[pa.Table]:
+        """The rows left, as one shorter table (none when nothing is left)."""
+        if self._pending_rows:
+            yield self._take(self._pending_rows)
+
+    def _take(self, rows: int) -> pa.Table:
+        table = pa.Table.from_batches(self._pending, self.schema)
+        chunk, rest = table.slice(0, rows).combine_chunks(), table.slice(rows)
+        self._pending, self._pending_rows = rest.to_batches(), rest.num_rows
+        return chunk
+
+
 class PartitionWriter:
     """Streams record batches into one parquet file, hashing the content as it goes.
 
-    Batches are re-cut into ``CHUNK_ROWS``-row chunks, each one row group and one step of the
-    hash, so the sha256 depends on the rows alone, not on how a source happened to batch them.
-    Memory holds at most one chunk plus one incoming batch.
+    The hash takes ``CHUNK_ROWS``-row chunks, so the sha256 depends on the rows alone, not on how
+    a source happened to batch them, and equals ``table_sha256`` of the whole table. Row groups
+    hold ``row_group_rows`` rows (default ``CHUNK_ROWS``). Memory holds at most one chunk, one
+    row group and one incoming batch.
     """
 
-    def __init__(self, lake: Lake, path: str, schema: pa.Schema) -> None:
+    def __init__(
+        self, lake: Lake, path: str, schema: pa.Schema, row_group_rows: int = CHUNK_ROWS
+    ) -> None:
         self.schema = schema.remove_metadata()
         self.rows = 0
         self._digest = hashlib.sha256(schema_fingerprint(self.schema).encode())
         self._writer = pq.ParquetWriter(path, self.schema, filesystem=lake.fs)
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_rows = 0
+        self._groups = Rechunker(self.schema, row_group_rows)
+        self._chunks = Rechunker(self.schema, CHUNK_ROWS)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if not batch.schema.remove_metadata().equals(self.schema):
             raise ValueError(f"batch schema {batch.schema} differs from {self.schema}")
-        self._pending.append(batch.replace_schema_metadata(None))
-        self._pending_rows += batch.num_rows
-        while self._pending_rows >= CHUNK_ROWS:
-            self._flush(CHUNK_ROWS)
+        batch = batch.replace_schema_metadata(None)
+        for group in self._groups.push(batch):
+            self._write(group)
+        for chunk in self._chunks.push(batch):
+            _hash_chunk(self._digest, chunk)
 
     def close(self) -> str:
         """Finish the file; return the content sha256."""
-        if self._pending_rows or self.rows == 0:
-            self._flush(self._pending_rows)
+        for group in self._groups.finish():
+            self._write(group)
+        chunks = list(self._chunks.finish())
+        if self.rows == 0:  # an empty file still has its one (empty) row group and chunk
+            self._writer.write_table(self.schema.empty_table())
+            chunks = [self.schema.empty_table()]
+        for chunk in chunks:
+            _hash_chunk(self._digest, chunk)
         self._writer.close()
         return self._digest.hexdigest()
 
-    def _flush(self, rows: int) -> None:
-        table = pa.Table.from_batches(self._pending, self.schema)
-        chunk, rest = table.slice(0, rows).combine_chunks(), table.slice(rows)
-        self._writer.write_table(chunk)
-        _hash_chunk(self._digest, chunk)
-        self.rows += chunk.num_rows
-        self._pending, self._pending_rows = rest.to_batches(), rest.num_rows
+    def _write(self, group: pa.Table) -> None:
+        self._writer.write_table(group, row_group_size=group.num_rows)
+        self.rows += group.num_rows
 
 
 def _hash_chunk(digest: Any, chunk: pa.Table) -> None:

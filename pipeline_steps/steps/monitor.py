@@ -23,11 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import (
-    Domain,
-    FeatureColumns,
-    read_validated,
-)
+from pipeline_steps.core.domain import Domain, FeatureColumns, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import join_features
 from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
@@ -45,10 +41,12 @@ SENSITIVITY_ROWS = 2000  # reference rows the champion's permutation sensitivity
 
 
 def window_rows(ctx: RunContext, days: list[date]) -> tuple[pd.DataFrame, FeatureColumns]:
-    """Feature rows of the validated ``days`` (labelled rows, joined like the features step)."""
-    labelled, _ = read_validated(ctx.lake, ctx.domain.labelled_dataset, days)
+    """Feature rows of the validated ``days`` (labelled rows, joined like the features step: one
+    day's entity rows at a time, the join in DuckDB)."""
+    labelled = ValidatedPartitions(ctx.lake, ctx.domain.labelled_dataset, days)
     sources, _ = ctx.domain.feature_sources(ctx.lake, days)
-    return join_features(ctx.domain, ctx.settings.features, labelled, sources)
+    parts = ((day.isoformat(), rows) for day, rows in labelled.by_day())
+    return join_features(ctx.domain, ctx.settings.features, parts, sources)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

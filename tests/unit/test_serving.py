@@ -12,7 +12,7 @@ import pytest
 from pipeline_steps.commands.cli import main
 from pipeline_steps.commands.serving import online_rows, read_online, request_rows
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.feature_store import materialize_online, scratch_store
+from pipeline_steps.core.feature_store import earliest_event, materialize_online, scratch_store
 from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.domain.flights import DOMAIN
 from pipeline_steps.steps.features import build_features, feast_dir, run_store
@@ -95,7 +95,7 @@ def _online_snapshot(store, service, ctx) -> pd.DataFrame:
     """Every weather origin's and plane's online values as a request at the window's end sees
     them."""
     sources, _ = DOMAIN.feature_sources(ctx.lake, [*HISTORY, FIRST_DAY])
-    origins = sources["weather"]["origin"].drop_duplicates().tolist()
+    origins = pd.concat(sources["weather"])["origin"].drop_duplicates().tolist()
     tails = sources["planes"]["tailnum"].drop_duplicates().tolist()
     rows = pd.DataFrame(
         {"origin": (origins * len(tails))[: len(tails)], "tailnum": tails}, dtype=object
@@ -140,13 +140,13 @@ def test_materialising_in_steps_equals_materialising_at_once(built) -> None:
     ctx, _ = built
     rows = request_rows(ctx.settings, ctx.lake, DOMAIN, FIRST_DAY, None)
     sources, _ = DOMAIN.feature_sources(ctx.lake, [FIRST_DAY])
-    start = min(frame["event_timestamp"].min() for frame in sources.values()).to_pydatetime()
     hours = sorted(rows["event_timestamp"].unique())
     end = pd.Timestamp(hours[-1]).to_pydatetime()
     snapshots = []
     for steps in ([end], [pd.Timestamp(h).to_pydatetime() for h in hours]):
         with scratch_store(ctx.settings.features, sources) as store:
             service = store.get_feature_service(DOMAIN.feature_service)
+            start = earliest_event(store, service)
             for step in steps:
                 materialize_online(store, service, start, step)
             snapshots.append(read_online(store, service, rows, end))
