@@ -17,6 +17,7 @@ typed as training reads them (numeric as DOUBLE, categorical as VARCHAR with
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -179,21 +180,79 @@ def joined_batches(
     memory_limit: str,
     batch_rows: int = 65_536,
 ) -> Iterator[pa.RecordBatchReader]:
-    """The joined rows as a stream of record batches, read while the block runs; DuckDB holds
-    at most ``memory_limit`` and spills to ``scratch``."""
+    """The joined rows as a stream of record batches, read while the block runs.
+
+    Each entity file (a day) is joined on its own and written to ``scratch``, so a join holds
+    one day. When the days' keys follow one another (each day's first key after the previous
+    day's last, as with keys that start with the date) the days are read back in order;
+    otherwise DuckDB deduplicates and sorts them all, spilling to ``scratch`` beyond
+    ``memory_limit``."""
     import duckdb
+    import pyarrow.parquet as pq
 
     if not entity_files:
         raise StepError("no entity rows to join: the window has no labelled rows")
     con = duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": scratch})
     try:
         con.execute("SET TimeZone = 'UTC'")
+        Path(scratch, "joined").mkdir(parents=True, exist_ok=True)
+        days: list[str] = []
+        ranges: list[tuple[str, str]] = []
         try:
-            reader = con.sql(join_sql(domain, entity_files, joins, columns)).to_arrow_reader(
-                batch_rows
-            )
+            for n, entities in enumerate(entity_files):
+                day = f"{scratch}/joined/{n:06d}.parquet"
+                query = join_sql(domain, [entities], joins, columns)
+                con.execute(f"COPY ({query}) TO {_literal(day)} (FORMAT parquet)")
+                key = _ident(domain.key)
+                first, last = con.execute(
+                    f"SELECT min({key})::VARCHAR, max({key})::VARCHAR "
+                    f"FROM read_parquet({_literal(day)})"
+                ).fetchone() or (None, None)
+                if first is not None:
+                    days.append(day)
+                    ranges.append((first, last))
+            ordered = all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+            if ordered:
+                reader = _in_order(days, batch_rows, pq)
+            else:
+                reader = con.sql(_sorted_sql(domain, days)).to_arrow_reader(batch_rows)
+            reader = _nullable(reader)
         except duckdb.Error as exc:
             raise StepError(f"point-in-time join failed: {exc}") from exc
         yield reader
     finally:
         con.close()
+
+
+def _nullable(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` with every column nullable, as the frozen sets' schema has them."""
+    schema = pa.schema([f.with_nullable(True) for f in reader.schema])
+    if schema.equals(reader.schema):
+        return reader
+    return pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in reader))
+
+
+def _in_order(files: Sequence[str], batch_rows: int, pq: Any) -> pa.RecordBatchReader:
+    """The files' rows one file after another, as one stream."""
+    schema = pq.read_schema(files[0]) if files else None
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for path in files:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+                yield batch.cast(schema) if not batch.schema.equals(schema) else batch
+
+    if schema is None:
+        raise StepError("no entity rows to join: the window has no labelled rows")
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _sorted_sql(domain: Domain, files: Sequence[str]) -> str:
+    """The joined days deduplicated on the key (the first day's row kept) and ordered by it."""
+    key = _ident(domain.key)
+    listed = ", ".join(_literal(f) for f in files)
+    return (
+        f"SELECT * EXCLUDE (filename, file_row_number) FROM read_parquet([{listed}], "
+        "filename = true, file_row_number = true) "
+        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY filename, file_row_number) = 1 "
+        f"ORDER BY {key}"
+    )
