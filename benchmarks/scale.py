@@ -157,6 +157,9 @@ def main() -> None:
     parser.add_argument("--steps", nargs="+", default=["ingest", "validate", "features", "train"])
     parser.add_argument("--engine", nargs="+", default=["local"], choices=["local", "spark"])
     parser.add_argument("--baseline-tree", type=Path, help="also run features from this tree")
+    parser.add_argument(
+        "--baseline-max-copies", type=int, default=100, help="largest size the baseline runs"
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/trainyard-scale"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/trainyard-scale/results.jsonl"))
     args = parser.parse_args()
@@ -183,7 +186,7 @@ def main() -> None:
         for row in rows:
             if row["copies"] == copies:
                 row["rows"] = row["rows"] or window_rows(home, f"bench_{args.engine[0]}")
-        if args.baseline_tree and "features" in args.steps:
+        if args.baseline_tree and "features" in args.steps and copies <= args.baseline_max_copies:
             run_id = "bench_baseline"
             shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
             result = measure("features", home, base, run_id, tree=args.baseline_tree)

@@ -222,6 +222,20 @@ class ValidatedPartitions:
             frame = self.lake.read_table(folder, "data.parquet").to_pandas()
             yield day, self.rows(frame) if self.rows is not None else frame
 
+    def by_batch(self, batch_rows: int) -> Iterator[tuple[date, pd.DataFrame]]:
+        """Each day's rows in pieces of at most ``batch_rows`` rows, in the partition's order,
+        with the day they belong to: memory holds one piece."""
+        import pyarrow.parquet as pq
+
+        for day in self.days:
+            folder = self.lake.validated_partition(self.dataset, day)
+            if folder is None:
+                continue
+            with self.lake.fs.open(self.lake.path(folder, "data.parquet"), "rb") as fh:
+                for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows):
+                    frame = batch.to_pandas()
+                    yield day, self.rows(frame) if self.rows is not None else frame
+
     def hashes(self) -> dict[str, str]:
         """What :func:`validated_hashes` gives for these partitions."""
         return validated_hashes(self.lake, self.dataset, self.days)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import sys
 import tempfile
@@ -117,31 +118,37 @@ def write_entity_rows(
     settings: FeatureSettings,
     parts: Iterable[tuple[str, pd.DataFrame]],
 ) -> list[str]:
-    """The domain's entity rows of each labelled part (name → rows, e.g. one validated day),
-    written as ``<folder>/entities/<name>.parquet`` in the parts' order; the files written.
-    An entity row lacking a column the join needs is an error naming it."""
+    """The domain's entity rows of each labelled part (name → rows: a validated day, or a piece
+    of one), written as ``<folder>/entities/<name>.parquet`` in the parts' order, consecutive
+    parts of one name into one file; the files written. An entity row lacking a column the
+    join needs is an error naming it."""
     os.makedirs(f"{folder}/{ENTITY_DIR}", exist_ok=True)
+    needed = [
+        domain.key,
+        domain.date_column,
+        ENTITY_TIMESTAMP,
+        domain.label,
+        *domain.row_features.categorical,
+        *domain.row_features.numeric,
+    ]
+
+    def entity_tables(name: str, pieces: Iterable[pd.DataFrame]) -> Iterator[pa.Table]:
+        for labelled in pieces:
+            rows = domain.entity_rows(labelled, settings)
+            missing = [c for c in needed if c not in rows.columns]
+            if missing:
+                raise StepError(
+                    f"domain {domain.name}: entity_rows gave no column(s) {missing} for {name}"
+                )
+            if not rows.empty:
+                yield _table(rows)
+
     files = []
-    for name, labelled in parts:
-        rows = domain.entity_rows(labelled, settings)
-        needed = [
-            domain.key,
-            domain.date_column,
-            ENTITY_TIMESTAMP,
-            domain.label,
-            *domain.row_features.categorical,
-            *domain.row_features.numeric,
-        ]
-        missing = [c for c in needed if c not in rows.columns]
-        if missing:
-            raise StepError(
-                f"domain {domain.name}: entity_rows gave no column(s) {missing} for {name}"
-            )
-        if rows.empty:
-            continue
+    for name, group in itertools.groupby(parts, key=lambda part: part[0]):
         path = f"{folder}/{ENTITY_DIR}/{name}.parquet"
-        pq.write_table(_table(rows), path)
-        files.append(path)
+        pieces = (rows for _, rows in group)
+        if _write_pieces(path, entity_tables(name, pieces), f"entity rows of {name}"):
+            files.append(path)
     if not files:
         raise StepError(f"domain {domain.name}: the window has no entity rows to train on")
     return files

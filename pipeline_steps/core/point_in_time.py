@@ -202,7 +202,10 @@ def joined_batches(
             for n, entities in enumerate(entity_files):
                 day = f"{scratch}/joined/{n:06d}.parquet"
                 query = join_sql(domain, [entities], joins, columns)
-                con.execute(f"COPY ({query}) TO {_literal(day)} (FORMAT parquet)")
+                con.execute(
+                    f"COPY ({query}) TO {_literal(day)} "
+                    f"(FORMAT parquet, ROW_GROUP_SIZE {batch_rows})"
+                )
                 key = _ident(domain.key)
                 first, last = con.execute(
                     f"SELECT min({key})::VARCHAR, max({key})::VARCHAR "
@@ -240,6 +243,7 @@ def _in_order(files: Sequence[str], batch_rows: int, pq: Any) -> pa.RecordBatchR
         for path in files:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
                 yield batch.cast(schema) if not batch.schema.equals(schema) else batch
+            pa.default_memory_pool().release_unused()  # a day read: give its buffers back
 
     if schema is None:
         raise StepError("no entity rows to join: the window has no labelled rows")

@@ -20,6 +20,7 @@ earlier day of the same backfill not validated yet) rather than train on less th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import tempfile
@@ -169,6 +170,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = window(ctx)
     days = [*train_days, *holdout_days]
+    _return_freed_memory()
     labelled = ValidatedPartitions(lake, domain.labelled_dataset, days)
     labelled_hashes = labelled.hashes()
     out_dir = Lake.training_set_dir(ctx.run_id)
@@ -199,7 +201,8 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         tempfile.TemporaryDirectory(prefix="trainyard-join-") as scratch,
     ):
         write_sources(folder, sources)
-        parts = ((day.isoformat(), rows) for day, rows in labelled.by_day())
+        pieces = labelled.by_batch(settings.row_group_rows * 16)
+        parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
         with run_store(ctx, folder) as store:
@@ -214,6 +217,14 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
                 rebuilt,
             )
     return ctx.record(manifest)
+
+
+def _return_freed_memory() -> None:
+    """Arrow buffers from jemalloc, handed back to the system as soon as they are freed: the
+    step streams a day at a time, and the default allocator keeps each day's pages."""
+    with contextlib.suppress(NotImplementedError):
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
 
 
 @dataclass
