@@ -175,17 +175,21 @@ def main() -> None:
         seed_history(folder, home, days, base)
         for engine in args.engine:
             sets = [*base, f"engine.name={engine}"] if engine != "local" else base
-            run_id = f"bench_{engine}"
+            run_id = f"bench_{engine}_{time.strftime('%Y%m%dT%H%M%S')}"
             for step in args.steps:
-                if step == "features":
-                    shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+                if step == "validate":  # else a day validated before is only looked up
+                    for dataset in ("flights", "weather", "planes"):
+                        shutil.rmtree(
+                            home / "lake" / "validated" / dataset / f"date={DAY}",
+                            ignore_errors=True,
+                        )
                 result = measure(step, home, sets, run_id)
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
                 rows.append(result)
                 print(json.dumps(result), flush=True)
         for row in rows:
             if row["copies"] == copies:
-                row["rows"] = row["rows"] or window_rows(home, f"bench_{args.engine[0]}")
+                row["rows"] = row["rows"] or window_rows(home, run_id)
         if args.baseline_tree and "features" in args.steps and copies <= args.baseline_max_copies:
             run_id = "bench_baseline"
             shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)

@@ -103,3 +103,28 @@ def test_a_holdout_as_long_as_the_window_is_refused_naming_both_settings(
     validate(ctx)
     with pytest.raises(StepError, match=r"evaluate.holdout_days=4 .* features.window_days=4"):
         build_features(ctx)
+
+
+def test_entity_rows_are_made_a_day_at_a_time(lake_home, make_settings, monkeypatch) -> None:
+    """The window never reaches the domain as one frame: each call sees one day's rows."""
+    from pipeline_steps.domain.flights import Flights
+
+    seen: list[set[str]] = []
+    original = Flights.entity_rows
+
+    def spy(self, labelled, settings):
+        rows = original(self, labelled, settings)
+        seen.append(set(rows["flight_date"]))
+        return rows
+
+    monkeypatch.setattr(Flights, "entity_rows", spy)
+    settings = make_settings("features.row_group_rows=16", home=lake_home)
+    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=settings)
+    ingest(ctx)
+    validate(ctx)
+    manifest = build_features(ctx)
+    assert len(seen) > len(HISTORY) + 1  # pieces of 16 row groups, several per day
+    assert all(len(days) == 1 for days in seen)
+    assert set().union(*seen) == {d.isoformat() for d in [*HISTORY, FIRST_DAY]}
+    train = pd.read_parquet(manifest.sets.train.path, columns=["flight_id"])
+    assert manifest.sets.train.rows == len(train) and train["flight_id"].is_monotonic_increasing
