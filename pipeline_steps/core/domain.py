@@ -118,7 +118,7 @@ class Domain(ABC):
     @abstractmethod
     def feature_sources(
         self, lake: Lake, days: Sequence[date]
-    ) -> tuple[dict[str, SourceRows], dict[str, dict[str, str]]]:
+    ) -> tuple[Mapping[str, SourceRows], dict[str, dict[str, str]]]:
         """The Feast offline sources (name → rows) for a window of validated days, and the
         partition hashes they are read from (dataset → date → sha256). A source's rows are a
         frame, an Arrow table, or a stream of either read as the source is written

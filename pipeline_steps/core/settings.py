@@ -826,6 +826,24 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EngineSettings:
+    name: Literal["local", "spark"] = "local"
+    """What runs the data steps: ``local`` (DuckDB and Arrow in the step's own process) or
+    ``spark`` (the step is the driver of a Spark application: validation through Great
+    Expectations' Spark datasource, the point-in-time join through Feast's Spark offline store;
+    ``pip install 'trainyard[spark]'``)."""
+    spark_master: str = "local[*]"
+    """Spark master URL: ``local[*]``, ``spark://host:7077`` (a standalone cluster) or
+    ``k8s://https://<api server>`` (Spark on Kubernetes)."""
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    """Further Spark properties (``spark.executor.memory``, ``spark.kubernetes.container.image``,
+    ...), over trainyard's own (UTC session time zone, microsecond parquet timestamps)."""
+    spark_dir: str = ""
+    """Folder for Spark's scratch files and the joined rows it writes (empty: a temporary folder
+    per step); on a cluster, a path every executor and the driver can read, e.g. ``s3a://``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     domain: DomainSettings = field(default_factory=DomainSettings)
     lake: LakeSettings = field(default_factory=LakeSettings)
@@ -842,6 +860,7 @@ class Settings:
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
     cost: CostSettings = field(default_factory=CostSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

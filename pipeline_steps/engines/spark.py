@@ -1,0 +1,111 @@
+"""The Spark engine's session: the step process is the Spark driver.
+
+``engine.spark_master`` says where executors run (``local[*]`` in the step's own process, a
+standalone cluster, or Kubernetes); ``engine.spark_conf`` adds properties over trainyard's own:
+the session time zone and the driver's are UTC (Feast's Spark store compares its time bounds as
+the driver's local times, so any other zone shifts the join), parquet timestamps are written as
+microseconds with their zone (not INT96), and Spark's scratch files go to ``engine.spark_dir``
+or a temporary folder, never the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.settings import EngineSettings
+
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def spark_properties(settings: EngineSettings, scratch: str) -> dict[str, str]:
+    """The session's properties: trainyard's, then ``engine.spark_conf`` over them."""
+    java = (
+        f"-Djava.io.tmpdir={scratch}/tmp -Dderby.system.home={scratch}/derby "
+        f"-Dlog4j2.configurationFile=file:{LOG_CONFIG} -Duser.timezone=UTC"
+    )
+    return {
+        "spark.master": settings.spark_master,
+        "spark.app.name": "trainyard",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.local.dir": f"{scratch}/local",
+        "spark.sql.warehouse.dir": f"{scratch}/warehouse",
+        "spark.driver.extraJavaOptions": java,
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        **settings.spark_conf,
+    }
+
+
+@contextmanager
+def utc_driver() -> Iterator[None]:
+    """The process's local time zone UTC for the block (Feast's Spark store reads the entity
+    rows' time bounds as local times), the previous one back afterwards."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
+
+
+@contextmanager
+def spark_session(settings: EngineSettings) -> Iterator[Any]:
+    """A Spark session for the block, with its scratch folder (``engine.spark_dir``, else a
+    temporary one removed afterwards), stopped when the block ends. Raises ``StepError`` when
+    pyspark is not installed or Spark does not start."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise StepError(
+            "engine.name is spark but pyspark is not installed: pip install 'trainyard[spark]'"
+        ) from exc
+    with _scratch(settings) as scratch, utc_driver():
+        for folder in ("tmp", "derby", "local", "warehouse"):
+            Path(scratch, folder).mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
+        builder = SparkSession.builder
+        for key, value in spark_properties(settings, scratch).items():
+            builder = builder.config(key, value)
+        try:
+            spark = builder.getOrCreate()
+        except Exception as exc:  # the JVM's own errors (no Java, a bad master URL)
+            raise StepError(
+                f"engine.spark_master {settings.spark_master!r}: Spark did not start: {exc}"
+            ) from exc
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            yield spark
+        finally:
+            spark.stop()
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+@contextmanager
+def _scratch(settings: EngineSettings) -> Iterator[str]:
+    if settings.spark_dir:
+        Path(settings.spark_dir).mkdir(parents=True, exist_ok=True)
+        yield settings.spark_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="trainyard-spark-") as folder:
+        yield folder
