@@ -10,8 +10,10 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast import Entity, FeatureService, FeatureView, Field, ValueType
 from feast.types import Float64, Int64, String
+
+from pipeline_steps.core.feast_sources import offline_source
 
 SOURCES = Path(os.environ.get("TRAINYARD_FEAST_DIR", Path(__file__).parent / "data")) / "sources"
 
@@ -44,11 +46,7 @@ weather_hourly = FeatureView(
         Field(name="pressure", dtype=Float64, description="Sea level pressure, millibars"),
         Field(name="visib", dtype=Float64, description="Visibility, miles"),
     ],
-    source=FileSource(
-        name="weather_source",
-        path=str(SOURCES / "weather.parquet"),
-        timestamp_field="event_timestamp",
-    ),
+    source=offline_source("weather_source", str(SOURCES / "weather.parquet")),
     description="Hourly weather at the origin airport, as observed at or before departure.",
 )
 
@@ -64,11 +62,7 @@ plane_specs = FeatureView(
         Field(name="seats", dtype=Int64, description="Number of seats"),
         Field(name="engine", dtype=String, description="Engine type"),
     ],
-    source=FileSource(
-        name="planes_source",
-        path=str(SOURCES / "planes.parquet"),
-        timestamp_field="event_timestamp",
-    ),
+    source=offline_source("planes_source", str(SOURCES / "planes.parquet")),
     description="Aircraft registry facts by tail number.",
 )
 

@@ -137,8 +137,11 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast import Entity, FeatureService, FeatureView, Field, ValueType
 from feast.types import {{ d.feast_types | join(", ") }}
+
+# A parquet file the local engine reads as a FileSource and the Spark engine as a SparkSource.
+from pipeline_steps.core.feast_sources import offline_source
 
 SOURCES = Path(os.environ.get("TRAINYARD_FEAST_DIR", Path(__file__).parent / "data")) / "sources"
 
@@ -158,10 +161,8 @@ numeric = FeatureView(
         Field(name={{ name | py }}, dtype={{ d.feast_type(name) }}),
 {%- endfor %}
     ],
-    source=FileSource(
-        name={{ (d.name ~ "_rows") | py }},
-        path=str(SOURCES / {{ (d.view ~ ".parquet") | py }}),
-        timestamp_field="event_timestamp",
+    source=offline_source(
+        {{ (d.name ~ "_rows") | py }}, str(SOURCES / {{ (d.view ~ ".parquet") | py }})
     ),
     description="The numeric columns of each row, at its event time.",
 )

@@ -26,9 +26,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import yaml
 
 from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, feature_columns
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feast_sources import FEAST_OFFLINE
 from pipeline_steps.core.manifests import TimeRange
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, joined_batches, view_joins
 from pipeline_steps.core.settings import FeatureSettings
@@ -161,12 +163,22 @@ def joined_rows(
     settings: FeatureSettings,
     entity_files: list[str],
     scratch: str,
+    spark: Any = None,
 ) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
-    """The entity rows joined point in time with the domain's feature service of ``store``
-    (:mod:`pipeline_steps.core.point_in_time`), ordered by the key, as a stream of batches, and
-    the model's feature columns."""
+    """The entity rows joined point in time with the domain's feature service of ``store``,
+    ordered by the key, as a stream of batches, and the model's feature columns: in DuckDB
+    (:mod:`pipeline_steps.core.point_in_time`), or with a ``spark`` session through Feast's
+    Spark offline store (:mod:`pipeline_steps.engines.spark_join`)."""
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
+    if spark is not None:
+        from pipeline_steps.engines.spark_join import spark_joined_batches
+
+        with spark_joined_batches(
+            spark, store, service, domain, columns, entity_files, scratch=scratch
+        ) as reader:
+            yield reader, columns
+        return
     joins = view_joins(store, service)
     with joined_batches(
         domain,
@@ -180,13 +192,17 @@ def joined_rows(
 
 
 @contextmanager
-def feast_environment(folder: str, project: str | None = None) -> Iterator[None]:
-    """``$TRAINYARD_FEAST_DIR`` (and ``$TRAINYARD_FEAST_PROJECT`` when given) set for the block,
-    the previous values back afterwards."""
-    saved = {key: os.environ.get(key) for key in (FEAST_DIR, FEAST_PROJECT)}
+def feast_environment(
+    folder: str, project: str | None = None, offline: str | None = None
+) -> Iterator[None]:
+    """``$TRAINYARD_FEAST_DIR`` (and ``$TRAINYARD_FEAST_PROJECT``, ``$TRAINYARD_FEAST_OFFLINE``
+    when given) set for the block, the previous values back afterwards."""
+    saved = {key: os.environ.get(key) for key in (FEAST_DIR, FEAST_PROJECT, FEAST_OFFLINE)}
     os.environ[FEAST_DIR] = folder
     if project:
         os.environ[FEAST_PROJECT] = project
+    if offline:
+        os.environ[FEAST_OFFLINE] = offline
     try:
         yield
     finally:
@@ -204,17 +220,29 @@ def open_store(
     *,
     project: str | None = None,
     config: str = DEFAULT_CONFIG,
+    spark: bool = False,
 ) -> Iterator[Any]:
     """The Feast store of ``settings.feature_repo`` over ``folder`` with ``config`` (a file of
-    the repository) and the repository's definitions applied."""
+    the repository) and the repository's definitions applied. ``spark``: the offline store is
+    Feast's Spark store (on the process's active Spark session) and the views' offline sources
+    are Spark sources (:func:`pipeline_steps.core.feast_sources.offline_source`); registry and
+    online store stay the config's."""
     from feast import FeatureStore
+    from feast.repo_config import RepoConfig
 
     repo = Path(settings.feature_repo)
     if not (repo / config).is_file():
         setting = "features.store_config" if config != DEFAULT_CONFIG else "features.feature_repo"
         raise StepError(f"{setting}: Feast repository {repo} has no {config}")
-    with feast_environment(folder, project):
-        store = FeatureStore(repo_path=str(repo), fs_yaml_file=repo / config)
+    with feast_environment(folder, project, "spark" if spark else None):
+        if spark:
+            raw = yaml.safe_load(os.path.expandvars((repo / config).read_text()))
+            raw["offline_store"] = {"type": "spark"}
+            repo_config = RepoConfig(**raw)
+            repo_config.repo_path = repo
+            store = FeatureStore(repo_path=str(repo), config=repo_config)
+        else:
+            store = FeatureStore(repo_path=str(repo), fs_yaml_file=repo / config)
         store.apply(load_definitions(repo))
         yield store
 

@@ -188,7 +188,6 @@ def joined_batches(
     otherwise DuckDB deduplicates and sorts them all, spilling to ``scratch`` beyond
     ``memory_limit``."""
     import duckdb
-    import pyarrow.parquet as pq
 
     if not entity_files:
         raise StepError("no entity rows to join: the window has no labelled rows")
@@ -216,10 +215,10 @@ def joined_batches(
                     ranges.append((first, last))
             ordered = all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
             if ordered:
-                reader = _in_order(days, batch_rows, pq)
+                reader = read_in_order(days, batch_rows)
             else:
                 reader = con.sql(_sorted_sql(domain, days)).to_arrow_reader(batch_rows)
-            reader = _nullable(reader)
+            reader = nullable_columns(reader)
         except duckdb.Error as exc:
             raise StepError(f"point-in-time join failed: {exc}") from exc
         yield reader
@@ -227,7 +226,7 @@ def joined_batches(
         con.close()
 
 
-def _nullable(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+def nullable_columns(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     """``reader`` with every column nullable, as the frozen sets' schema has them."""
     schema = pa.schema([f.with_nullable(True) for f in reader.schema])
     if schema.equals(reader.schema):
@@ -235,8 +234,10 @@ def _nullable(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in reader))
 
 
-def _in_order(files: Sequence[str], batch_rows: int, pq: Any) -> pa.RecordBatchReader:
-    """The files' rows one file after another, as one stream."""
+def read_in_order(files: Sequence[str], batch_rows: int) -> pa.RecordBatchReader:
+    """The parquet files' rows one file after another, as one stream."""
+    import pyarrow.parquet as pq
+
     schema = pq.read_schema(files[0]) if files else None
 
     def batches() -> Iterator[pa.RecordBatch]:

@@ -142,14 +142,31 @@ def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRe
 
 
 @contextmanager
-def run_store(ctx: RunContext, folder: str) -> Iterator[Any]:
+def run_store(ctx: RunContext, folder: str, spark: Any = None) -> Iterator[Any]:
     """The run's Feast store over ``folder``: ``features.store_config`` of
-    ``features.feature_repo``, as the run's own project, with the repository's definitions."""
+    ``features.feature_repo``, as the run's own project, with the repository's definitions;
+    its offline store Feast's Spark store when a ``spark`` session runs the step."""
     settings = ctx.settings.features
     with open_store(
-        settings, folder, project=feast_project(ctx), config=settings.store_config
+        settings,
+        folder,
+        project=feast_project(ctx),
+        config=settings.store_config,
+        spark=spark is not None,
     ) as store:
         yield store
+
+
+@contextmanager
+def engine_session(ctx: RunContext) -> Iterator[Any]:
+    """The Spark session when ``engine.name`` is ``spark``, else None (the local engine)."""
+    if ctx.settings.engine.name != "spark":
+        yield None
+        return
+    from pipeline_steps.engines.spark import spark_session
+
+    with spark_session(ctx.settings.engine) as spark:
+        yield spark
 
 
 def _repo_fingerprint(repo: Path) -> str:
@@ -196,20 +213,22 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             return ctx.record(replace(previous, status="cached"))
 
     rebuilt = lake.exists(out_dir, MANIFEST)  # from other inputs: the online store is stale
+    spark_dir = ctx.settings.engine.spark_dir or None
     with (
         feast_workspace(ctx) as folder,
-        tempfile.TemporaryDirectory(prefix="trainyard-join-") as scratch,
+        tempfile.TemporaryDirectory(prefix="trainyard-join-", dir=spark_dir) as scratch,
+        engine_session(ctx) as spark,
     ):
         write_sources(folder, sources)
         pieces = labelled.by_batch(settings.row_group_rows * 16)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
-        with run_store(ctx, folder) as store:
+        with run_store(ctx, folder, spark) as store:
             manifest = _build(
                 ctx,
                 store,
-                (entity_files, scratch),
+                (entity_files, scratch, spark),
                 read,
                 inputs,
                 (train_days, holdout_days),
@@ -268,7 +287,7 @@ def _nan_under_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
 def _build(
     ctx: RunContext,
     store: Any,
-    entities: tuple[list[str], str],
+    entities: tuple[list[str], str, Any],
     read: dict[str, dict[str, str]],
     inputs: dict[str, Any],
     split: tuple[list[date], list[date]],
@@ -276,18 +295,19 @@ def _build(
     rebuilt: bool,
 ) -> FeaturesManifest:
     """Join, freeze and materialise the training set with the run's Feast ``store``;
-    ``entities`` holds the entity-row files and the scratch folder the join may spill to,
+    ``entities`` holds the entity-row files, the scratch folder the join may spill to and the
+    Spark session of the Spark engine (None: the local engine),
     ``read`` the hashes of the partitions read (dataset → date → sha256), ``split`` the
     training days and the holdout days. ``rebuilt``: the run built a set from other inputs
     before, so every view is reloaded."""
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = split
     days = [*train_days, *holdout_days]
-    entity_files, scratch = entities
+    entity_files, scratch, spark = entities
     holdout_dates = pa.array([d.isoformat() for d in holdout_days], pa.string())
     frozen: dict[str, FrozenSet] = {}
     with (
-        joined_rows(store, domain, settings, entity_files, scratch) as (reader, columns),
+        joined_rows(store, domain, settings, entity_files, scratch, spark) as (reader, columns),
         lake.staged_dir(out_dir) as tmp,
     ):
         schema = reader.schema

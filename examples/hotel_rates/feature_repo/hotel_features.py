@@ -15,8 +15,10 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast import Entity, FeatureService, FeatureView, Field, ValueType
 from feast.types import Float64, Int64
+
+from pipeline_steps.core.feast_sources import offline_source
 
 SOURCES = Path(os.environ.get("TRAINYARD_FEAST_DIR", Path(__file__).parent / "data")) / "sources"
 
@@ -43,11 +45,7 @@ room_type_rates = FeatureView(
         Field(name="room_type_rate_28d", dtype=Float64, description="Mean rate, euros"),
         Field(name="room_type_stays_28d", dtype=Int64, description="Stays it averages"),
     ],
-    source=FileSource(
-        name="room_type_rates_source",
-        path=str(SOURCES / "room_type_rates.parquet"),
-        timestamp_field="event_timestamp",
-    ),
+    source=offline_source("room_type_rates_source", str(SOURCES / "room_type_rates.parquet")),
     description="Trailing 28-day mean rate of the stays in the booked room type.",
 )
 
@@ -59,11 +57,7 @@ agent_rates = FeatureView(
         Field(name="agent_rate_28d", dtype=Float64, description="Mean rate, euros"),
         Field(name="agent_stays_28d", dtype=Int64, description="Stays it averages"),
     ],
-    source=FileSource(
-        name="agent_rates_source",
-        path=str(SOURCES / "agent_rates.parquet"),
-        timestamp_field="event_timestamp",
-    ),
+    source=offline_source("agent_rates_source", str(SOURCES / "agent_rates.parquet")),
     description="Trailing 28-day mean rate of the stays the agent booked.",
 )
 

@@ -1,0 +1,86 @@
+"""The point-in-time join on Spark, through Feast's Spark offline store.
+
+The entity rows (one parquet file per validated day, as the local engine writes them) are read
+by Spark, deduplicated on the key (the first day's row kept, as the local engine keeps it) and
+handed to Feast's ``get_historical_features`` as a Spark DataFrame: they never pass through
+pandas. The joined rows are typed as training reads them (numeric as double, categorical as
+strings with ``MISSING_CATEGORY``), sorted by the key across the cluster and written as parquet
+part files, which the driver then reads back in order into the frozen sets.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline_steps.core.domain import MISSING_CATEGORY, Domain, FeatureColumns
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, nullable_columns, read_in_order
+
+
+def first_of_each_key(entities: Any, key: str) -> Any:
+    """Entity rows with one row per key: the one of the first file (day), first in its file."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordered = entities.withColumn("__file", F.input_file_name()).withColumn(
+        "__pos", F.monotonically_increasing_id()
+    )
+    first = Window.partitionBy(key).orderBy("__file", "__pos")
+    return (
+        ordered.withColumn("__n", F.row_number().over(first))
+        .where(F.col("__n") == 1)
+        .drop("__file", "__pos", "__n")
+    )
+
+
+def typed_rows(joined: Any, domain: Domain, columns: FeatureColumns) -> Any:
+    """The frozen sets' columns, in order and typed as training reads them."""
+    from pyspark.sql import functions as F
+
+    return joined.select(
+        F.col(domain.key),
+        F.col(domain.date_column),
+        F.col(ENTITY_TIMESTAMP).cast("timestamp").alias(ENTITY_TIMESTAMP),
+        *[
+            F.coalesce(F.col(c).cast("string"), F.lit(MISSING_CATEGORY)).alias(c)
+            for c in columns.categorical
+        ],
+        *[F.col(c).cast("double").alias(c) for c in columns.numeric],
+        F.col(domain.label),
+    )
+
+
+@contextmanager
+def spark_joined_batches(
+    spark: Any,
+    store: Any,
+    service: Any,
+    domain: Domain,
+    columns: FeatureColumns,
+    entity_files: Sequence[str],
+    *,
+    scratch: str,
+    batch_rows: int = 65_536,
+) -> Iterator[pa.RecordBatchReader]:
+    """The joined rows, ordered by the key, as a stream of record batches read while the block
+    runs; Spark writes them under ``scratch`` (a folder the driver and executors share)."""
+    if not entity_files:
+        raise StepError("no entity rows to join: the window has no labelled rows")
+    entities = first_of_each_key(spark.read.parquet(*entity_files), domain.key)
+    try:
+        joined = store.get_historical_features(entity_df=entities, features=service)
+        out = f"{scratch}/joined"
+        typed_rows(joined.to_spark_df(), domain, columns).orderBy(domain.key).write.mode(
+            "overwrite"
+        ).parquet(out)
+    except Exception as exc:  # Spark's analysis and execution errors arrive as Py4J/pyspark's
+        raise StepError(f"point-in-time join on Spark failed: {exc}") from exc
+    parts = sorted(glob.glob(f"{out}/part-*.parquet"))
+    if not parts:
+        raise StepError(f"point-in-time join on Spark wrote no rows under {out}")
+    yield nullable_columns(read_in_order(parts, batch_rows))

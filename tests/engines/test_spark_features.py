@@ -1,0 +1,62 @@
+"""The Spark engine's features step: Feast's Spark offline store joins the window's entity rows
+into the same training sets as the local engine, so the same model comes out of them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.manifests import FeaturesManifest
+from pipeline_steps.steps.features import build_features
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.train import train
+from pipeline_steps.steps.validate import validate
+from tests.conftest import FIRST_DAY
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+SPARK = ("engine.name=spark", "engine.spark_master=local[2]")
+SMALL = ("train.epochs=1", "train.batch_size=256", "features.row_group_rows=256")
+
+
+def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
+    lake_home, make_settings
+) -> None:
+    local = RunContext(
+        run_id="local", logical_date=FIRST_DAY, settings=make_settings(*SMALL, home=lake_home)
+    )
+    ingest(local)
+    validate(local)
+    spark = RunContext(
+        run_id="spark",
+        logical_date=FIRST_DAY,
+        settings=make_settings(*SMALL, *SPARK, home=lake_home),
+    )
+    on_local, on_spark = build_features(local), build_features(spark)
+    assert on_spark.status == "built"
+    assert on_spark.sets.train.rows == on_local.sets.train.rows > 2000
+    assert on_spark.sets.holdout.rows == on_local.sets.holdout.rows > 500
+    # the same rows, values, order and types: the same content hashes
+    assert on_spark.training_set_sha256 == on_local.training_set_sha256
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(on_spark.sets.holdout.path), pd.read_parquet(on_local.sets.holdout.path)
+    )
+    # the run's online store was materialised through the Spark store as well
+    assert on_spark.materialized == on_local.materialized
+    trained = {ctx.run_id: train(ctx) for ctx in (local, spark)}
+    quality = {name: v for name, v in trained["local"].metrics.items() if "per_s" not in name}
+    assert {"val_loss", "val_auc"} <= quality.keys()
+    assert {k: trained["spark"].metrics[k] for k in quality} == pytest.approx(quality, rel=1e-6)
+    assert spark.upstream(FeaturesManifest).training_set_sha256 == on_local.training_set_sha256
+
+
+def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
+    from pipeline_steps.core.errors import StepError
+
+    settings = make_settings(*SPARK[:1], "engine.spark_master=nowhere://", home=lake_home)
+    ctx = RunContext(run_id="bad", logical_date=FIRST_DAY, settings=settings)
+    ingest(ctx)
+    validate(ctx)
+    with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
+        build_features(ctx)
+    assert not ctx.lake.exists("training_sets/bad")
