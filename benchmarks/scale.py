@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -142,6 +143,21 @@ def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = RO
     return result
 
 
+def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tree: Path = ROOT):
+    """``measure`` ``times`` times (a fresh training set each time): the medians of wall time and
+    peak RSS, and every run's figures."""
+    runs = []
+    for _ in range(times):
+        if step == "features":
+            shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+        runs.append(measure(step, home, sets, run_id, tree))
+    result = dict(runs[-1])
+    result["wall_s"] = statistics.median(r["wall_s"] for r in runs)
+    result["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in runs)
+    result["runs"] = [(r["wall_s"], r["peak_rss_mib"]) for r in runs]
+    return result
+
+
 def window_rows(home: Path, run_id: str) -> int | None:
     path = home / "lake" / "training_sets" / run_id / "_manifest.json"
     if not path.exists():
@@ -160,6 +176,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline-max-copies", type=int, default=100, help="largest size the baseline runs"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each step (medians kept)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/trainyard-scale"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/trainyard-scale/results.jsonl"))
     args = parser.parse_args()
@@ -183,7 +200,7 @@ def main() -> None:
                             home / "lake" / "validated" / dataset / f"date={DAY}",
                             ignore_errors=True,
                         )
-                result = measure(step, home, sets, run_id)
+                result = repeated(args.repeat, step, home, sets, run_id)
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
                 rows.append(result)
                 print(json.dumps(result), flush=True)
@@ -193,7 +210,7 @@ def main() -> None:
         if args.baseline_tree and "features" in args.steps and copies <= args.baseline_max_copies:
             run_id = "bench_baseline"
             shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
-            result = measure("features", home, base, run_id, tree=args.baseline_tree)
+            result = repeated(args.repeat, "features", home, base, run_id, args.baseline_tree)
             result |= {"copies": copies, "engine": "baseline", "rows": window_rows(home, run_id)}
             rows.append(result)
             print(json.dumps(result), flush=True)
