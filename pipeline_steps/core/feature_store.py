@@ -163,22 +163,12 @@ def joined_rows(
     settings: FeatureSettings,
     entity_files: list[str],
     scratch: str,
-    spark: Any = None,
 ) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
-    """The entity rows joined point in time with the domain's feature service of ``store``,
-    ordered by the key, as a stream of batches, and the model's feature columns: in DuckDB
-    (:mod:`pipeline_steps.core.point_in_time`), or with a ``spark`` session through Feast's
-    Spark offline store (:mod:`pipeline_steps.engines.spark_join`)."""
+    """The entity rows joined point in time with the domain's feature service of ``store`` in
+    DuckDB (:mod:`pipeline_steps.core.point_in_time`), ordered by the key, as a stream of
+    batches, and the model's feature columns."""
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
-    if spark is not None:
-        from pipeline_steps.engines.spark_join import spark_joined_batches
-
-        with spark_joined_batches(
-            spark, store, service, domain, columns, entity_files, scratch=scratch
-        ) as reader:
-            yield reader, columns
-        return
     joins = view_joins(store, service)
     with joined_batches(
         domain,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline_steps.core.domain import MISSING_CATEGORY, Domain, FeatureColumns
+from pipeline_steps.core.domain import MISSING_CATEGORY, Domain, FeatureColumns, feature_columns
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, nullable_columns, read_in_order
 
@@ -53,6 +53,20 @@ def typed_rows(joined: Any, domain: Domain, columns: FeatureColumns) -> Any:
         *[F.col(c).cast("double").alias(c) for c in columns.numeric],
         F.col(domain.label),
     )
+
+
+@contextmanager
+def spark_joined_rows(
+    spark: Any, store: Any, domain: Domain, entity_files: Sequence[str], scratch: str
+) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
+    """As ``core.feature_store.joined_rows``, on Spark: the joined rows ordered by the key as a
+    stream of batches, and the model's feature columns."""
+    service = store.get_feature_service(domain.feature_service)
+    columns = feature_columns(domain, service)
+    with spark_joined_batches(
+        spark, store, service, domain, columns, entity_files, scratch=scratch
+    ) as reader:
+        yield reader, columns
 
 
 @contextmanager

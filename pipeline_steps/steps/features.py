@@ -25,7 +25,7 @@ import hashlib
 import logging
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import ValidatedPartitions
+from pipeline_steps.core.domain import FeatureColumns, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
     joined_rows,
@@ -266,6 +266,17 @@ class _SetWriter:
         return FrozenSet(path=path, rows=rows, positive_rate=rate, sha256=digest)
 
 
+def _joined(
+    store: Any, ctx: RunContext, entity_files: list[str], scratch: str, spark: Any
+) -> AbstractContextManager[tuple[pa.RecordBatchReader, FeatureColumns]]:
+    """The point-in-time join of the engine that runs the step."""
+    if spark is not None:
+        from pipeline_steps.engines.spark_join import spark_joined_rows
+
+        return spark_joined_rows(spark, store, ctx.domain, entity_files, scratch)
+    return joined_rows(store, ctx.domain, ctx.settings.features, entity_files, scratch)
+
+
 def _nan_under_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` with NaN in the value slots under its floating columns' nulls, as a table
     converted from pandas has: the sets' sha256 hashes those slots too, so the same rows hash
@@ -307,7 +318,7 @@ def _build(
     holdout_dates = pa.array([d.isoformat() for d in holdout_days], pa.string())
     frozen: dict[str, FrozenSet] = {}
     with (
-        joined_rows(store, domain, settings, entity_files, scratch, spark) as (reader, columns),
+        _joined(store, ctx, entity_files, scratch, spark) as (reader, columns),
         lake.staged_dir(out_dir) as tmp,
     ):
         schema = reader.schema

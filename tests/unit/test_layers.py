@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pipeline_steps"
 LAYERS = {
     "core": 0,
     "domain": 1,
+    "engines": 1,
     "quality": 2,
     "evaluation": 2,
     "tuning": 2,
