@@ -206,10 +206,11 @@ def joined_batches(
                     f"(FORMAT parquet, ROW_GROUP_SIZE {batch_rows})"
                 )
                 key = _ident(domain.key)
-                first, last = con.execute(
+                bounds = con.execute(
                     f"SELECT min({key})::VARCHAR, max({key})::VARCHAR "
                     f"FROM read_parquet({_literal(day)})"
-                ).fetchone() or (None, None)
+                ).fetchall()
+                first, last = bounds[0] if bounds else (None, None)
                 if first is not None:
                     days.append(day)
                     ranges.append((first, last))

@@ -109,3 +109,13 @@ def _scratch(settings: EngineSettings) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory(prefix="trainyard-spark-") as folder:
         yield folder
+
+
+@contextmanager
+def engine_session(settings: EngineSettings) -> Iterator[Any]:
+    """The Spark session when ``engine.name`` is ``spark``, else None (the local engine)."""
+    if settings.name != "spark":
+        yield None
+        return
+    with spark_session(settings) as spark:
+        yield spark

@@ -22,7 +22,10 @@ import pyarrow as pa
 from pipeline_steps.core.errors import StepError
 
 if TYPE_CHECKING:
+    import pyspark.sql
     from great_expectations.core.expectation_suite import ExpectationSuite
+
+Engine = Literal["pandas", "spark"]
 
 EXAMPLES = 5
 SEVERITIES = ("critical", "warning")
@@ -163,19 +166,24 @@ def _arrow_strings(kind: pa.DataType) -> Any:
 
 def run_suite(
     dataset: str,
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | pyspark.sql.DataFrame,
     suite: ExpectationSuite,
     parameters: dict[str, Any] | None = None,
     data_docs_dir: str | None = None,
+    *,
+    engine: Engine = "pandas",
 ) -> SuiteOutcome:
-    """Validate ``frame`` with a Checkpoint; render Data Docs into ``data_docs_dir`` if given."""
+    """Validate ``frame`` with a Checkpoint; render Data Docs into ``data_docs_dir`` if given.
+
+    ``engine="spark"`` validates a Spark DataFrame through GX's Spark datasource (see
+    :mod:`pipeline_steps.quality.spark_suite`, which prepares the frame and the suite)."""
     from great_expectations.checkpoint import UpdateDataDocsAction
 
     context = gx_context(data_docs_dir)
     actions = (
         [UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])] if data_docs_dir else []
     )
-    checkpoint = add_checkpoint(context, dataset, suite, actions)
+    checkpoint = add_checkpoint(context, dataset, suite, actions, engine=engine)
     outcome = checkpoint.run(
         batch_parameters={"dataframe": frame},
         expectation_parameters=with_defaults(suite, parameters),
@@ -217,15 +225,24 @@ def gx_context(data_docs_dir: str | None) -> Any:
     return context
 
 
-def add_checkpoint(context: Any, dataset: str, suite: ExpectationSuite, actions: list[Any]) -> Any:
-    """One Checkpoint validating a whole dataframe (passed at run time) against ``suite``."""
+def add_checkpoint(
+    context: Any,
+    dataset: str,
+    suite: ExpectationSuite,
+    actions: list[Any],
+    *,
+    engine: Engine = "pandas",
+) -> Any:
+    """One Checkpoint validating a whole dataframe (passed at run time) against ``suite``: a
+    pandas one, or with ``engine="spark"`` a Spark one, which GX does not cache (the caller
+    decides whether the frame is cached, and releases it)."""
     import great_expectations as gx
 
-    batch = (
-        context.data_sources.add_pandas("lake")
-        .add_dataframe_asset(dataset)
-        .add_batch_definition_whole_dataframe("partition")
-    )
+    if engine == "spark":
+        source = context.data_sources.add_spark("lake", persist=False)
+    else:
+        source = context.data_sources.add_pandas("lake")
+    batch = source.add_dataframe_asset(dataset).add_batch_definition_whole_dataframe("partition")
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name=dataset, data=batch, suite=context.suites.add(suite))
     )

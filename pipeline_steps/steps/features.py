@@ -55,6 +55,7 @@ from pipeline_steps.core.manifests import (
     TrainingSets,
     load_manifest,
 )
+from pipeline_steps.engines.spark import engine_session
 
 log = logging.getLogger(__name__)
 
@@ -157,18 +158,6 @@ def run_store(ctx: RunContext, folder: str, spark: Any = None) -> Iterator[Any]:
         yield store
 
 
-@contextmanager
-def engine_session(ctx: RunContext) -> Iterator[Any]:
-    """The Spark session when ``engine.name`` is ``spark``, else None (the local engine)."""
-    if ctx.settings.engine.name != "spark":
-        yield None
-        return
-    from pipeline_steps.engines.spark import spark_session
-
-    with spark_session(ctx.settings.engine) as spark:
-        yield spark
-
-
 def _repo_fingerprint(repo: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted([*repo.glob("*.py"), *repo.glob("*.yaml")]):
@@ -217,7 +206,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     with (
         feast_workspace(ctx) as folder,
         tempfile.TemporaryDirectory(prefix="trainyard-join-", dir=spark_dir) as scratch,
-        engine_session(ctx) as spark,
+        engine_session(ctx.settings.engine) as spark,
     ):
         write_sources(folder, sources)
         pieces = labelled.by_batch(settings.row_group_rows * 16)

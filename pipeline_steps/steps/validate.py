@@ -30,6 +30,7 @@ from pipeline_steps.core.manifests import (
     to_json,
 )
 from pipeline_steps.core.settings import ValidationSettings
+from pipeline_steps.engines.spark import engine_session
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     PRESENT_MIN,
@@ -159,7 +160,8 @@ def validate(ctx: RunContext) -> ValidateManifest:
     nothing reaches ``validated/`` then.
     """
     lake, day = ctx.lake, ctx.logical_date
-    verdicts = {d: validate_partition(ctx, d, day) for d in ctx.datasets}
+    with engine_session(ctx.settings.engine) as spark:
+        verdicts = {d: validate_partition(ctx, d, day, spark) for d in ctx.datasets}
     failed = [v.message for v in verdicts.values() if not v.success]
 
     if lake.pins:
@@ -187,9 +189,12 @@ def validate(ctx: RunContext) -> ValidateManifest:
     return ctx.record(manifest)
 
 
-def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVerdict:
+def validate_partition(
+    ctx: RunContext, dataset: str, day: date, spark: Any = None
+) -> PartitionVerdict:
     """Run the dataset's suite on the partition this run ingested (cached when the validated
-    copy has the same content) and keep its report and Data Docs."""
+    copy has the same content) and keep its report and Data Docs; with a ``spark`` session (the
+    Spark engine) the suite runs on Spark, without Data Docs."""
     lake, settings = ctx.lake, ctx.settings.validation
     raw = raw_folder(ctx, dataset, day)
     raw_manifest = lake.partition_manifest(raw)
@@ -223,17 +228,23 @@ def validate_partition(ctx: RunContext, dataset: str, day: date) -> PartitionVer
     dropped = [c.column for c in changes if c.action == "dropped"]
     docs = None
     with temporary_docs_dir() as tmp_docs:
-        outcome = run_partition_suite(
-            lake,
-            raw,
-            dataset,
-            suite,
-            parameters,
-            tmp_docs if settings.data_docs else None,
-            settings.chunk_rows,
-            dropped,
-        )
-        if settings.data_docs:
+        if spark is not None:
+            from pipeline_steps.quality.spark_suite import run_partition_suite_spark
+
+            path = lake.path(raw, "data.parquet")
+            outcome = run_partition_suite_spark(spark, path, dataset, suite, parameters, dropped)
+        else:
+            outcome = run_partition_suite(
+                lake,
+                raw,
+                dataset,
+                suite,
+                parameters,
+                tmp_docs if settings.data_docs else None,
+                settings.chunk_rows,
+                dropped,
+            )
+        if settings.data_docs and spark is None:
             docs = lake.path(reports, "data_docs", dataset)
             lake.remove(reports, "data_docs", dataset)
             lake.fs.put(f"{tmp_docs}/", docs, recursive=True)

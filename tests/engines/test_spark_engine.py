@@ -1,5 +1,6 @@
-"""The Spark engine's features step: Feast's Spark offline store joins the window's entity rows
-into the same training sets as the local engine, so the same model comes out of them."""
+"""The Spark engine against the local one on the demo window: the validate step's verdicts
+through GX's Spark datasource, and the training sets Feast's Spark offline store joins (the same
+rows and hashes, so the same model comes out of them)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,37 @@ def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -
     with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
         build_features(ctx)
     assert not ctx.lake.exists("training_sets/bad")
+
+
+def test_both_engines_give_the_same_verdicts_on_a_real_day(
+    lake_home, make_settings, tmp_path
+) -> None:
+    """The validate step on Spark (GX's Spark datasource) judges each dataset of the day as the
+    local engine does: same expectations evaluated, failed and warned on."""
+    import shutil
+
+    from pipeline_steps.core.lake import Lake
+
+    local_home = tmp_path / "local"
+    shutil.copytree(lake_home, local_home)
+    verdicts = {}
+    for name, home, extra in (("local", local_home, ()), ("spark", lake_home, SPARK)):
+        ctx = RunContext(
+            run_id=name, logical_date=FIRST_DAY, settings=make_settings(*extra, home=home)
+        )
+        ingest(ctx)
+        verdicts[name] = validate(ctx).datasets
+        assert ctx.lake.exists(Lake.partition("validated", "flights", FIRST_DAY))
+    assert verdicts["spark"].keys() == verdicts["local"].keys() == {"flights", "weather", "planes"}
+    for dataset, local in verdicts["local"].items():
+        on_spark = verdicts["spark"][dataset]
+        assert (
+            (on_spark.success, on_spark.status)
+            == (local.success, local.status)
+            == (
+                True,
+                "validated",
+            )
+        )
+        assert on_spark.evaluated == local.evaluated > 10
+        assert (on_spark.failed, on_spark.warnings) == (local.failed, local.warnings)
