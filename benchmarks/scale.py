@@ -150,6 +150,11 @@ def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tr
     for _ in range(times):
         if step == "features":
             shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+        if step == "validate":  # else a day validated before is only looked up
+            for dataset in ("flights", "weather", "planes"):
+                shutil.rmtree(
+                    home / "lake" / "validated" / dataset / f"date={DAY}", ignore_errors=True
+                )
         runs.append(measure(step, home, sets, run_id, tree))
     result = dict(runs[-1])
     result["wall_s"] = statistics.median(r["wall_s"] for r in runs)
@@ -194,12 +199,6 @@ def main() -> None:
             sets = [*base, f"engine.name={engine}"] if engine != "local" else base
             run_id = f"bench_{engine}_{time.strftime('%Y%m%dT%H%M%S')}"
             for step in args.steps:
-                if step == "validate":  # else a day validated before is only looked up
-                    for dataset in ("flights", "weather", "planes"):
-                        shutil.rmtree(
-                            home / "lake" / "validated" / dataset / f"date={DAY}",
-                            ignore_errors=True,
-                        )
                 result = repeated(args.repeat, step, home, sets, run_id)
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
                 rows.append(result)
