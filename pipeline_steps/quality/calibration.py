@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -226,6 +226,67 @@ def p_value(value: float, null: np.ndarray) -> float:
     return (1 + int(np.sum(null >= value))) / (len(null) + 1)
 
 
+class WindowCounts(Protocol):
+    """The per-day counts the drift statistics are computed from, whoever counted them: the
+    reference window's counts per day (days x bins) and the current window's (bins), over the
+    bins :func:`numeric_counts` and :func:`categorical_counts` define."""
+
+    def columns(self) -> set[str]:
+        """The columns both windows have."""
+        ...
+
+    def numeric(self, column: str, bins: int) -> tuple[np.ndarray, np.ndarray]:
+        """Counts over the reference's quantile bins plus a missing bin."""
+        ...
+
+    def categorical(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """Counts per category (missing is one), categories sorted."""
+        ...
+
+    def binary(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """Counts of a 0/1 column's zeros and ones."""
+        ...
+
+    def means(self, column: str) -> tuple[float, float]:
+        """The column's mean in the reference and in the current window."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrameCounts:
+    """:class:`WindowCounts` of two pandas frames (the local engine)."""
+
+    reference: pd.DataFrame
+    current: pd.DataFrame
+    ref_days: np.ndarray
+    n_days: int
+
+    def columns(self) -> set[str]:
+        return set(self.reference.columns) & set(self.current.columns)
+
+    def numeric(self, column: str, bins: int) -> tuple[np.ndarray, np.ndarray]:
+        ref = self.reference[column].to_numpy().astype(np.float64)
+        cur = self.current[column].to_numpy().astype(np.float64)
+        return numeric_counts(ref, self.ref_days, cur, self.n_days, bins)
+
+    def categorical(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        ref, cur = self.reference[column].to_numpy(), self.current[column].to_numpy()
+        return categorical_counts(ref, self.ref_days, cur, self.n_days)
+
+    def binary(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        ref = self.reference[column].to_numpy().astype(np.int64)
+        cur = self.current[column].to_numpy().astype(np.int64)
+        per_day = np.zeros((self.n_days, 2), dtype=np.int64)
+        np.add.at(per_day, (self.ref_days, ref), 1)
+        return per_day, np.bincount(cur, minlength=2)
+
+    def means(self, column: str) -> tuple[float, float]:
+        return (
+            float(np.mean(self.reference[column].to_numpy().astype(np.float64))),
+            float(np.mean(self.current[column].to_numpy().astype(np.float64))),
+        )
+
+
 def measure_window(
     reference: pd.DataFrame,
     current: pd.DataFrame,
@@ -257,17 +318,46 @@ def measure_window(
         which = "reference" if reference.empty else "current"
         raise StepError(f"the {which} window has no rows to measure drift on")
     days = list(reference_days)
-    ref_days = _day_index(reference, day_column, days)
+    counts = FrameCounts(reference, current, _day_index(reference, day_column, days), len(days))
+    return measure_counts(
+        counts,
+        reference_days=days,
+        numeric=numeric,
+        categorical=categorical,
+        label=label,
+        importance=importance,
+        cfg=cfg,
+        seed=seed,
+        task=task,
+    )
+
+
+def measure_counts(
+    counts: WindowCounts,
+    *,
+    reference_days: Sequence[date],
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    label: str | None,
+    importance: dict[str, float] | None,
+    cfg: DriftSettings,
+    seed: int = 0,
+    task: str = "binary",
+) -> Verdict:
+    """:func:`measure_window` from the windows' counts (:class:`WindowCounts`), so that the
+    engine holding the rows counts them."""
+    days = list(reference_days)
+    present = counts.columns()
     windows = resampled_windows(
         len(days), cfg.current_days, cfg.calibration_samples, cfg.block_days, seed
     )
     q = cfg.calibration_quantile
     signals: list[DriftSignal] = []
 
-    def column(frame: pd.DataFrame, name: str, kind: str) -> np.ndarray:
-        if name not in frame.columns:
+    def column(name: str, kind: str) -> str:
+        if name not in present:
             raise StepError(f"drift: the {kind} column {name!r} is missing from the window's rows")
-        return frame[name].to_numpy()
+        return name
 
     def signal(
         name: str,
@@ -299,20 +389,12 @@ def measure_window(
         *((n, "numeric") for n in numeric),
         *((n, "categorical") for n in categorical),
     ]:
-        ref_values, cur_values = column(reference, name, kind), column(current, name, kind)
+        column(name, kind)
         if kind == "numeric":
-            counts = numeric_counts(
-                ref_values.astype(np.float64),
-                ref_days,
-                cur_values.astype(np.float64),
-                len(days),
-                cfg.bins,
-            )
-            value, null = calibrate(*counts, psi_rows, windows)
+            value, null = calibrate(*counts.numeric(name, cfg.bins), psi_rows, windows)
             judged = signal(name, "input", "psi", value, null, cfg.min_psi)
         else:
-            counts = categorical_counts(ref_values, ref_days, cur_values, len(days))
-            value, null = calibrate(*counts, js_rows, windows)
+            value, null = calibrate(*counts.categorical(name), js_rows, windows)
             judged = signal(name, "input", "js_distance", value, null, cfg.min_js)
         share = None if importance is None else importance.get(name, 0.0)
         weight = 1.0 if share is None else (share if share >= cfg.min_importance else 0.0)
@@ -332,24 +414,17 @@ def measure_window(
                 cfg.min_weighted_ratio,
             )
         )
-    if PREDICTION in reference.columns and PREDICTION in current.columns:
-        ref_p, cur_p = reference[PREDICTION].to_numpy(), current[PREDICTION].to_numpy()
+    if PREDICTION in present:
         if task == "multiclass":  # the predicted class
-            counts = categorical_counts(ref_p, ref_days, cur_p, len(days))
-            value, null = calibrate(*counts, js_rows, windows)
+            value, null = calibrate(*counts.categorical(PREDICTION), js_rows, windows)
             signals.append(signal(PREDICTION, "prediction", "js_distance", value, null, cfg.min_js))
         else:  # the probability, or the predicted value
-            counts = numeric_counts(
-                ref_p.astype(np.float64), ref_days, cur_p.astype(np.float64), len(days), cfg.bins
-            )
-            value, null = calibrate(*counts, psi_rows, windows)
+            value, null = calibrate(*counts.numeric(PREDICTION, cfg.bins), psi_rows, windows)
             signals.append(signal(PREDICTION, "prediction", "psi", value, null, cfg.min_psi))
     if label is not None and task == "binary":
-        ref = column(reference, label, "label").astype(np.int64)
-        cur = column(current, label, "label").astype(np.int64)
-        per_day = np.zeros((len(days), 2), dtype=np.int64)
-        np.add.at(per_day, (ref_days, ref), 1)
-        value, null = calibrate(per_day, np.bincount(cur, minlength=2), rate_change_rows, windows)
+        per_day, cur = counts.binary(column(label, "label"))
+        value, null = calibrate(per_day, cur, rate_change_rows, windows)
+        ref_mean, cur_mean = counts.means(label)
         signals.append(
             signal(
                 LABEL,
@@ -358,22 +433,19 @@ def measure_window(
                 value,
                 null,
                 cfg.min_rate_change,
-                reference=round(float(ref.mean()), 4),
-                current=round(float(cur.mean()), 4),
+                reference=round(ref_mean, 4),
+                current=round(cur_mean, 4),
             )
         )
     elif label is not None:
-        ref_l, cur_l = column(reference, label, "label"), column(current, label, "label")
+        column(label, "label")
         if task == "multiclass":  # the class distribution
-            counts = categorical_counts(ref_l, ref_days, cur_l, len(days))
-            value, null = calibrate(*counts, js_rows, windows)
+            value, null = calibrate(*counts.categorical(label), js_rows, windows)
             statistic, floor = "js_distance", cfg.min_js
         else:  # the label's distribution
-            counts = numeric_counts(
-                ref_l.astype(np.float64), ref_days, cur_l.astype(np.float64), len(days), cfg.bins
-            )
-            value, null = calibrate(*counts, psi_rows, windows)
+            value, null = calibrate(*counts.numeric(label, cfg.bins), psi_rows, windows)
             statistic, floor = "psi", cfg.min_psi
+        ref_mean, cur_mean = counts.means(label)
         signals.append(
             signal(
                 LABEL,
@@ -382,8 +454,8 @@ def measure_window(
                 value,
                 null,
                 floor,
-                reference=round(float(np.mean(ref_l.astype(np.float64))), 4),
-                current=round(float(np.mean(cur_l.astype(np.float64))), 4),
+                reference=round(ref_mean, 4),
+                current=round(cur_mean, 4),
             )
         )
     return Verdict(signals=signals, triggers=tuple(cfg.triggers))
