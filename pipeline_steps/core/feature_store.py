@@ -238,13 +238,20 @@ def open_store(
 
 
 @contextmanager
-def scratch_store(settings: FeatureSettings, sources: Mapping[str, SourceRows]) -> Iterator[Any]:
-    """A store of its own over ``sources``, in a scratch folder removed afterwards (the
-    repository's ``feature_store.yaml``: a registry file and a SQLite online store); nothing a
-    training run reads is written."""
-    with tempfile.TemporaryDirectory(prefix="trainyard-feast-") as folder:
+def scratch_store(
+    settings: FeatureSettings,
+    sources: Mapping[str, SourceRows],
+    *,
+    spark: bool = False,
+    scratch: str | None = None,
+) -> Iterator[Any]:
+    """A store of its own over ``sources``, in a scratch folder removed afterwards (under
+    ``scratch`` when given; the repository's ``feature_store.yaml``: a registry file and a
+    SQLite online store, with Feast's Spark offline store when ``spark``); nothing a training
+    run reads is written."""
+    with tempfile.TemporaryDirectory(prefix="trainyard-feast-", dir=scratch) as folder:
         write_sources(folder, sources)
-        with open_store(settings, folder) as store:
+        with open_store(settings, folder, spark=spark) as store:
             yield store
 
 

@@ -55,6 +55,41 @@ def typed_rows(joined: Any, domain: Domain, columns: FeatureColumns) -> Any:
     )
 
 
+def _write_joined(
+    spark: Any,
+    store: Any,
+    service: Any,
+    domain: Domain,
+    columns: FeatureColumns,
+    entity_files: Sequence[str],
+    scratch: str,
+) -> str:
+    """Join, type and sort the entity rows on Spark into parquet part files; their folder."""
+    if not entity_files:
+        raise StepError("no entity rows to join: the window has no labelled rows")
+    entities = first_of_each_key(spark.read.parquet(*entity_files), domain.key)
+    out = f"{scratch}/joined"
+    try:
+        joined = store.get_historical_features(entity_df=entities, features=service)
+        typed_rows(joined.to_spark_df(), domain, columns).orderBy(domain.key).write.mode(
+            "overwrite"
+        ).parquet(out)
+    except Exception as exc:  # Spark's analysis and execution errors arrive as Py4J/pyspark's
+        raise StepError(f"point-in-time join on Spark failed: {exc}") from exc
+    return out
+
+
+def joined_frame(
+    spark: Any, store: Any, domain: Domain, entity_files: Sequence[str], scratch: str
+) -> tuple[Any, FeatureColumns]:
+    """The joined rows as a Spark DataFrame read back from their part files (so that its
+    aggregates do not join again), and the model's feature columns."""
+    service = store.get_feature_service(domain.feature_service)
+    columns = feature_columns(domain, service)
+    out = _write_joined(spark, store, service, domain, columns, entity_files, scratch)
+    return spark.read.parquet(out), columns
+
+
 @contextmanager
 def spark_joined_rows(
     spark: Any, store: Any, domain: Domain, entity_files: Sequence[str], scratch: str
@@ -83,17 +118,7 @@ def spark_joined_batches(
 ) -> Iterator[pa.RecordBatchReader]:
     """The joined rows, ordered by the key, as a stream of record batches read while the block
     runs; Spark writes them under ``scratch`` (a folder the driver and executors share)."""
-    if not entity_files:
-        raise StepError("no entity rows to join: the window has no labelled rows")
-    entities = first_of_each_key(spark.read.parquet(*entity_files), domain.key)
-    try:
-        joined = store.get_historical_features(entity_df=entities, features=service)
-        out = f"{scratch}/joined"
-        typed_rows(joined.to_spark_df(), domain, columns).orderBy(domain.key).write.mode(
-            "overwrite"
-        ).parquet(out)
-    except Exception as exc:  # Spark's analysis and execution errors arrive as Py4J/pyspark's
-        raise StepError(f"point-in-time join on Spark failed: {exc}") from exc
+    out = _write_joined(spark, store, service, domain, columns, entity_files, scratch)
     parts = sorted(glob.glob(f"{out}/part-*.parquet"))
     if not parts:
         raise StepError(f"point-in-time join on Spark wrote no rows under {out}")

@@ -14,7 +14,7 @@ the Airflow asset event (and the cooldown) is the orchestration layer's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -25,12 +25,14 @@ import pandas as pd
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import Domain, FeatureColumns, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.feature_store import join_features
+from pipeline_steps.core.feature_store import join_features, scratch_store, write_entity_rows
 from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
+from pipeline_steps.engines.spark import engine_session
 from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.quality.calibration import (
     PREDICTION,
     Verdict,
+    measure_counts,
     measure_window,
     sensitivity,
     split_windows,
@@ -111,21 +113,14 @@ def predicted_signal(domain: Domain, predicted: np.ndarray) -> np.ndarray:
     return predicted
 
 
-def monitor(ctx: RunContext) -> MonitorManifest:
-    """Measure the drift of the window ending at D and score the champion on D.
-
-    Returns the manifest with every signal, what crossed, and the champion's day (None without a
-    champion: then no prediction signal and every input feature may trigger). Raises
-    ``StepError`` when D is not validated or the reference is too short to calibrate.
-    """
-    lake, day, cfg, domain = ctx.lake, ctx.logical_date, ctx.settings.drift, ctx.domain
-    champion = champion_model(ctx)
-    validated = lake.partition_dates("validated", domain.labelled_dataset)
-    champion_days = None
-    if champion is not None and champion.window is not None:
-        first, last = champion.window
-        champion_days = [d for d in validated if first <= d <= last]
-    reference_days, current_days, source = split_windows(day, validated, champion_days, cfg)
+def _measure(
+    ctx: RunContext,
+    champion: Champion | None,
+    reference_days: list[date],
+    current_days: list[date],
+) -> tuple[Verdict, ChampionDay | None]:
+    """The window's verdict and the champion's day, the rows joined and counted in pandas."""
+    domain, cfg, day = ctx.domain, ctx.settings.drift, ctx.logical_date
     rows, columns = window_rows(ctx, [*reference_days, *current_days])
     features = [*columns.categorical, *columns.numeric]
     importance = None
@@ -156,6 +151,133 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         is_today = (rows[domain.date_column] == day.isoformat()).to_numpy()
         today = rows[is_today]
         champion_day = log_champion_day(ctx, champion, today, predicted[is_today], domain, verdict)
+    return verdict, champion_day
+
+
+def _measure_on_spark(
+    ctx: RunContext,
+    spark: Any,
+    champion: Champion | None,
+    reference_days: list[date],
+    current_days: list[date],
+) -> tuple[Verdict, ChampionDay | None]:
+    """As :func:`_measure` with the Spark engine: the window joined through Feast's Spark store,
+    scored by the champion on the executors, counted by Spark aggregates; only the counts, the
+    sensitivity sample and day D's rows reach the driver."""
+    import tempfile
+
+    from pyspark.sql import functions as F
+
+    from pipeline_steps.engines.spark_drift import SparkCounts
+    from pipeline_steps.engines.spark_join import joined_frame
+
+    domain, cfg, day = ctx.domain, ctx.settings.drift, ctx.logical_date
+    days = [*reference_days, *current_days]
+    current_keys = [d.isoformat() for d in current_days]
+    sources, _ = domain.feature_sources(ctx.lake, days)
+    labelled = ValidatedPartitions(ctx.lake, domain.labelled_dataset, days)
+    with (
+        tempfile.TemporaryDirectory(
+            prefix="trainyard-monitor-", dir=ctx.settings.engine.spark_dir or None
+        ) as scratch,
+        scratch_store(ctx.settings.features, sources, spark=True, scratch=scratch) as store,
+    ):
+        parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(SENSITIVITY_ROWS * 32))
+        files = write_entity_rows(scratch, domain, ctx.settings.features, parts)
+        rows, columns = joined_frame(spark, store, domain, files, scratch)
+        features = [*columns.categorical, *columns.numeric]
+        importance, predict = None, None
+        if champion is not None:
+            rows = with_prediction(rows, champion.model_uri, features, domain)
+            predict = scorer(champion.model_uri, features)
+            reference = rows.where(~F.col(domain.date_column).isin(current_keys))
+            importance = sensitivity(predict, spark_sample(reference, domain.key), features)
+        rows = rows.cache()
+        counts = SparkCounts(rows, domain.date_column, reference_days, current_days)
+        verdict = measure_counts(
+            counts,
+            reference_days=reference_days,
+            numeric=columns.numeric,
+            categorical=columns.categorical,
+            label=domain.label,
+            importance=importance,
+            cfg=cfg,
+            task=domain.task,
+        )
+        champion_day = None
+        if champion is not None and predict is not None:
+            today = rows.where(F.col(domain.date_column) == day.isoformat()).orderBy(domain.key)
+            frame = today.toPandas()
+            champion_day = log_champion_day(ctx, champion, frame, predict(frame), domain, verdict)
+        rows.unpersist()
+    return verdict, champion_day
+
+
+def with_prediction(rows: Any, model_uri: str, features: list[str], domain: Domain) -> Any:
+    """``rows`` (a Spark DataFrame) with the champion's prediction signal, scored on the
+    executors in pandas batches as the local engine scores its frame."""
+    import mlflow
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    kind = StringType() if domain.task == "multiclass" else DoubleType()
+    schema = StructType([*rows.schema.fields, StructField(PREDICTION, kind)])
+    # The executors' Python workers find the registry the driver uses.
+    tracking, registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+
+    def score(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking)
+        mlflow.set_registry_uri(registry)
+        predict = scorer(model_uri, features)
+        for frame in batches:
+            frame[PREDICTION] = predicted_signal(domain, predict(frame))
+            yield frame
+
+    return rows.mapInPandas(score, schema)
+
+
+def spark_sample(rows: Any, key: str, size: int = SENSITIVITY_ROWS) -> pd.DataFrame:
+    """The rows pandas' ``sample(size, random_state=0)`` draws from the same rows in key order
+    (the local engine's sensitivity sample), fetched to the driver in the order drawn."""
+    total = rows.count()
+    size = min(total, size)
+    drawn = np.random.RandomState(0).choice(total, size=size, replace=False)
+    wanted = {int(i): n for n, i in enumerate(drawn)}
+    picked = (
+        rows.orderBy(key)
+        .rdd.zipWithIndex()
+        .filter(lambda pair: pair[1] in wanted)
+        .map(lambda pair: (*pair[0], pair[1]))
+        .toDF([*rows.columns, "__index"])
+        .toPandas()
+    )
+    picked["__order"] = picked["__index"].map(wanted)
+    return picked.sort_values("__order").drop(columns=["__index", "__order"]).reset_index(drop=True)
+
+
+def monitor(ctx: RunContext) -> MonitorManifest:
+    """Measure the drift of the window ending at D and score the champion on D.
+
+    Returns the manifest with every signal, what crossed, and the champion's day (None without a
+    champion: then no prediction signal and every input feature may trigger). Raises
+    ``StepError`` when D is not validated or the reference is too short to calibrate.
+    """
+    lake, day, cfg, domain = ctx.lake, ctx.logical_date, ctx.settings.drift, ctx.domain
+    champion = champion_model(ctx)
+    validated = lake.partition_dates("validated", domain.labelled_dataset)
+    champion_days = None
+    if champion is not None and champion.window is not None:
+        first, last = champion.window
+        champion_days = [d for d in validated if first <= d <= last]
+    reference_days, current_days, source = split_windows(day, validated, champion_days, cfg)
+    with engine_session(ctx.settings.engine) as spark:
+        if spark is None:
+            verdict, champion_day = _measure(ctx, champion, reference_days, current_days)
+        else:
+            verdict, champion_day = _measure_on_spark(
+                ctx, spark, champion, reference_days, current_days
+            )
     folder = f"reports/monitor/date={day.isoformat()}"
     signals = verdict.signals
     manifest = MonitorManifest(

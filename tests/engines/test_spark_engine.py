@@ -11,6 +11,7 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.monitor import monitor
 from pipeline_steps.steps.train import train
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
@@ -49,6 +50,34 @@ def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
     assert {"val_loss", "val_auc"} <= quality.keys()
     assert {k: trained["spark"].metrics[k] for k in quality} == pytest.approx(quality, rel=1e-6)
     assert spark.upstream(FeaturesManifest).training_set_sha256 == on_local.training_set_sha256
+
+    # The drift monitor on the same window, the trained model as champion: the Spark engine
+    # joins, scores (on the executors) and counts (Spark aggregates) to the same verdict.
+    import mlflow
+
+    cfg = local.settings.mlflow
+    mlflow.set_tracking_uri(cfg.tracking_uri)
+    version = mlflow.register_model(trained["local"].model_uri, cfg.registered_model).version
+    mlflow.MlflowClient().set_registered_model_alias(
+        cfg.registered_model, cfg.champion_alias, version
+    )
+    window = ("drift.current_days=1", "drift.reference_days=3", "drift.min_reference_days=2")
+    verdicts = {}
+    for name, extra in (("local", ()), ("spark", SPARK)):
+        settings = make_settings(*SMALL, *window, *extra, home=lake_home)
+        verdicts[name] = monitor(
+            RunContext(run_id=f"monitor-{name}", logical_date=FIRST_DAY, settings=settings)
+        )
+    on_local_drift, on_spark_drift = verdicts["local"], verdicts["spark"]
+    assert [s.name for s in on_spark_drift.signals] == [s.name for s in on_local_drift.signals]
+    assert {"prediction", "label", "temp", "carrier"} <= {s.name for s in on_local_drift.signals}
+    for a, b in zip(on_spark_drift.signals, on_local_drift.signals, strict=True):
+        assert (a.name, a.statistic, a.crossed) == (b.name, b.statistic, b.crossed)
+        assert a.value == pytest.approx(b.value, rel=1e-6, abs=1e-9), a.name
+        assert a.threshold == pytest.approx(b.threshold, rel=1e-6, abs=1e-9), a.name
+    assert on_spark_drift.champion is not None and on_local_drift.champion is not None
+    assert on_spark_drift.champion.metrics == on_local_drift.champion.metrics
+    assert on_spark_drift.champion.mean_score == pytest.approx(on_local_drift.champion.mean_score)
 
 
 def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
