@@ -425,10 +425,25 @@ class PartitionWriter:
 
 
 def _hash_chunk(digest: Any, chunk: pa.Table) -> None:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, chunk.schema) as writer:
+    """Feed the chunk's Arrow IPC stream into ``digest`` as it is written (never held whole)."""
+    with pa.ipc.new_stream(pa.PythonFile(_DigestSink(digest), mode="w"), chunk.schema) as writer:
         writer.write_table(chunk)
-    digest.update(sink.getvalue().to_pybytes())
+
+
+class _DigestSink:
+    """A write-only file object that hashes what is written to it."""
+
+    closed = False
+
+    def __init__(self, digest: Any) -> None:
+        self.digest = digest
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 def table_sha256(table: pa.Table) -> str:

@@ -384,7 +384,7 @@ class FeatureSettings:
     row_group_rows: int = 4096
     """Rows per parquet row group of the frozen training sets: the block that training ranks
     shard and shuffle, so a set needs at least as many row groups as there are ranks."""
-    join_memory_limit: str = "256MB"
+    join_memory_limit: str = "128MB"
     """Memory DuckDB may hold for the point-in-time join (e.g. ``512MB``, ``4GB``); it spills
     the rest to a scratch folder, so a longer window takes disk and time, not memory."""
 

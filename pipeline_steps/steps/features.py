@@ -58,6 +58,8 @@ from pipeline_steps.core.manifests import (
 from pipeline_steps.engines.spark import engine_session
 
 log = logging.getLogger(__name__)
+ENTITY_PIECE_ROWS = 16_384
+"""Rows of a validated day turned into entity rows at once."""
 
 
 def window(ctx: RunContext) -> tuple[list[date], list[date]]:
@@ -209,7 +211,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         engine_session(ctx.settings.engine) as spark,
     ):
         write_sources(folder, sources)
-        pieces = labelled.by_batch(settings.row_group_rows * 16)
+        pieces = labelled.by_batch(ENTITY_PIECE_ROWS)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}

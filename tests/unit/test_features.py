@@ -118,12 +118,13 @@ def test_entity_rows_are_made_a_day_at_a_time(lake_home, make_settings, monkeypa
         return rows
 
     monkeypatch.setattr(Flights, "entity_rows", spy)
-    settings = make_settings("features.row_group_rows=16", home=lake_home)
+    monkeypatch.setattr("pipeline_steps.steps.features.ENTITY_PIECE_ROWS", 256)
+    settings = make_settings(home=lake_home)
     ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=settings)
     ingest(ctx)
     validate(ctx)
     manifest = build_features(ctx)
-    assert len(seen) > len(HISTORY) + 1  # pieces of 16 row groups, several per day
+    assert len(seen) > len(HISTORY) + 1  # pieces of 256 rows, several per day
     assert all(len(days) == 1 for days in seen)
     assert set().union(*seen) == {d.isoformat() for d in [*HISTORY, FIRST_DAY]}
     train = pd.read_parquet(manifest.sets.train.path, columns=["flight_id"])
