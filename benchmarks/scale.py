@@ -111,7 +111,11 @@ def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) ->
 
 
 def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = ROOT) -> dict:
-    """One step for DAY in a fresh process: wall seconds, peak RSS MiB, exit status."""
+    """One step for DAY in a fresh process: wall seconds, exit status, the step process's own
+    peak RSS (``ru_maxrss``, exact) and its process tree's (the sum over the step and its
+    children, a JVM included, sampled every 0.1 s)."""
+    import psutil
+
     command = [
         sys.executable,
         "-c",
@@ -131,15 +135,27 @@ def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = RO
         *[item for value in sets for item in ("--set", value)],
     ]
     env = {**os.environ, "TRAINYARD_HOME": str(home), "PYTHONPATH": str(tree)}
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("MEASURED")), None)
+    process = subprocess.Popen(
+        command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wrapper, tree_peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            members = [m for m in wrapper.children(recursive=True) if m.pid != wrapper.pid]
+            tree_peak = max(tree_peak, sum(m.memory_info().rss for m in members))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    stdout, stderr = process.communicate()
+    line = next((x for x in stdout.splitlines() if x.startswith("MEASURED")), None)
     if line is None:
-        raise RuntimeError(f"{step}: no measurement\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{step}: no measurement\n{stderr[-3000:]}")
     _, rc, wall, rss = line.split()
     result = {"step": step, "rc": int(rc), "wall_s": round(float(wall), 1)}
     result["peak_rss_mib"] = round(int(rss) / 1024)
+    result["tree_peak_mib"] = round(tree_peak / 2**20)
     if int(rc):
-        result["error"] = done.stderr.strip().splitlines()[-1][-300:]
+        result["error"] = stderr.strip().splitlines()[-1][-300:]
     return result
 
 
@@ -159,7 +175,8 @@ def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tr
     result = dict(runs[-1])
     result["wall_s"] = statistics.median(r["wall_s"] for r in runs)
     result["peak_rss_mib"] = statistics.median(r["peak_rss_mib"] for r in runs)
-    result["runs"] = [(r["wall_s"], r["peak_rss_mib"]) for r in runs]
+    result["tree_peak_mib"] = statistics.median(r["tree_peak_mib"] for r in runs)
+    result["runs"] = [(r["wall_s"], r["peak_rss_mib"], r["tree_peak_mib"]) for r in runs]
     return result
 
 
@@ -217,13 +234,13 @@ def main() -> None:
     with args.out.open("a") as fh:
         for row in rows:
             fh.write(json.dumps({**row, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
-    print("\n| copies | rows in window | engine | step | wall s | peak RSS MiB |")
-    print("|---:|---:|---|---|---:|---:|")
+    print("\n| copies | rows in window | engine | step | wall s | peak RSS MiB | tree MiB |")
+    print("|---:|---:|---|---|---:|---:|---:|")
     for r in rows:
         status = "" if r["rc"] == 0 else f" (failed: {r.get('error', '')})"
         print(
             f"| {r['copies']} | {r['rows'] or ''} | {r['engine']} | {r['step']} | "
-            f"{r['wall_s']} | {r['peak_rss_mib']}{status} |"
+            f"{r['wall_s']} | {r['peak_rss_mib']} | {r['tree_peak_mib']}{status} |"
         )
 
 

@@ -66,14 +66,26 @@ def utc_driver() -> Iterator[None]:
 @contextmanager
 def spark_session(settings: EngineSettings) -> Iterator[Any]:
     """A Spark session for the block, with its scratch folder (``engine.spark_dir``, else a
-    temporary one removed afterwards), stopped when the block ends. Raises ``StepError`` when
-    pyspark is not installed or Spark does not start."""
+    temporary one removed afterwards), stopped when the block ends. A session already running in
+    the process on the same master (a notebook's, a test's) is used as it is and left running.
+    Raises ``StepError`` when pyspark is not installed or Spark does not start."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise StepError(
             "engine.name is spark but pyspark is not installed: pip install 'trainyard[spark]'"
         ) from exc
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        running = active.conf.get("spark.master")
+        if running != settings.spark_master:
+            raise StepError(
+                f"engine.spark_master {settings.spark_master!r}: this process already runs a "
+                f"Spark session on {running!r}"
+            )
+        with utc_driver():
+            yield active
+        return
     with _scratch(settings) as scratch, utc_driver():
         for folder in ("tmp", "derby", "local", "warehouse"):
             Path(scratch, folder).mkdir(parents=True, exist_ok=True)

@@ -21,20 +21,43 @@ SPARK = ("engine.name=spark", "engine.spark_master=local[2]")
 SMALL = ("train.epochs=1", "train.batch_size=256", "features.row_group_rows=256")
 
 
+def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
+    """(First: no session runs in the process yet.)"""
+    from pipeline_steps.core.errors import StepError
+
+    settings = make_settings(*SPARK[:1], "engine.spark_master=nowhere://", home=lake_home)
+    ctx = RunContext(run_id="bad", logical_date=FIRST_DAY, settings=settings)
+    ingest(ctx)
+    validate(ctx)
+    with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
+        build_features(ctx)
+    assert not ctx.lake.exists("training_sets/bad")
+
+
+@pytest.fixture(scope="module")
+def spark_running():
+    """One Spark session for the module: each step uses it instead of starting its own."""
+    from pipeline_steps.core.settings import EngineSettings
+    from pipeline_steps.engines.spark import spark_session
+
+    with spark_session(EngineSettings(name="spark", spark_master="local[2]")) as session:
+        yield session
+
+
 def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
-    lake_home, make_settings
+    spark_running, lake_home, make_settings
 ) -> None:
     local = RunContext(
         run_id="local", logical_date=FIRST_DAY, settings=make_settings(*SMALL, home=lake_home)
     )
     ingest(local)
     validate(local)
-    spark = RunContext(
+    remote = RunContext(
         run_id="spark",
         logical_date=FIRST_DAY,
         settings=make_settings(*SMALL, *SPARK, home=lake_home),
     )
-    on_local, on_spark = build_features(local), build_features(spark)
+    on_local, on_spark = build_features(local), build_features(remote)
     assert on_spark.status == "built"
     assert on_spark.sets.train.rows == on_local.sets.train.rows > 2000
     assert on_spark.sets.holdout.rows == on_local.sets.holdout.rows > 500
@@ -45,11 +68,11 @@ def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
     )
     # the run's online store was materialised through the Spark store as well
     assert on_spark.materialized == on_local.materialized
-    trained = {ctx.run_id: train(ctx) for ctx in (local, spark)}
+    trained = {ctx.run_id: train(ctx) for ctx in (local, remote)}
     quality = {name: v for name, v in trained["local"].metrics.items() if "per_s" not in name}
     assert {"val_loss", "val_auc"} <= quality.keys()
     assert {k: trained["spark"].metrics[k] for k in quality} == pytest.approx(quality, rel=1e-6)
-    assert spark.upstream(FeaturesManifest).training_set_sha256 == on_local.training_set_sha256
+    assert remote.upstream(FeaturesManifest).training_set_sha256 == on_local.training_set_sha256
 
     # The drift monitor on the same window, the trained model as champion: the Spark engine
     # joins, scores (on the executors) and counts (Spark aggregates) to the same verdict.
@@ -80,20 +103,8 @@ def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
     assert on_spark_drift.champion.mean_score == pytest.approx(on_local_drift.champion.mean_score)
 
 
-def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
-    from pipeline_steps.core.errors import StepError
-
-    settings = make_settings(*SPARK[:1], "engine.spark_master=nowhere://", home=lake_home)
-    ctx = RunContext(run_id="bad", logical_date=FIRST_DAY, settings=settings)
-    ingest(ctx)
-    validate(ctx)
-    with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
-        build_features(ctx)
-    assert not ctx.lake.exists("training_sets/bad")
-
-
 def test_both_engines_give_the_same_verdicts_on_a_real_day(
-    lake_home, make_settings, tmp_path
+    spark_running, lake_home, make_settings, tmp_path
 ) -> None:
     """The validate step on Spark (GX's Spark datasource) judges each dataset of the day as the
     local engine does: same expectations evaluated, failed and warned on."""
