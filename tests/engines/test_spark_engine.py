@@ -22,13 +22,19 @@ SMALL = ("train.epochs=1", "train.batch_size=256", "features.row_group_rows=256"
 
 
 def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
-    """(First: no session runs in the process yet.)"""
+    """(First: no session runs in the process yet.) Nothing is validated or frozen."""
     from pipeline_steps.core.errors import StepError
+    from pipeline_steps.core.lake import Lake
 
     settings = make_settings(*SPARK[:1], "engine.spark_master=nowhere://", home=lake_home)
     ctx = RunContext(run_id="bad", logical_date=FIRST_DAY, settings=settings)
     ingest(ctx)
-    validate(ctx)
+    with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
+        validate(ctx)
+    assert not ctx.lake.exists(Lake.partition("validated", "flights", FIRST_DAY))
+    validate(
+        RunContext(run_id="bad", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
+    )
     with pytest.raises(StepError, match=r"engine.spark_master 'nowhere://'"):
         build_features(ctx)
     assert not ctx.lake.exists("training_sets/bad")
