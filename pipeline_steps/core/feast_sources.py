@@ -9,6 +9,7 @@ features step says which through ``$TRAINYARD_FEAST_OFFLINE`` while its store is
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 FEAST_OFFLINE = "TRAINYARD_FEAST_OFFLINE"
@@ -22,9 +23,11 @@ def offline_source(name: str, path: str, timestamp_field: str = "event_timestamp
             SparkSource,
         )
 
-        return SparkSource(
-            name=name, path=path, file_format="parquet", timestamp_field=timestamp_field
-        )
+        with warnings.catch_warnings():  # Feast calls its Spark source experimental, each time
+            warnings.filterwarnings("ignore", "The spark data source API", RuntimeWarning)
+            return SparkSource(
+                name=name, path=path, file_format="parquet", timestamp_field=timestamp_field
+            )
     from feast import FileSource
 
     return FileSource(name=name, path=path, timestamp_field=timestamp_field)
