@@ -112,6 +112,8 @@ def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
 
 
 ENTITY_DIR = "entities"
+ENTITY_PIECE_ROWS = 16_384
+"""Rows of a validated day turned into entity rows at once (``ValidatedPartitions.by_batch``)."""
 
 
 def write_entity_rows(
@@ -261,11 +263,11 @@ def join_features(
     labelled: pd.DataFrame | Iterable[tuple[str, pd.DataFrame]],
     sources: Mapping[str, SourceRows],
 ) -> tuple[pd.DataFrame, FeatureColumns]:
-    """The model's feature rows for ``labelled`` rows (one frame, or parts such as
-    ``ValidatedPartitions.by_day()`` turned into entity rows one at a time): the domain's entity
-    rows joined point in time with its Feast feature service over ``sources`` in a scratch
-    store, ordered by the key, with the column types training uses (numeric float64,
-    categorical strings with ``<missing>``)."""
+    """The model's feature rows for ``labelled`` rows (one frame, or (day, rows) pieces such as
+    ``ValidatedPartitions.by_batch(ENTITY_PIECE_ROWS)`` gives, turned into entity rows one at a
+    time): the domain's entity rows joined point in time with its Feast feature service over
+    ``sources`` in a scratch store, ordered by the key, with the column types training uses
+    (numeric float64, categorical strings with ``<missing>``)."""
     parts = [("rows", labelled)] if isinstance(labelled, pd.DataFrame) else labelled
     with scratch_store(settings, sources) as store:
         folder = os.environ[FEAST_DIR]

@@ -98,18 +98,17 @@ def _source(join: ViewJoin) -> str:
 
 def join_sql(
     domain: Domain,
-    entity_files: Sequence[str],
+    entity_file: str,
     joins: Sequence[ViewJoin],
     columns: FeatureColumns,
 ) -> str:
-    """The query: entity rows deduplicated on the key, each view as-of joined, typed, ordered."""
-    files = ", ".join(_literal(f) for f in entity_files)
+    """The query over one entity file: its rows deduplicated on the key (the first kept), each
+    view as-of joined, typed, ordered by the key."""
     key = _ident(domain.key)
     parts = [
         "WITH entities AS (",
-        f"  SELECT * FROM read_parquet([{files}], union_by_name = true, filename = true, "
-        "file_row_number = true)",
-        f"  QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY filename, file_row_number) = 1",
+        f"  SELECT * FROM read_parquet({_literal(entity_file)}, file_row_number = true)",
+        f"  QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY file_row_number) = 1",
         ")",
     ]
     joined = []
@@ -200,7 +199,7 @@ def joined_batches(
         try:
             for n, entities in enumerate(entity_files):
                 day = f"{scratch}/joined/{n:06d}.parquet"
-                query = join_sql(domain, [entities], joins, columns)
+                query = join_sql(domain, entities, joins, columns)
                 con.execute(
                     f"COPY ({query}) TO {_literal(day)} "
                     f"(FORMAT parquet, ROW_GROUP_SIZE {batch_rows})"

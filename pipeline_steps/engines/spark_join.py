@@ -92,34 +92,20 @@ def joined_frame(
 
 @contextmanager
 def spark_joined_rows(
-    spark: Any, store: Any, domain: Domain, entity_files: Sequence[str], scratch: str
-) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
-    """As ``core.feature_store.joined_rows``, on Spark: the joined rows ordered by the key as a
-    stream of batches, and the model's feature columns."""
-    service = store.get_feature_service(domain.feature_service)
-    columns = feature_columns(domain, service)
-    with spark_joined_batches(
-        spark, store, service, domain, columns, entity_files, scratch=scratch
-    ) as reader:
-        yield reader, columns
-
-
-@contextmanager
-def spark_joined_batches(
     spark: Any,
     store: Any,
-    service: Any,
     domain: Domain,
-    columns: FeatureColumns,
     entity_files: Sequence[str],
-    *,
     scratch: str,
     batch_rows: int = 65_536,
-) -> Iterator[pa.RecordBatchReader]:
-    """The joined rows, ordered by the key, as a stream of record batches read while the block
-    runs; Spark writes them under ``scratch`` (a folder the driver and executors share)."""
+) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
+    """As ``core.feature_store.joined_rows``, on Spark: the joined rows ordered by the key as a
+    stream of record batches read while the block runs (Spark writes them under ``scratch``, a
+    folder the driver and executors share), and the model's feature columns."""
+    service = store.get_feature_service(domain.feature_service)
+    columns = feature_columns(domain, service)
     out = _write_joined(spark, store, service, domain, columns, entity_files, scratch)
     parts = sorted(glob.glob(f"{out}/part-*.parquet"))
     if not parts:
         raise StepError(f"point-in-time join on Spark wrote no rows under {out}")
-    yield nullable_columns(read_in_order(parts, batch_rows))
+    yield nullable_columns(read_in_order(parts, batch_rows)), columns

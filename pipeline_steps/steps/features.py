@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline_steps.core import feature_store
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import FeatureColumns, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
@@ -58,8 +59,6 @@ from pipeline_steps.core.manifests import (
 from pipeline_steps.engines.spark import engine_session
 
 log = logging.getLogger(__name__)
-ENTITY_PIECE_ROWS = 16_384
-"""Rows of a validated day turned into entity rows at once."""
 
 
 def window(ctx: RunContext) -> tuple[list[date], list[date]]:
@@ -211,7 +210,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         engine_session(ctx.settings.engine) as spark,
     ):
         write_sources(folder, sources)
-        pieces = labelled.by_batch(ENTITY_PIECE_ROWS)
+        pieces = labelled.by_batch(feature_store.ENTITY_PIECE_ROWS)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}

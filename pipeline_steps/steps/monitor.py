@@ -25,7 +25,12 @@ import pandas as pd
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import Domain, FeatureColumns, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.feature_store import join_features, scratch_store, write_entity_rows
+from pipeline_steps.core.feature_store import (
+    ENTITY_PIECE_ROWS,
+    join_features,
+    scratch_store,
+    write_entity_rows,
+)
 from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
 from pipeline_steps.engines.spark import engine_session
 from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
@@ -43,11 +48,11 @@ SENSITIVITY_ROWS = 2000  # reference rows the champion's permutation sensitivity
 
 
 def window_rows(ctx: RunContext, days: list[date]) -> tuple[pd.DataFrame, FeatureColumns]:
-    """Feature rows of the validated ``days`` (labelled rows, joined like the features step: one
-    day's entity rows at a time, the join in DuckDB)."""
+    """Feature rows of the validated ``days`` (labelled rows, joined like the features step: entity
+    rows made piece by piece, the join in DuckDB a day at a time)."""
     labelled = ValidatedPartitions(ctx.lake, ctx.domain.labelled_dataset, days)
     sources, _ = ctx.domain.feature_sources(ctx.lake, days)
-    parts = ((day.isoformat(), rows) for day, rows in labelled.by_day())
+    parts = ((day.isoformat(), rows) for day, rows in labelled.by_batch(ENTITY_PIECE_ROWS))
     return join_features(ctx.domain, ctx.settings.features, parts, sources)
 
 
@@ -182,7 +187,7 @@ def _measure_on_spark(
         ) as scratch,
         scratch_store(ctx.settings.features, sources, spark=True, scratch=scratch) as store,
     ):
-        parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(SENSITIVITY_ROWS * 32))
+        parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(ENTITY_PIECE_ROWS))
         files = write_entity_rows(scratch, domain, ctx.settings.features, parts)
         rows, columns = joined_frame(spark, store, domain, files, scratch)
         features = [*columns.categorical, *columns.numeric]

@@ -118,7 +118,7 @@ def test_entity_rows_are_made_a_day_at_a_time(lake_home, make_settings, monkeypa
         return rows
 
     monkeypatch.setattr(Flights, "entity_rows", spy)
-    monkeypatch.setattr("pipeline_steps.steps.features.ENTITY_PIECE_ROWS", 256)
+    monkeypatch.setattr("pipeline_steps.core.feature_store.ENTITY_PIECE_ROWS", 256)
     settings = make_settings(home=lake_home)
     ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=settings)
     ingest(ctx)
