@@ -225,6 +225,14 @@ class ValidationSettings:
     null_share_floor: float = 0.2
     """Missing share always tolerated above ``null_share_factor`` times the trailing mean: days
     with a few more cancellations than usual are ordinary."""
+    history_min_days: int = 7
+    """Trailing validated days needed before the suites' history checks (a day's mean, spread,
+    distinct values and top share against the trailing days) are applied; with fewer their
+    bounds stay open and the report says so."""
+    history_floor: float = 0.02
+    """Least spread of a history check's statistic, as a share of its trailing median (on the
+    log scale: 0.02 is 2%), so that a statistic constant over the trailing days still tolerates a
+    small change."""
     data_docs: bool = True
     """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
     chunk_rows: int = 1_000_000
@@ -270,6 +278,12 @@ class ValidationSettings:
             raise SettingsError(
                 "validation.row_count_low must be in [0, 1) and validation.row_count_high above 1"
             )
+        if not 1 <= self.history_min_days <= self.trailing_days:
+            raise SettingsError(
+                "validation.history_min_days must be between 1 and validation.trailing_days"
+            )
+        if self.history_floor < 0:
+            raise SettingsError("validation.history_floor must not be negative")
         if self.trailing_days < 1:
             raise SettingsError("validation.trailing_days must be at least 1")
         if self.null_share_factor < 1 or not 0 <= self.null_share_floor <= 1:

@@ -3,16 +3,18 @@
 ``file`` (CSV or parquet on local disk or any fsspec URL) and ``sql`` (a SQLAlchemy URL) read a
 user's data; ``domain``, the default, reads the domain's own source (for the shipped example,
 the real 2013 data of :mod:`pipeline_steps.domain.flights`). Rows of a dataset the domain knows
-are cast to its types.
+are cast to its types; a file's integer columns are read exactly, whether written ``11`` or, as
+pandas writes an integer column with missing values, ``11.0``.
 """
 
 from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import fsspec
@@ -44,15 +46,20 @@ _CSV_COLUMN = re.compile(r"In CSV column #(\d+): (.*)")
 _DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes"}
 
 
-def describe_read_error(exc: Exception, header: list[str]) -> str:
+def describe_read_error(exc: Exception, header: list[str], schema: pa.Schema | None = None) -> str:
     """One line for a file that cannot be read, naming the column where the reader says which
-    (pyarrow gives only its index) and the likely cause of a decimal comma."""
+    (pyarrow gives only its index), with the type ``schema`` gives it (integer columns are read
+    as wider types, see ``open_file``), and the likely cause of a decimal comma."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     found = _CSV_COLUMN.search(line)
     if found and int(found.group(1)) < len(header):
         name = header[int(found.group(1))]
-        line = f"column {name!r}: {found.group(2)}"
+        reason = found.group(2)
+        if schema is not None and name in schema.names:
+            typed = f"CSV conversion error to {schema.field(name).type}:"
+            reason = re.sub(r"^CSV conversion error to .+?:", typed, reason)
+        line = f"column {name!r}: {reason}"
         if re.search(r"invalid value '-?\d+,\d+'", line):
             line += " (a decimal comma? numbers must use a decimal point)"
     return line
@@ -74,7 +81,7 @@ def csv_header(fh: Any) -> list[str]:
         if not block:
             break
         first += block
-    text = first.split(b"\n", 1)[0].decode("utf-8", "replace")
+    text = first.split(b"\n", 1)[0].decode("utf-8-sig", "replace")
     return [name.strip().strip('"') for name in text.rstrip("\r\n").split(",")]
 
 
@@ -105,16 +112,123 @@ def open_source_file(fs: Any, path: str) -> Any:
 def open_file(
     fh: Any, path: str, schema: pa.Schema | None, batch_rows: int
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """Schema and record batches of an open CSV or parquet file (by its name's ending)."""
+    """Schema and record batches of an open CSV or parquet file (by its name's ending).
+
+    The columns that ``schema`` names and the file holds in another form come in the schema's
+    types: a CSV's integer columns exactly, ``11`` and ``11.0`` alike (``exact_integers``);
+    parquet's dictionary-encoded and large string or binary columns as plain ones. Other columns,
+    and all of a file without a schema, come as the file has them. Iterating raises
+    ``pa.ArrowInvalid`` naming the column of a value its integer type cannot hold (``11.5``).
+    """
+    retyped: dict[int, pa.DataType]
     if path.endswith(".parquet"):
         parquet = pq.ParquetFile(fh)
-        return parquet.schema_arrow, parquet.iter_batches(batch_size=batch_rows)
-    reader = pcsv.open_csv(
-        fh,
-        read_options=pcsv.ReadOptions(block_size=1 << 22),
-        convert_options=csv_options(schema),
-    )
-    return reader.schema, iter(reader)
+        found, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=batch_rows)
+        retyped = _retyped(found, schema, _another_form)
+    else:
+        reader = pcsv.open_csv(
+            fh,
+            read_options=pcsv.ReadOptions(block_size=1 << 22),
+            convert_options=csv_options(_as_written(schema) if schema is not None else None),
+        )
+        found, batches = reader.schema, iter(reader)
+        retyped = _retyped(found, schema, lambda read, declared: read != declared)
+    if not retyped:
+        return found, batches
+    typed = pa.schema([f.with_type(retyped.get(i, f.type)) for i, f in enumerate(found)])
+    return typed, (_typed_batch(batch, typed, retyped) for batch in batches)
+
+
+def _as_written(schema: pa.Schema) -> pa.Schema:
+    """The types a CSV's columns are read in: an integer of up to 32 bits as a double (which holds
+    each of its values exactly, and reads ``11.0``), a 64-bit one as text (a double would round
+    it); ``exact_integers`` casts them back."""
+
+    def written(declared: pa.DataType) -> pa.DataType:
+        if not pa.types.is_integer(declared):
+            return declared
+        return pa.float64() if declared.bit_width <= 32 else pa.string()
+
+    return pa.schema([f.with_type(written(f.type)) for f in schema])
+
+
+def _another_form(stored: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether parquet's ``stored`` type is ``declared`` encoded as a dictionary or in its large
+    form: the same values, which the schema-change judge would otherwise call a change."""
+    plain = stored.value_type if pa.types.is_dictionary(stored) else stored
+    large = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}.get(declared)
+    return stored != declared and plain in (declared, large)
+
+
+def _retyped(
+    found: pa.Schema,
+    schema: pa.Schema | None,
+    converts: Callable[[pa.DataType, pa.DataType], bool],
+) -> dict[int, pa.DataType]:
+    """Position -> declared type of the columns of ``found`` that ``schema`` names and that
+    ``converts`` (from the found type to the declared one)."""
+    if schema is None:
+        return {}
+    declared = {f.name: f.type for f in schema}
+    return {
+        i: declared[f.name]
+        for i, f in enumerate(found)
+        if f.name in declared and converts(f.type, declared[f.name])
+    }
+
+
+def _typed_batch(
+    batch: pa.RecordBatch, typed: pa.Schema, retyped: dict[int, pa.DataType]
+) -> pa.RecordBatch:
+    columns = list(batch.columns)
+    for index, declared in retyped.items():
+        if pa.types.is_integer(declared):
+            columns[index] = exact_integers(columns[index], declared, typed.names[index])
+        else:
+            columns[index] = pc.cast(columns[index], declared)
+    return pa.RecordBatch.from_arrays(columns, schema=typed)
+
+
+_EXACT_DECIMAL = pa.decimal128(38, 9)
+"""Holds every 64-bit integer, written with up to nine decimals, without rounding."""
+
+
+def exact_integers(column: pa.Array, declared: pa.DataType, name: str) -> pa.Array:
+    """``column`` (doubles or text, as a CSV's integer column is read) as the integer type
+    ``declared``, each value unchanged: ``11.0`` is 11. Raises ``pa.ArrowInvalid`` naming the
+    column and its first value the type cannot hold: a fraction (``11.5``), a number out of its
+    range, or text that is no number."""
+    try:
+        return pc.cast(column, declared)
+    except pa.ArrowInvalid:
+        pass
+    if pa.types.is_string(column.type):
+        try:
+            return pc.cast(pc.cast(column, _EXACT_DECIMAL), declared)
+        except pa.ArrowInvalid:
+            pass
+    raise pa.ArrowInvalid(f"column {name!r} ({declared}) holds {_misfit(column, declared)}")
+
+
+def _misfit(column: pa.Array, declared: pa.DataType) -> str:
+    """The first value of ``column`` that the integer type ``declared`` cannot hold, and why."""
+    width = declared.bit_width
+    signed = pa.types.is_signed_integer(declared)
+    low, high = (-(2 ** (width - 1)), 2 ** (width - 1) - 1) if signed else (0, 2**width - 1)
+    for value in column.to_pylist():
+        if value is None:
+            continue
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            return f"{value!r}, not a number"
+        if not number.is_finite():
+            return f"{value!r}, not a number"
+        if number != number.to_integral_value():
+            return f"{value}, not a whole number"
+        if not low <= number <= high:
+            return f"{value}, out of its range"
+    return "a value it cannot hold"
 
 
 # -- sources as streams of record batches --------------------------------------------------------
@@ -181,9 +295,8 @@ class FileSource:
                 if not path.endswith(".parquet"):
                     with open_source_file(fs, path) as fh:
                         header = csv_header(fh)
-                raise StepError(
-                    f"file {path} cannot be read: {describe_read_error(exc, header)}"
-                ) from exc
+                reason = describe_read_error(exc, header, self.schemas.get(dataset))
+                raise StepError(f"file {path} cannot be read: {reason}") from exc
 
     def _read(self, fs: Any, path: str, schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
         with open_source_file(fs, path) as fh:

@@ -19,8 +19,12 @@ day and hour its parts columns say.
 ``expect_rows_to_satisfy``: a row-wise pandas expression over some columns holds (relations
 between columns: ``origin != dest``, a delay equals the difference of its clock times).
 
-All are vectorised on pandas; as map expectations they report unexpected counts and examples
-like any core one, and chunked validation sums them like any row-wise expectation.
+``expect_column_top_value_share_to_be_between``: the share of the most common value among the
+values present (a day holding one airport's or one carrier's rows alone). A column aggregate: its
+bounds usually come from the trailing days (:mod:`pipeline_steps.quality.history`).
+
+The map expectations are vectorised on pandas; they report unexpected counts and examples like
+any core one, and chunked validation sums them like any row-wise expectation.
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ import pandas as pd
 from great_expectations.core.suite_parameters import SuiteParameterDict
 from great_expectations.execution_engine import PandasExecutionEngine
 from great_expectations.expectations.expectation import (
+    ColumnAggregateExpectation,
     ColumnMapExpectation,
     MulticolumnMapExpectation,
 )
 from great_expectations.expectations.metrics import map_metric_provider
+from great_expectations.expectations.metrics.column_aggregate_metric_provider import (
+    ColumnAggregateMetricProvider,
+    column_aggregate_value,
+)
 from great_expectations.expectations.metrics.map_metric_provider import (
     ColumnMapMetricProvider,
     MulticolumnMapMetricProvider,
@@ -188,3 +197,38 @@ class ExpectRowsToSatisfy(MulticolumnMapExpectation):
     map_metric = "multicolumn_values.satisfy"
     success_keys = ("condition", "mostly")
     library_metadata: ClassVar[dict[str, Any]] = {"tags": ["trainyard"], "contributors": []}
+
+
+class ColumnTopValueShare(ColumnAggregateMetricProvider):
+    metric_name = "column.top_value_share"
+
+    @column_aggregate_value(engine=PandasExecutionEngine)
+    def _pandas(cls, column: Any, **kwargs: Any) -> Any:
+        counts = column.dropna().value_counts()
+        return float(counts.iloc[0] / counts.sum()) if len(counts) else None
+
+
+class ExpectColumnTopValueShareToBeBetween(ColumnAggregateExpectation):
+    """Expect the share of the most common value among the values present to lie in
+    ``min_value``..``max_value`` (either may be None: open)."""
+
+    min_value: float | SuiteParameterDict | None = None
+    max_value: float | SuiteParameterDict | None = None
+    strict_min: bool = False
+    strict_max: bool = False
+    metric_dependencies = ("column.top_value_share",)
+    success_keys = ("min_value", "strict_min", "max_value", "strict_max")
+    library_metadata: ClassVar[dict[str, Any]] = {"tags": ["trainyard"], "contributors": []}
+
+    def _validate(
+        self,
+        metrics: dict[str, Any],
+        runtime_configuration: dict[str, Any] | None = None,
+        execution_engine: Any = None,
+    ) -> Any:
+        return self._validate_metric_value_between(
+            metric_name="column.top_value_share",
+            metrics=metrics,
+            runtime_configuration=runtime_configuration,
+            execution_engine=execution_engine,
+        )

@@ -39,9 +39,11 @@ class FileCheck:
 
 
 def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
-    """Read a CSV or parquet file (local path or fsspec URL) as the file source would, CSV
-    columns typed by ``schema`` where it names them. Raises ``FileRejected`` for a file of
-    0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read."""
+    """Read a CSV or parquet file (local path or fsspec URL) as the file source would, columns
+    typed by ``schema`` where it names them (``open_file``: integers written ``11.0`` are read
+    exactly, dictionary and large string columns as plain ones). Raises ``FileRejected`` for a
+    file of 0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read (a
+    fraction in an integer column is named with its column)."""
     import fsspec
 
     from pipeline_steps.domain.sources import (
@@ -72,7 +74,8 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
                 f"file {path} is delimited by {delimiter}, not commas: its one column is "
                 f"{header[0][:60]!r}…"
             ) from exc
-        raise StepError(f"file {path} cannot be read: {describe_read_error(exc, header)}") from exc
+        reason = describe_read_error(exc, header, schema)
+        raise StepError(f"file {path} cannot be read: {reason}") from exc
     delimiter = single_column_delimiter(table.column_names)
     if delimiter:
         raise FileRejected(

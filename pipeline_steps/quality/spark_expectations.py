@@ -10,6 +10,7 @@ gives the verdict its pandas twin gives on the frame the pandas path validates
   column conditions; GX leaves null values out before them, as it does on pandas.
 - ``multicolumn_values.date_parts_between`` and ``…timestamp_matches_date_parts``: a row with
   a missing part is unexpected (pandas compares NaN as unequal to everything).
+- ``column.top_value_share``: one grouped count.
 - ``multicolumn_values.satisfy``: the pandas expression of ``expect_rows_to_satisfy`` is
   translated into a Spark column by :func:`pandas_condition`, with pandas' float semantics.
 
@@ -494,3 +495,29 @@ with _replacing_provider():
             if isinstance(kind, IntegralType) and interpolation in ROUNDINGS:
                 return [int(v) for v in found]  # pandas keeps the integer type of a value
             return found
+
+
+class SparkColumnTopValueShare(ColumnAggregateMetricProvider):
+    """``column.top_value_share`` on Spark: the most common value's count over the count of
+    values present, in one grouped pass."""
+
+    metric_name = "column.top_value_share"
+
+    @metric_value(engine=SparkDFExecutionEngine)
+    def _spark(
+        cls,
+        execution_engine: SparkDFExecutionEngine,
+        metric_domain_kwargs: dict,
+        metric_value_kwargs: dict,
+        metrics: dict[str, Any],
+        runtime_configuration: dict,
+    ) -> float | None:
+        frame, _, accessor_domain_kwargs = execution_engine.get_compute_domain(
+            metric_domain_kwargs, domain_type=MetricDomainTypes.COLUMN
+        )
+        name = accessor_domain_kwargs["column"]
+        counts = frame.where(quoted(name).isNotNull()).groupBy(quoted(name)).count()
+        found = counts.agg(F.max("count").alias("top"), F.sum("count").alias("total")).first()
+        if found is None or not found["total"]:
+            return None
+        return float(found["top"] / found["total"])

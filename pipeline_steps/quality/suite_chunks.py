@@ -5,10 +5,11 @@ Checkpoint per chunk; their unexpected counts and examples are summed across chu
 ``mostly`` is applied to the totals, so the verdict is the one a single frame would get.
 Expectations about the whole table cannot be judged per chunk; they are computed from
 aggregates gathered while streaming: the row count (parquet metadata), compound-key uniqueness
-(a 64-bit hash per row; rows under a repeated hash are read back for the examples) and column
-quantiles (the column's values, 8 bytes a row). The next chunk is read and converted in a
-background thread while GX validates the current one. The merged result has GX's own shape, so
-reports, Data Docs and failure messages read as for a single frame.
+(a 64-bit hash per row; rows under a repeated hash are read back for the examples), column
+quantiles (the column's values, 8 bytes a row) and the statistics of history checks (mean and
+standard deviation merged chunk by chunk, distinct values counted). The next chunk is read and
+converted in a background thread while GX validates the current one. The merged result has GX's
+own shape, so reports, Data Docs and failure messages read as for a single frame.
 
 Merging and the whole-table verdicts copy GX's rules (``mostly``, percentages, ``ignore_row_if``,
 strict bounds, quantile interpolation and tolerance) of the version pinned in ``pyproject.toml``;
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 from pandas.api.types import is_numeric_dtype
 
 from pipeline_steps.core.prefetch import prefetch
+from pipeline_steps.quality.history import STATISTICS, Accumulator, statistics_key
 from pipeline_steps.quality.suites import (
     DOCS_SITE,
     EXAMPLES,
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 ROW_COUNT = "expect_table_row_count_to_be_between"
 UNIQUE_KEY = "expect_compound_columns_to_be_unique"
 QUANTILES = "expect_column_quantile_values_to_be_between"
-WHOLE_TABLE = (ROW_COUNT, UNIQUE_KEY, QUANTILES)
+WHOLE_TABLE = (ROW_COUNT, UNIQUE_KEY, QUANTILES, *STATISTICS)
 COUNTS = ("element_count", "missing_count", "unexpected_count")
 
 
@@ -225,6 +227,7 @@ class Aggregates:
     keys: dict[Key, list[np.ndarray]] = field(default_factory=dict)
     skipped: dict[Key, int] = field(default_factory=dict)
     values: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    statistics: Accumulator | None = None
 
     @classmethod
     def for_expectations(cls, whole: list[tuple[Any, dict[str, Any]]]) -> Aggregates:
@@ -235,6 +238,13 @@ class Aggregates:
                 aggregates.keys[key], aggregates.skipped[key] = [], 0
             elif expectation.expectation_type == QUANTILES:
                 aggregates.values[kw["column"]] = []
+        wanted = [
+            (kw["column"], STATISTICS[e.expectation_type])
+            for e, kw in whole
+            if e.expectation_type in STATISTICS
+        ]
+        if wanted:
+            aggregates.statistics = Accumulator(wanted)
         return aggregates
 
     def add(self, frame: pd.DataFrame) -> None:
@@ -246,6 +256,9 @@ class Aggregates:
         for column, values in self.values.items():
             if column in frame.columns:
                 values.append(frame[column].dropna().to_numpy())
+        if self.statistics is not None:
+            wanted = sorted({c for c, _ in self.statistics.wanted} & set(frame.columns))
+            self.statistics.add(pa.Table.from_pandas(frame[wanted], preserve_index=False))
 
 
 def unique_key(kw: dict[str, Any]) -> Key:
@@ -293,6 +306,8 @@ def _judge_whole(
         result: dict[str, Any] = {"observed_value": rows}
     elif kind == UNIQUE_KEY:
         success, result = _unique_key(kw, aggregates, parquet)
+    elif kind in STATISTICS:
+        success, result = _statistic(kw, STATISTICS[kind], aggregates)
     else:
         success, result = _quantiles(kw, aggregates)
     return ExpectationValidationResult(
@@ -335,6 +350,20 @@ def _unique_key(
     }
     _percentages(result)
     return _mostly_met(result, kw.get("mostly")), result
+
+
+def _statistic(
+    kw: dict[str, Any], statistic: str, aggregates: Aggregates
+) -> tuple[bool, dict[str, Any]]:
+    """GX's rule for a column aggregate between bounds (either open; strict if asked)."""
+    found = aggregates.statistics.result() if aggregates.statistics else {}
+    value = found.get(statistics_key(kw["column"], statistic))
+    low, high = kw.get("min_value"), kw.get("max_value")
+    if value is None:
+        return False, {"observed_value": None}
+    above = low is None or (value > low if kw.get("strict_min") else value >= low)
+    below = high is None or (value < high if kw.get("strict_max") else value <= high)
+    return above and below, {"observed_value": value}
 
 
 def _quantiles(kw: dict[str, Any], aggregates: Aggregates) -> tuple[bool, dict[str, Any]]:

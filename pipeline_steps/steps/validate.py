@@ -31,6 +31,13 @@ from pipeline_steps.core.manifests import (
 )
 from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.engines.spark import engine_session
+from pipeline_steps.quality.history import (
+    history_bounds,
+    history_checks,
+    open_bounds,
+    partition_statistics,
+    wanted_statistics,
+)
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     PRESENT_MIN,
@@ -51,33 +58,48 @@ log = logging.getLogger(__name__)
 MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
 
 
+def trailing_days(lake: Lake, dataset: str, day: date, settings: ValidationSettings) -> list[date]:
+    """The validated days of ``dataset`` in the ``trailing_days`` before ``day``."""
+    return [
+        d
+        for d in lake.partition_dates("validated", dataset)
+        if day - timedelta(days=settings.trailing_days) <= d < day
+    ]
+
+
 def suite_parameters(
     lake: Lake,
     dataset: str,
     day: date,
     settings: ValidationSettings,
     *,
+    suite: ExpectationSuite | None = None,
     coverage: tuple[date, date] | None = None,
     ingested_at: str | None = None,
 ) -> dict[str, Any]:
     """Run-time values the suites refer to: the partition date, the source's coverage, the
-    ingest time, and bounds from the trailing validated days on the row count and, per column,
-    the share of values present (``<column>_present_min``)."""
-    history = [
-        d
-        for d in lake.partition_dates("validated", dataset)
-        if day - timedelta(days=settings.trailing_days) <= d < day
-    ]
+    ingest time, and bounds from the trailing validated days on the row count, per column the
+    share of values present (``<column>_present_min``), and the bounds of the ``suite``'s
+    history checks (:mod:`pipeline_steps.quality.history`; open with fewer than
+    ``validation.history_min_days`` days)."""
+    history = trailing_days(lake, dataset, day, settings)
     folders = [Lake.partition("validated", dataset, d) for d in history]
     trailing = [
         (lake.partition_manifest(folder).rows, partition_missing_shares(lake, folder))
         for folder in (folders if len(folders) >= MIN_HISTORY else [])
     ]
+    checks = history_checks(suite) if suite is not None else []
+    bounds: dict[str, Any] = open_bounds(checks)
+    if checks and len(folders) >= settings.history_min_days:
+        wanted = wanted_statistics(checks)
+        profiles = [partition_statistics(lake, folder, wanted) for folder in folders]
+        bounds = history_bounds(checks, profiles, settings.history_floor)
     return UNBOUNDED | {
         "partition_year": day.year,
         "partition_month": day.month,
         "partition_day": day.day,
         **trailing_bounds(trailing, settings),
+        **bounds,
         **(
             {"coverage_first": coverage[0].isoformat(), "coverage_last": coverage[1].isoformat()}
             if coverage
@@ -85,6 +107,25 @@ def suite_parameters(
         ),
         **({"ingested_at": ingested_at} if ingested_at else {}),
     }
+
+
+def unapplied_checks(
+    lake: Lake, dataset: str, day: date, settings: ValidationSettings, suite: ExpectationSuite
+) -> list[str]:
+    """What the trailing history was too short to judge, and why (empty: everything applied)."""
+    days = len(trailing_days(lake, dataset, day, settings))
+    where = f"{days} validated {dataset} day(s) in the {settings.trailing_days} days before {day}"
+    found = []
+    if days < MIN_HISTORY:
+        found.append(f"row count and missing-share bounds: {where}, {MIN_HISTORY} needed")
+    checks = history_checks(suite)
+    if checks and days < settings.history_min_days:
+        columns = sorted({c.column for c in checks})
+        found.append(
+            f"history checks of {', '.join(columns)} (mean, spread, distinct values, top share): "
+            f"{where}, validation.history_min_days={settings.history_min_days} needed"
+        )
+    return found
 
 
 def trailing_bounds(
@@ -221,9 +262,13 @@ def validate_partition(
         dataset,
         day,
         settings,
+        suite=suite,
         coverage=ctx.domain.coverage,
         ingested_at=raw_manifest.ingested_at,
     )
+    unapplied = unapplied_checks(lake, dataset, day, settings, suite)
+    for line in unapplied:
+        log.info("validate %s: not applied: %s", lake.path(raw), line)
     changes = schema_changes(ctx, raw, dataset, day)
     dropped = [c.column for c in changes if c.action == "dropped"]
     docs = None
@@ -253,6 +298,7 @@ def validate_partition(
             "partition": lake.path(raw),
             "sha256": raw_manifest.sha256,
             "parameters": parameters,
+            "not_applied": unapplied,
             "failures": to_json(outcome.failures),
             "warnings": to_json(outcome.warnings),
             "schema_changes": to_json(changes),

