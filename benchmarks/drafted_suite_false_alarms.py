@@ -57,7 +57,7 @@ from pipeline_steps.quality.suites import (  # noqa: E402
     suite_outcome,
     with_defaults,
 )
-from pipeline_steps.steps.validate import MIN_HISTORY, trailing_bounds  # noqa: E402
+from pipeline_steps.quality.trailing import MIN_HISTORY, trailing_bounds  # noqa: E402
 
 DATASET = "hotel_rates"
 LABEL, KEY, TIME = "avg_price_per_room", "rownames", "arrival_date"

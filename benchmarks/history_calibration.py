@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -325,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     for dataset in args.datasets.split(","):
         calibrated, rates = calibrate(dataset, days, settings)
         print(f"### {dataset}\n")
-        print("| check | scale | warning | critical | largest in 2013 | July–Dec over Jan–Jun |")
+        print("| check | scale | warning | critical | largest in 2013 | Jul-Dec over Jan-Jun |")
         print("|---|---|---|---|---|---|")
         for item in calibrated:
             c = item.candidate

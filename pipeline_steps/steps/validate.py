@@ -11,7 +11,6 @@ drift monitor (:mod:`pipeline_steps.steps.monitor`) measures it over a window of
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,19 +28,9 @@ from pipeline_steps.core.manifests import (
     ValidateManifest,
     to_json,
 )
-from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.engines.spark import engine_session
-from pipeline_steps.quality.history import (
-    history_bounds,
-    history_checks,
-    open_bounds,
-    partition_statistics,
-    wanted_statistics,
-)
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
-    PRESENT_MIN,
-    UNBOUNDED,
     SuiteOutcome,
     as_frame,
     describe,
@@ -50,128 +39,15 @@ from pipeline_steps.quality.suites import (
     suite_path,
     temporary_docs_dir,
 )
+from pipeline_steps.quality.trailing import (
+    suite_parameters,
+    unapplied_checks,
+)
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
 
 log = logging.getLogger(__name__)
-MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
-
-
-def trailing_days(lake: Lake, dataset: str, day: date, settings: ValidationSettings) -> list[date]:
-    """The validated days of ``dataset`` in the ``trailing_days`` before ``day``."""
-    return [
-        d
-        for d in lake.partition_dates("validated", dataset)
-        if day - timedelta(days=settings.trailing_days) <= d < day
-    ]
-
-
-def suite_parameters(
-    lake: Lake,
-    dataset: str,
-    day: date,
-    settings: ValidationSettings,
-    *,
-    suite: ExpectationSuite | None = None,
-    coverage: tuple[date, date] | None = None,
-    ingested_at: str | None = None,
-) -> dict[str, Any]:
-    """Run-time values the suites refer to: the partition date, the source's coverage, the
-    ingest time, and bounds from the trailing validated days on the row count, per column the
-    share of values present (``<column>_present_min``), and the bounds of the ``suite``'s
-    history checks (:mod:`pipeline_steps.quality.history`; open with fewer than
-    ``validation.history_min_days`` days)."""
-    history = trailing_days(lake, dataset, day, settings)
-    folders = [Lake.partition("validated", dataset, d) for d in history]
-    trailing = [
-        (lake.partition_manifest(folder).rows, partition_missing_shares(lake, folder))
-        for folder in (folders if len(folders) >= MIN_HISTORY else [])
-    ]
-    checks = history_checks(suite) if suite is not None else []
-    bounds: dict[str, Any] = open_bounds(checks)
-    if checks and len(folders) >= settings.history_min_days:
-        wanted = wanted_statistics(checks)
-        profiles = [partition_statistics(lake, folder, wanted) for folder in folders]
-        bounds = history_bounds(checks, profiles, settings.history_floor)
-    return UNBOUNDED | {
-        "partition_year": day.year,
-        "partition_month": day.month,
-        "partition_day": day.day,
-        **trailing_bounds(trailing, settings),
-        **bounds,
-        **(
-            {"coverage_first": coverage[0].isoformat(), "coverage_last": coverage[1].isoformat()}
-            if coverage
-            else {}
-        ),
-        **({"ingested_at": ingested_at} if ingested_at else {}),
-    }
-
-
-def unapplied_checks(
-    lake: Lake, dataset: str, day: date, settings: ValidationSettings, suite: ExpectationSuite
-) -> list[str]:
-    """What the trailing history was too short to judge, and why (empty: everything applied)."""
-    days = len(trailing_days(lake, dataset, day, settings))
-    where = f"{days} validated {dataset} day(s) in the {settings.trailing_days} days before {day}"
-    found = []
-    if days < MIN_HISTORY:
-        found.append(f"row count and missing-share bounds: {where}, {MIN_HISTORY} needed")
-    checks = history_checks(suite)
-    if checks and days < settings.history_min_days:
-        columns = sorted({c.column for c in checks})
-        found.append(
-            f"history checks of {', '.join(columns)} (mean, spread, distinct values, top share): "
-            f"{where}, validation.history_min_days={settings.history_min_days} needed"
-        )
-    return found
-
-
-def trailing_bounds(
-    trailing: list[tuple[int, dict[str, float]]], settings: ValidationSettings
-) -> dict[str, Any]:
-    """Bounds from the trailing days' row counts and missing shares per column (one pair per
-    day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
-    mean count, and ``<column>_present_min``, the least share of values present: 1 minus
-    ``null_share_factor`` times the mean missing share minus ``null_share_floor``."""
-    if len(trailing) < MIN_HISTORY:
-        return {"row_count_min": 0, "row_count_max": 10**12}
-    mean = sum(rows for rows, _ in trailing) / len(trailing)
-    bounds: dict[str, Any] = {
-        "row_count_min": math.floor(mean * settings.row_count_low),
-        "row_count_max": math.ceil(mean * settings.row_count_high),
-    }
-    columns = sorted({column for _, shares in trailing for column in shares})
-    for column in columns:
-        known = [shares[column] for _, shares in trailing if column in shares]
-        missing = settings.null_share_factor * sum(known) / len(known) + settings.null_share_floor
-        bounds[f"{column}{PRESENT_MIN}"] = round(max(0.0, 1.0 - missing), 6)
-    return bounds
-
-
-def partition_missing_shares(lake: Lake, folder: str) -> dict[str, float]:
-    with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
-        return missing_shares(pq.ParquetFile(fh))
-
-
-def missing_shares(parquet: pq.ParquetFile) -> dict[str, float]:
-    """Share of missing values per column of a parquet file, from its row-group statistics
-    (the column is read where a writer left them out)."""
-    meta = parquet.metadata
-    if meta.num_rows == 0:
-        return {}
-    nulls: dict[str, int] = {}
-    for index, name in enumerate(parquet.schema_arrow.names):
-        total = 0
-        for group in range(meta.num_row_groups):
-            stats = meta.row_group(group).column(index).statistics
-            if stats is None or not stats.has_null_count:
-                total = parquet.read(columns=[name]).column(0).null_count
-                break
-            total += stats.null_count
-        nulls[name] = total
-    return {name: count / meta.num_rows for name, count in nulls.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

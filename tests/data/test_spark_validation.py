@@ -27,7 +27,7 @@ from pipeline_steps.quality.suites import (
     run_suite,
     suite_path,
 )
-from pipeline_steps.steps.validate import missing_shares, trailing_bounds
+from pipeline_steps.quality.trailing import missing_shares, trailing_bounds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

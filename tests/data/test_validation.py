@@ -153,7 +153,13 @@ def test_row_count_is_judged_against_the_trailing_mean(lake_home, make_settings)
 
 
 def test_warnings_are_reported_and_the_run_goes_on(ingested: RunContext) -> None:
-    _rewrite(ingested, lambda t: _replace(t, "tailnum", pa.nulls(t.num_rows, pa.string())))
+    """A third of tail numbers missing warns; more than half (the planes join key) stops."""
+
+    def third_missing(t: pa.Table) -> pa.Table:
+        kept = pa.array([i % 3 != 0 for i in range(t.num_rows)])
+        return _replace(t, "tailnum", pc.if_else(kept, t["tailnum"], pa.scalar(None, pa.string())))
+
+    _rewrite(ingested, third_missing)
     manifest = validate(ingested)
     assert manifest.verdict == "passed"
     assert "expect_column_values_to_not_be_null (tailnum)" in manifest.datasets["flights"].warnings
