@@ -566,6 +566,9 @@ class MonitorManifest(Manifest):
     champion: ChampionDay | None
     report: str
     """Lake path of the full report (JSON)."""
+    quarantined_days: list[str] = field(default_factory=list)
+    """Days between the reference's first and the logical date that validation quarantined:
+    left out of both windows, never taken as drift to retrain on."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -271,11 +271,24 @@ def monitor(ctx: RunContext) -> MonitorManifest:
     lake, day, cfg, domain = ctx.lake, ctx.logical_date, ctx.settings.drift, ctx.domain
     champion = champion_model(ctx)
     validated = lake.partition_dates("validated", domain.labelled_dataset)
+    quarantined = quarantined_days(ctx, day)
+    if day in quarantined:
+        raise StepError(
+            f"{day} was quarantined by validation (quarantine/{domain.labelled_dataset}/"
+            f"date={day}): a day that failed its checks is not measured as drift"
+        )
     champion_days = None
     if champion is not None and champion.window is not None:
         first, last = champion.window
         champion_days = [d for d in validated if first <= d <= last]
     reference_days, current_days, source = split_windows(day, validated, champion_days, cfg)
+    skipped = [d for d in quarantined if (reference_days or current_days)[0] <= d <= day]
+    if skipped:
+        log.warning(
+            "monitor %s: quarantined day(s) %s left out of the windows (failed validation)",
+            day,
+            ", ".join(d.isoformat() for d in skipped),
+        )
     with engine_session(ctx.settings.engine) as spark:
         if spark is None:
             verdict, champion_day = _measure(ctx, champion, reference_days, current_days)
@@ -295,6 +308,7 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         signals=signals,
         champion=champion_day,
         report=lake.path(folder, "monitor.json"),
+        quarantined_days=[d.isoformat() for d in skipped],
     )
     lake.write_json({**manifest.to_json(), "run_id": ctx.run_id}, folder, "monitor.json")
     if verdict.drift_detected:
@@ -302,6 +316,17 @@ def monitor(ctx: RunContext) -> MonitorManifest:
     else:
         log.info("no drift on the window ending %s", day)
     return ctx.record(manifest)
+
+
+def quarantined_days(ctx: RunContext, day: date) -> list[date]:
+    """Days up to ``day`` whose partition of any dataset validation quarantined and that were
+    not validated since."""
+    lake = ctx.lake
+    found: set[date] = set()
+    for dataset in ctx.datasets:
+        validated = set(lake.partition_dates("validated", dataset))
+        found |= {d for d in lake.partition_dates("quarantine", dataset) if d <= day} - validated
+    return sorted(found)
 
 
 def describe(verdict: Verdict) -> str:

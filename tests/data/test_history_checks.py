@@ -226,3 +226,17 @@ def test_a_statistic_constant_over_its_history_tolerates_only_a_small_change() -
     low, high = fitted.bounds(7.5, "distinct")
     assert 2 < low < 3 < high < 4
     assert fitted.deviation(1.0) < -7.5
+
+
+def test_the_drift_monitor_never_takes_a_quarantined_day_for_drift(
+    history_run: RunContext,
+) -> None:
+    from pipeline_steps.steps.monitor import monitor, quarantined_days
+
+    _corrupt(history_run, "weather", CORRUPTIONS["weather"]["humidity as a fraction"])
+    with pytest.raises(StepError):
+        validate(history_run)
+    assert quarantined_days(history_run, FIRST_DAY) == [FIRST_DAY]
+    assert quarantined_days(history_run, FIRST_DAY - timedelta(days=1)) == []
+    with pytest.raises(StepError, match=r"quarantined by validation .* not measured as drift"):
+        monitor(history_run)
