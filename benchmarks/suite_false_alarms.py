@@ -2,8 +2,9 @@
 
 Every day of the real data is taken as clean, so each failure or warning is a false alarm (or a
 real oddity of the data, to be named in docs/data-contract.md). Each day is judged as the
-validate step judges it: row-count and missing-share bounds from the trailing
-``validation.trailing_days`` days before it, the source's coverage, an ingest time after the
+validate step judges it: row-count, missing-share and history-check bounds (the day's mean,
+spread, distinct values and top share) from the trailing ``validation.trailing_days`` days before
+it, the source's coverage, an ingest time after the
 data. Suites run directly on the day's frames (no lake), a few seconds a day.
 
     python benchmarks/suite_false_alarms.py [--days N] [--datasets flights,weather]
@@ -27,6 +28,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
 from pipeline_steps.domain.flights import COVERAGE, read_nycflights13  # noqa: E402
+from pipeline_steps.quality.history import (  # noqa: E402
+    DayStatistics,
+    history_bounds,
+    history_checks,
+    open_bounds,
+    table_statistics,
+    wanted_statistics,
+)
 from pipeline_steps.quality.suites import as_frame, load_suite, run_suite, suite_path  # noqa: E402
 from pipeline_steps.quality.trailing import MIN_HISTORY, trailing_bounds  # noqa: E402
 
@@ -58,8 +67,22 @@ def judge(dataset: str, days: list[date], settings: ValidationSettings | None = 
     """Run ``dataset``'s suite on each of ``days`` with the parameters validate would give."""
     settings = settings or ValidationSettings()
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
+    checks = history_checks(suite)
+    wanted = wanted_statistics(checks)
     alarms = Alarms()
     history: dict[date, tuple[int, dict[str, float]]] = {}
+    statistics: dict[date, DayStatistics] = {}
+
+    def history_parameters(day: date) -> dict[str, float | None]:
+        window = [day - timedelta(days=n) for n in range(settings.trailing_days, 0, -1)]
+        for d in window:
+            if d not in statistics and COVERAGE[0] <= d:
+                t = read_nycflights13(dataset, d)
+                statistics[d] = table_statistics(t.to_batches(), wanted)
+        found = [statistics[d] for d in window if d in statistics]
+        if len(found) < settings.history_min_days:
+            return open_bounds(checks)
+        return history_bounds(checks, found, settings.history_floor)
 
     def trailing(day: date) -> list[tuple[int, dict[str, float]]]:
         window = [day - timedelta(days=n) for n in range(settings.trailing_days, 0, -1)]
@@ -81,6 +104,7 @@ def judge(dataset: str, days: list[date], settings: ValidationSettings | None = 
             "coverage_last": COVERAGE[1].isoformat(),
             "ingested_at": INGESTED_AT,
             **trailing_bounds(trailing(day), settings),
+            **history_parameters(day),
         }
         outcome = run_suite(dataset, as_frame(table), suite, parameters)
         alarms.days += 1
