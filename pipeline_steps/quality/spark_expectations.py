@@ -214,7 +214,7 @@ def pandas_condition(condition: str, columns: list[str], numeric: set[str]) -> C
     Supported: column names, numbers, strings, booleans, ``None``; ``+ - * / // % **``, unary
     ``-``/``+``; comparisons (chained too), ``in``/``not in`` a list of constants;
     ``and``/``or``/``not``/``&``/``|``/``~``; ``.isna()``, ``.isnull()``, ``.notna()``,
-    ``.notnull()`` and ``abs()``. Anything else raises ``ValueError``, which GX reports as the
+    ``.notnull()``, ``abs()``, ``exp()`` and ``sqrt()``. Anything else raises ``ValueError``, which GX reports as the
     expectation's error."""
     try:
         tree = ast.parse(" ".join(condition.split()), mode="eval")
@@ -347,8 +347,8 @@ class _PandasCondition(ast.NodeVisitor):
         if node.keywords:
             raise self.unsupported(node)
         func = node.func
-        if isinstance(func, ast.Name) and func.id == "abs" and len(node.args) == 1:
-            return F.abs(self.visit(node.args[0]))
+        if isinstance(func, ast.Name) and func.id in MATH and len(node.args) == 1:
+            return MATH[func.id](self.visit(node.args[0]))
         if isinstance(func, ast.Attribute) and not node.args:
             target = self.visit(func.value)
             if func.attr in ("isna", "isnull"):
@@ -356,6 +356,10 @@ class _PandasCondition(ast.NodeVisitor):
             if func.attr in ("notna", "notnull"):
                 return target.isNotNull()
         raise self.unsupported(node)
+
+
+MATH: dict[str, Callable[[Column], Column]] = {"abs": F.abs, "exp": F.exp, "sqrt": F.sqrt}
+"""Functions of one argument a condition may call, as pandas' ``eval`` knows them."""
 
 
 def divide(a: Column, b: Column) -> Column:

