@@ -214,8 +214,8 @@ def pandas_condition(condition: str, columns: list[str], numeric: set[str]) -> C
     Supported: column names, numbers, strings, booleans, ``None``; ``+ - * / // % **``, unary
     ``-``/``+``; comparisons (chained too), ``in``/``not in`` a list of constants;
     ``and``/``or``/``not``/``&``/``|``/``~``; ``.isna()``, ``.isnull()``, ``.notna()``,
-    ``.notnull()``, ``abs()``, ``exp()`` and ``sqrt()``. Anything else raises ``ValueError``, which GX reports as the
-    expectation's error."""
+    ``.notnull()``, ``abs()``, ``exp()`` and ``sqrt()``. Anything else raises ``ValueError``,
+    which GX reports as the expectation's error."""
     try:
         tree = ast.parse(" ".join(condition.split()), mode="eval")
     except SyntaxError as exc:
