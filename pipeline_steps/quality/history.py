@@ -20,19 +20,21 @@ the values present) for categorical ones. Its bounds are ``center ± allowance *
 center is the median of the statistic over the trailing days, the spread 1.4826 times their
 median absolute deviation (a standard deviation for normal data, unmoved by one odd day), at least
 ``validation.history_floor`` of the center so that a statistic constant over the trailing days
-(a registry snapshot, three airports every day) still tolerates a small change. Allowances are
-calibrated on real days (``benchmarks/suite_false_alarms.py --calibrate``): the critical one sits
-above the largest deviation an ordinary day of 2013 shows, the warning one below it.
+(a registry snapshot, three airports every day) still tolerates a small change. Spreads, distinct
+counts and means declared ``"scale": "log"`` are judged on the log scale, where a change of unit
+is a shift and the bounds a factor either way. Allowances are calibrated on real days
+(``benchmarks/history_calibration.py``): the warning one just above the largest deviation an
+ordinary day of 2013 shows, the critical one half as far again.
 
-With fewer than ``validation.history_min_days`` trailing days the bounds stay open, and
-:func:`unapplied` says so.
+With fewer than ``validation.history_min_days`` trailing days the bounds stay open
+(:func:`open_bounds`), and the validation report says which checks were not applied.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,10 +77,6 @@ class HistoryCheck:
     severity: str
     min_parameter: str | None
     max_parameter: str | None
-
-    @property
-    def label(self) -> str:
-        return f"{self.statistic} of {self.column} ({self.severity})"
 
 
 def history_checks(suite: ExpectationSuite) -> list[HistoryCheck]:
@@ -310,12 +308,3 @@ def history_bounds(
 
 def wanted_statistics(checks: Iterable[HistoryCheck]) -> set[tuple[str, str]]:
     return {(c.column, c.statistic) for c in checks}
-
-
-def unapplied(checks: Iterable[HistoryCheck], parameters: Mapping[str, Any]) -> list[str]:
-    """The history checks whose bounds are both open, by label."""
-    return [
-        check.label
-        for check in checks
-        if all(parameters.get(n) is None for n in (check.min_parameter, check.max_parameter) if n)
-    ]
