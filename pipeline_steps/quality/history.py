@@ -254,6 +254,9 @@ class Band:
             low = max(low, 0.0)
         if statistic == "top_share":
             high = min(high, 1.0)
+        if statistic == "distinct":  # a count: the whole numbers inside the band
+            inner = math.ceil(low - 1e-9), math.floor(high + 1e-9)
+            return inner if inner[0] <= inner[1] else (math.floor(low), math.ceil(high))
         return _round(low), _round(high)
 
     def deviation(self, value: float) -> float:

@@ -272,6 +272,10 @@ def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> S
             continue
         entry = _describe(item)
         (warnings if entry.severity == "warning" else failures).append(entry)
+    # A history check comes as a warning and a wider critical twin: when the twin fails, the
+    # warning says nothing more.
+    stopped = {(f.expectation, str(f.column)) for f in failures}
+    warnings = [w for w in warnings if (w.expectation, str(w.column)) not in stopped]
     return SuiteOutcome(
         dataset=dataset,
         evaluated=len(result["results"]),
@@ -331,11 +335,21 @@ def describe(subject: str, entries: list[UnmetExpectation], what: str = "failed"
         for kind, columns in (f.mismatched or {}).items():
             seen.append(f"{kind} column(s) {columns}")
         if f.observed_value is not None:
-            seen.append(f"observed {f.observed_value!r}")
+            seen.append(f"observed {f.observed_value!r}" + _expected(f.kwargs))
         if f.error:
             seen.append(f.error.splitlines()[0])
         lines.append(f"  - {f.expectation}{where}: {'; '.join(seen) or f.kwargs}")
     return "\n".join(lines)
+
+
+def _expected(kwargs: dict[str, Any]) -> str:
+    """``, expected LOW..HIGH`` for an expectation bounded by ``min_value``/``max_value``."""
+    if "min_value" not in kwargs and "max_value" not in kwargs:
+        return ""
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    if isinstance(low, dict) or isinstance(high, dict):  # an unresolved parameter
+        return ""
+    return f", expected {'' if low is None else f'{low:g}'}..{'' if high is None else f'{high:g}'}"
 
 
 def temporary_docs_dir() -> tempfile.TemporaryDirectory[str]:

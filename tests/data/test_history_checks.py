@@ -223,9 +223,10 @@ def test_a_statistic_constant_over_its_history_tolerates_only_a_small_change() -
     """Three airports every day: the floor (2% on the log scale) makes the spread."""
     fitted = band([3.0] * 14, floor=0.02, log=True)
     assert fitted is not None
-    low, high = fitted.bounds(7.5, "distinct")
-    assert 2 < low < 3 < high < 4
-    assert fitted.deviation(1.0) < -7.5
+    low, high = fitted.bounds(7.5, "mean")
+    assert 2.5 < low < 3 < high < 3.5  # a factor exp(7.5 * 0.02) either way
+    assert fitted.deviation(2.0) < -7.5
+    assert fitted.bounds(7.5, "distinct") == (3, 3)  # a count: two airports are news
 
 
 def test_the_drift_monitor_never_takes_a_quarantined_day_for_drift(
