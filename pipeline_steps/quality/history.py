@@ -104,7 +104,9 @@ def history_checks(suite: ExpectationSuite) -> list[HistoryCheck]:
                 statistic=STATISTICS[kind],
                 allowance=float(allowance),
                 log=scale == "log",
-                severity=str(getattr(expectation, "severity", "critical")).rsplit(".", 1)[-1],
+                severity=str(getattr(expectation, "severity", "critical"))
+                .rsplit(".", 1)[-1]
+                .lower(),
                 min_parameter=_parameter(kwargs.get("min_value")),
                 max_parameter=_parameter(kwargs.get("max_value")),
             )
