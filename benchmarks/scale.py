@@ -10,9 +10,11 @@ peak RSS (``ru_maxrss`` of the one child) and wall time are recorded:
 
     .venv/bin/python benchmarks/scale.py --copies 1 10 30 100 --steps ingest validate features train
 
-``--engine spark`` runs the data steps with ``engine.name=spark`` (pyspark local mode) beside the
-local engine, one after the other for each size; ``--baseline-tree DIR`` also runs the features
-step from another checkout (e.g. a ``git worktree`` of an earlier commit) on the same lake.
+``--without-history`` also runs validate with the suites' history checks taken out (their
+cost: the trailing days' statistics and the day's own). ``--engine spark`` runs the data steps
+with ``engine.name=spark`` (pyspark local mode) beside the local engine, one after the other
+for each size; ``--baseline-tree DIR`` also runs the features step from another checkout (e.g.
+a ``git worktree`` of an earlier commit) on the same lake.
 Results are printed as a markdown table and appended to ``--out`` as JSON lines.
 """
 
@@ -79,6 +81,19 @@ def lifted_suites(folder: Path) -> Path:
         )
     ]
     (out / "flights.json").write_text(json.dumps(suite, indent=2))
+    return out
+
+
+def plain_suites(folder: Path) -> Path:
+    """The lifted suites without their history checks (the validate step's cost without them)."""
+    out = folder / "expectations-plain"
+    shutil.copytree(folder / "expectations", out, dirs_exist_ok=True)
+    for path in out.glob("*.json"):
+        suite = json.loads(path.read_text())
+        suite["expectations"] = [
+            e for e in suite["expectations"] if "history" not in (e.get("meta") or {})
+        ]
+        path.write_text(json.dumps(suite, indent=2))
     return out
 
 
@@ -199,6 +214,11 @@ def main() -> None:
         "--baseline-max-copies", type=int, default=100, help="largest size the baseline runs"
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each step (medians kept)")
+    parser.add_argument(
+        "--without-history",
+        action="store_true",
+        help="also run validate with the suites' history checks taken out",
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/trainyard-scale"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/trainyard-scale/results.jsonl"))
     args = parser.parse_args()
@@ -220,6 +240,12 @@ def main() -> None:
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
                 rows.append(result)
                 print(json.dumps(result), flush=True)
+        if args.without_history and "validate" in args.steps:
+            sets = [*base, f"validation.expectations_dir={plain_suites(folder)}"]
+            result = repeated(args.repeat, "validate", home, sets, f"bench_plain_{copies}")
+            result |= {"copies": copies, "engine": "local, no history checks", "rows": None}
+            rows.append(result)
+            print(json.dumps(result), flush=True)
         for row in rows:
             if row["copies"] == copies:
                 row["rows"] = row["rows"] or window_rows(home, run_id)
