@@ -143,6 +143,7 @@ PIPELINE_VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", PIPELINE_VARIANTS)
 def test_the_file_source_ingests_and_validates_a_clean_day_in_the_domain_types(
     make_settings, tmp_path: Path, variant: str

@@ -160,6 +160,7 @@ def test_the_real_day_passes_with_its_history_checks_applied(history_run: RunCon
     assert report["parameters"]["distance_mean_min"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CATALOGUE)
 def test_a_plausible_day_with_an_impossible_distribution_stops(
     history_run: RunContext, case: str
