@@ -102,6 +102,7 @@ def _assert_same_rows(read: pa.Table, day: pa.Table) -> None:
     assert read.sort_by(everything).equals(day.sort_by(everything))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dataset", "variant"), CASES)
 def test_a_clean_day_written_another_way_passes_validate_path(
     tmp_path: Path, dataset: str, variant: str

@@ -152,6 +152,7 @@ def _corrupt(ctx: RunContext, dataset: str, change: Callable[[pa.Table], pa.Tabl
     pq.write_table(changed.cast(table.schema), path)
 
 
+@pytest.mark.slow
 def test_the_real_day_passes_with_its_history_checks_applied(history_run: RunContext) -> None:
     manifest = validate(history_run)
     assert manifest.verdict == "passed"
@@ -175,6 +176,7 @@ def test_a_plausible_day_with_an_impossible_distribution_stops(
     _assert_nothing_downstream(history_run)
 
 
+@pytest.mark.slow
 def test_checked_by_hand_a_file_gets_the_pipelines_verdict(
     history_run: RunContext, tmp_path: Path
 ) -> None:
@@ -230,6 +232,7 @@ def test_a_statistic_constant_over_its_history_tolerates_only_a_small_change() -
     assert fitted.bounds(7.5, "distinct") == (3, 3)  # a count: two airports are news
 
 
+@pytest.mark.slow
 def test_the_drift_monitor_never_takes_a_quarantined_day_for_drift(
     history_run: RunContext,
 ) -> None:
