@@ -10,7 +10,6 @@ the suite's history checks.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -21,15 +20,20 @@ from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import Settings
 from pipeline_steps.quality.allowances import (
     Calibrated,
+    Candidate,
     calibrate,
     candidates_for,
     report,
     rewrite_suite,
     settle_scales,
-    suite_checks,
 )
-from pipeline_steps.quality.history import DayStatistics, partition_statistics, table_statistics
-from pipeline_steps.quality.suites import suite_path
+from pipeline_steps.quality.history import (
+    DayStatistics,
+    history_checks,
+    partition_statistics,
+    table_statistics,
+)
+from pipeline_steps.quality.suites import load_suite, suite_path
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,11 @@ def calibrate_suite(
         except ValueError as exc:
             raise StepError(f"--columns: {exc}") from exc
     else:
-        candidates = suite_checks(json.loads(path.read_text()))
+        declared = {  # a warning and a critical check per statistic: one candidate
+            (c.column, c.statistic): Candidate(column=c.column, statistic=c.statistic, log=c.log)
+            for c in history_checks(load_suite(path))
+        }
+        candidates = list(declared.values())
         if not candidates:
             raise StepError(f"suite {path} declares no history checks: name them with --columns")
     wanted: list[tuple[str, str]] = [(c.column, c.statistic) for c in candidates]

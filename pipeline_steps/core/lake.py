@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 import fsspec
@@ -109,6 +109,22 @@ class Lake:
                 "exist; run the ingest step first"
             )
         return Lake.raw_version(dataset, day, versions[-1])
+
+    def previous_raw(self, dataset: str, day: date, version: int | None = None) -> str | None:
+        """The raw version a new one is compared with: the one before ``version`` of the same
+        date (any, when ``version`` is None), else the latest of the day before; None without
+        either."""
+        earlier = [v for v in self.raw_versions(dataset, day) if version is None or v < version]
+        if earlier:
+            return Lake.raw_version(dataset, day, earlier[-1])
+        if before := self.raw_versions(dataset, day - timedelta(days=1)):
+            return Lake.raw_version(dataset, day - timedelta(days=1), before[-1])
+        return None
+
+    def parquet_schema(self, folder: str) -> pa.Schema:
+        """The Arrow schema of a partition folder's ``data.parquet`` (its footer only)."""
+        with self.fs.open(self.path(folder, "data.parquet"), "rb") as fh:
+            return pq.ParquetFile(fh).schema_arrow
 
     def pinned_version(self, dataset: str, day: date) -> int | None:
         """The raw version pinned for a partition, if the view pins it."""

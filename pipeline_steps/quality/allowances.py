@@ -202,20 +202,6 @@ def rewrite_suite(path: Path, calibrated: list[Calibrated]) -> None:
     path.write_text(suite_json(suite))
 
 
-def suite_checks(suite: dict[str, Any]) -> list[Candidate]:
-    """The candidates a suite file's history checks already declare (one per statistic)."""
-    found: dict[tuple[str, str], Candidate] = {}
-    for entry in suite["expectations"]:
-        history = (entry.get("meta") or {}).get("history")
-        if history is None or entry["type"] not in STATISTICS:
-            continue
-        statistic = STATISTICS[entry["type"]]
-        log = history.get("scale", "log" if statistic in ("stdev", "distinct") else "linear")
-        key = (entry["kwargs"]["column"], statistic)
-        found[key] = Candidate(column=key[0], statistic=statistic, log=log == "log")
-    return list(found.values())
-
-
 def report(calibrated: list[Calibrated]) -> str:
     """Markdown: per candidate its scale, allowances, largest deviation and later alarms."""
     lines = [

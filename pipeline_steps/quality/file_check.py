@@ -19,7 +19,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline_steps.core.domain import Domain, load_domain
 from pipeline_steps.core.errors import StepError
@@ -203,14 +202,9 @@ def _judge(
 
 
 def _previous_schema(lake: Lake, dataset: str, day: date) -> pa.Schema | None:
-    """The schema of the lake's latest raw version of ``day``, else of the day before (what the
-    validate step compares a new version with)."""
-    for when in (day, day - timedelta(days=1)):
-        if versions := lake.raw_versions(dataset, when):
-            folder = Lake.raw_version(dataset, when, versions[-1])
-            with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
-                return pq.ParquetFile(fh).schema_arrow
-    return None
+    """The schema of the raw version the validate step would compare the file with."""
+    previous = lake.previous_raw(dataset, day)
+    return lake.parquet_schema(previous) if previous else None
 
 
 def _next_day(lake: Lake, dataset: str) -> date:

@@ -171,17 +171,19 @@ class Accumulator:
             self.counts[column].update(dict(pairs))
 
     def result(self) -> DayStatistics:
-        found: DayStatistics = {}
-        for column, statistic in self.wanted:
-            value: float | None = None
-            if statistic in ("mean", "stdev"):
-                moments = self.moments[column]
-                value = moments.mean if statistic == "mean" else moments.stdev
-            elif total := sum(self.counts[column].values()):
-                top = max(self.counts[column].values())
-                value = float(len(self.counts[column])) if statistic == "distinct" else top / total
-            found[statistics_key(column, statistic)] = value
-        return found
+        return {statistics_key(c, s): self.value(c, s) for c, s in self.wanted}
+
+    def value(self, column: str, statistic: str) -> float | None:
+        """One statistic over the batches added (None: no value present)."""
+        if statistic in ("mean", "stdev"):
+            moments = self.moments[column]
+            return moments.mean if statistic == "mean" else moments.stdev
+        counts = self.counts[column]
+        if not counts:
+            return None
+        if statistic == "distinct":
+            return float(len(counts))
+        return max(counts.values()) / sum(counts.values())
 
 
 class _Moments:
@@ -244,7 +246,6 @@ class Band:
     center: float
     spread: float
     log: bool
-    days: int
 
     def bounds(self, allowance: float, statistic: Statistic) -> tuple[float, float]:
         """The statistic's accepted range, ``center`` plus or minus ``allowance`` spreads (on a
@@ -291,7 +292,7 @@ def band(values: Iterable[float | None], floor: float, log: bool) -> Band | None
     mad = float(np.median(np.abs(known - center)))
     least = floor if log else floor * abs(center)
     spread = max(MAD_TO_SIGMA * mad, least, 1e-9)
-    return Band(center=center, spread=spread, log=log, days=len(known))
+    return Band(center=center, spread=spread, log=log)
 
 
 def history_bounds(

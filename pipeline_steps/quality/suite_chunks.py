@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pandas.api.types import is_numeric_dtype
 
 from pipeline_steps.core.prefetch import prefetch
-from pipeline_steps.quality.history import STATISTICS, Accumulator, statistics_key
+from pipeline_steps.quality.history import STATISTICS, Accumulator
 from pipeline_steps.quality.suites import (
     DOCS_SITE,
     EXAMPLES,
@@ -299,11 +299,7 @@ def _judge_whole(
     kind = expectation.expectation_type
     if kind == ROW_COUNT:
         rows = parquet.metadata.num_rows
-        low, high = kw.get("min_value"), kw.get("max_value")
-        above = low is None or (rows > low if kw.get("strict_min") else rows >= low)
-        below = high is None or (rows < high if kw.get("strict_max") else rows <= high)
-        success = above and below
-        result: dict[str, Any] = {"observed_value": rows}
+        success, result = _between(rows, kw), {"observed_value": rows}
     elif kind == UNIQUE_KEY:
         success, result = _unique_key(kw, aggregates, parquet)
     elif kind in STATISTICS:
@@ -355,15 +351,18 @@ def _unique_key(
 def _statistic(
     kw: dict[str, Any], statistic: str, aggregates: Aggregates
 ) -> tuple[bool, dict[str, Any]]:
-    """GX's rule for a column aggregate between bounds (either open; strict if asked)."""
-    found = aggregates.statistics.result() if aggregates.statistics else {}
-    value = found.get(statistics_key(kw["column"], statistic))
+    """A history check's statistic over every chunk; fails where no value is present, as GX."""
+    value = aggregates.statistics.value(kw["column"], statistic) if aggregates.statistics else None
+    return value is not None and _between(value, kw), {"observed_value": value}
+
+
+def _between(value: float, kw: dict[str, Any]) -> bool:
+    """GX's rule for a value between ``min_value`` and ``max_value`` (either open, either
+    strict when ``strict_min``/``strict_max``)."""
     low, high = kw.get("min_value"), kw.get("max_value")
-    if value is None:
-        return False, {"observed_value": None}
     above = low is None or (value > low if kw.get("strict_min") else value >= low)
     below = high is None or (value < high if kw.get("strict_max") else value <= high)
-    return above and below, {"observed_value": value}
+    return above and below
 
 
 def _quantiles(kw: dict[str, Any], aggregates: Aggregates) -> tuple[bool, dict[str, Any]]:

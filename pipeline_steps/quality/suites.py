@@ -272,7 +272,8 @@ def suite_outcome(dataset: str, validation: Any, data_docs_dir: str | None) -> S
             continue
         entry = _describe(item)
         (warnings if entry.severity == "warning" else failures).append(entry)
-    # A history check comes as a warning and a wider critical twin: when the twin fails, the
+    # A warning and a critical expectation of one kind on one column are twins with wider and
+    # narrower bounds (history checks, missing-share ceilings): when the critical one fails, the
     # warning says nothing more.
     stopped = {(f.expectation, str(f.column)) for f in failures}
     warnings = [w for w in warnings if (w.expectation, str(w.column)) not in stopped]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -191,16 +191,10 @@ def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[S
     one before it of the same date, else the latest of the day before), judged by the
     ``validation`` settings."""
     lake = ctx.lake
-    version = lake.partition_manifest(raw).version
-    earlier = [v for v in lake.raw_versions(dataset, day) if v < version]
-    previous: str | None = None
-    if earlier:
-        previous = Lake.raw_version(dataset, day, earlier[-1])
-    elif before := lake.raw_versions(dataset, day - timedelta(days=1)):
-        previous = Lake.raw_version(dataset, day - timedelta(days=1), before[-1])
+    previous = lake.previous_raw(dataset, day, lake.partition_manifest(raw).version)
     try:
-        partition = _schema(lake, raw)
-        reference = _schema(lake, previous) if previous else None
+        partition = lake.parquet_schema(raw)
+        reference = lake.parquet_schema(previous) if previous else None
     except (pa.ArrowException, OSError) as exc:
         raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
     changes = judge(
@@ -210,11 +204,6 @@ def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[S
         if change.action != "kept" or change.against == "previous":
             log.warning("validate %s: %s", lake.path(raw), change.label)
     return changes
-
-
-def _schema(lake: Lake, folder: str) -> pa.Schema:
-    with lake.fs.open(lake.path(folder, "data.parquet"), "rb") as fh:
-        return pq.ParquetFile(fh).schema_arrow
 
 
 def run_partition_suite(
