@@ -487,8 +487,10 @@ class EvaluateManifest(Manifest):
     """The HTML evaluation report (``reports/evaluation/...``)."""
 
 
-Decision = Literal["promoted", "rejected", "skipped", "forced", "passed", "undecided"]
-"""``promoted``: the gate passed and the alias moved; ``rejected``: the gate refused;
+Decision = Literal["promoted", "rejected", "skipped", "forced", "passed", "undecided", "staged"]
+"""``promoted``: the gate passed and the alias moved; ``staged``: the gate passed and the
+challenger went to the staging alias to shadow the champion (``release.mode: staged``);
+``rejected``: the gate refused;
 ``undecided``: the holdout was too small to decide (``gate.min_positives``), the champion stays;
 ``skipped``: the run asked not to promote (the gate's verdict is in the reasons); ``forced``: the
 alias moved by request whatever the gate said; ``passed``: the gate passed in a backfill, which
@@ -507,6 +509,10 @@ class PromoteManifest(Manifest):
     reasons: list[str]
     champion_before: str | None
     champion_after: str | None
+    staging_after: str | None = field(default=None, metadata=OMIT_NONE)
+    """The staged version after the step (``staged``: this one)."""
+    staging_replaced: str | None = field(default=None, metadata=OMIT_NONE)
+    """A version that was waiting in staging and that this one replaced."""
 
 
 SignalKind = Literal["input", "prediction", "label"]
@@ -569,6 +575,73 @@ class MonitorManifest(Manifest):
     quarantined_days: list[str] = field(default_factory=list)
     """Days between the reference's first and the logical date that validation quarantined:
     left out of both windows, never taken as drift to retrain on."""
+    staging: ChampionDay | None = field(default=None, metadata=OMIT_NONE)
+    """The staged model's score on the same rows of the day (its shadow day)."""
+    scores: str = ""
+    """Lake path of the day's labels and predictions (``reports/monitor/date=D/scores.parquet``),
+    what the release pools and the rollback check reads."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DayCheck:
+    """The champion's watched metric on one monitored day against its release baseline."""
+
+    day: str
+    rows: int
+    value: float
+    interval: Interval
+    """The metric's bootstrap interval on the day (``evaluate.confidence`` each side)."""
+    degraded: bool
+    """The interval's most favourable bound is worse than the baseline beyond the margin."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RollbackCheck:
+    """The champion's health as the release step judged it."""
+
+    version: str
+    metric: str
+    baseline: float
+    baseline_source: str
+    margin: float
+    days: list[DayCheck]
+    """Its monitored days since it became the champion, at most the last few, oldest first."""
+    degraded_in_a_row: int
+    due: bool
+    """``release.rollback_days`` degraded days in a row."""
+
+
+ReleaseAction = Literal[
+    "none", "waiting", "released", "retired", "awaiting_approval", "rolled_back"
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseManifest(Manifest):
+    """What the release step of the monitor DAG decided on the logical date: the staged
+    candidate's fate on its pooled shadow days, and the champion's health."""
+
+    STEP: ClassVar[str] = "release"
+    registered_model: str
+    action: ReleaseAction
+    candidate: str | None
+    """The staged version the decision is about (the rolled-back champion for a rollback)."""
+    champion_before: str | None
+    champion_after: str | None
+    reasons: list[str]
+    shadow_days: list[str] = field(default_factory=list)
+    outcome: str = ""
+    """The gate's outcome on the pooled shadow days (``pass``, ``refuse``, ``undecided``), or
+    ``waiting`` before enough days; empty without a candidate."""
+    differences: dict[str, Interval] = field(default_factory=dict)
+    """Staged minus champion per metric on the pooled days."""
+    rollback: RollbackCheck | None = field(default=None, metadata=OMIT_NONE)
+    report: str = ""
+    """Lake path of the decision (``reports/release/date=D/release.json``)."""
+
+    @property
+    def champion_moved(self) -> bool:
+        return self.champion_after != self.champion_before
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

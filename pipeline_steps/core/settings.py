@@ -109,19 +109,26 @@ class MlflowSettings:
     challenger_alias: str = "challenger"
     """Alias that marks the latest evaluated candidate: the promote step of every run but a
     backfill moves it to the version it registered, whatever the gate decided."""
+    staging_alias: str = "staging"
+    """Alias of the candidate in shadow (``release.mode: staged``): a challenger that passed the
+    gate, scored by the drift monitor beside the champion on each new day until the release
+    decides on it."""
     monitoring_experiment: str = "flight_delay_monitoring"
     """Experiment that holds one run per monitored day: the champion's score on that day and the
     drift statistics of the window ending there."""
 
     def __post_init__(self) -> None:
-        for key in ("champion_alias", "challenger_alias"):
+        keys = ("champion_alias", "challenger_alias", "staging_alias")
+        for key in keys:
             if not getattr(self, key).strip():
                 raise SettingsError(f"mlflow.{key} must not be empty")
-        if self.champion_alias == self.challenger_alias:
-            raise SettingsError(
-                f"mlflow.challenger_alias and mlflow.champion_alias are both "
-                f"{self.champion_alias!r}: one version cannot mark both roles"
-            )
+        for n, first in enumerate(keys):
+            for second in keys[n + 1 :]:
+                if getattr(self, first) == getattr(self, second):
+                    raise SettingsError(
+                        f"mlflow.{second} and mlflow.{first} are both "
+                        f"{getattr(self, first)!r}: one version cannot mark both roles"
+                    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -776,6 +783,75 @@ class PromotionSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseSettings:
+    """How a challenger that passed the gate becomes the champion, and when the champion goes
+    back (docs/champion.md)."""
+
+    mode: Literal["direct", "staged"] = "staged"
+    """``direct``: the gate's pass moves ``champion`` at once. ``staged``: it moves the
+    ``mlflow.staging_alias``; the drift monitor scores the staged model beside the champion on
+    each new day, and the release decides on the pooled shadow days. A first model (no
+    champion yet) becomes the champion directly: there is nothing to shadow."""
+    shadow_days: int = 3
+    """Monitored days (with labels) the staged model is scored on beside the champion before the
+    release decides; the gate's margins and ``evaluate.confidence`` apply to the pooled days."""
+    max_shadow_days: int = 10
+    """Shadow days after which a release still undecided retires the candidate (or, with
+    ``approval: undecided``, asks a person)."""
+    approval: Literal["never", "undecided", "always"] = "never"
+    """When the release waits for a person's Approve/Reject in the Airflow UI (human-in-the-loop
+    task ``approve_release`` of the monitor DAG): ``never``; ``undecided``, when the pooled days
+    could not decide by ``max_shadow_days``; ``always``, before every release."""
+    approval_timeout_h: float = 24.0
+    """Hours the approval waits; with no answer the champion stays and the candidate stays
+    staged (asked again on the next monitored day)."""
+    rollback_days: int = 3
+    """Consecutive monitored days on which the champion must be worse than its release baseline
+    (beyond ``rollback_margin``, with ``evaluate.confidence``) before the monitor rolls it back
+    to the previous champion; 0 turns automatic rollback off."""
+    rollback_metric: str = ""
+    """Metric the rollback watches; empty: the task's first gate metric (``binary``: ``auc``,
+    ``multiclass``: ``log_loss``, ``regression``: ``rmse``)."""
+    rollback_margin: float = 0.08
+    """How much worse than its release baseline the champion's day may be (the interval's
+    most favourable bound beyond it counts the day as degraded); in the metric's units, for
+    ``rmse`` and ``mae`` a fraction of the baseline. Calibrated on 2013 (docs/champion.md)."""
+
+    def __post_init__(self) -> None:
+        if self.shadow_days < 1:
+            raise SettingsError("release.shadow_days must be at least 1")
+        if self.max_shadow_days < self.shadow_days:
+            raise SettingsError(
+                f"release.max_shadow_days ({self.max_shadow_days}) must be at least "
+                f"release.shadow_days ({self.shadow_days})"
+            )
+        if not self.approval_timeout_h > 0:
+            raise SettingsError("release.approval_timeout_h must be positive")
+        if self.rollback_days < 0:
+            raise SettingsError("release.rollback_days must be 0 (off) or more")
+        if not (math.isfinite(self.rollback_margin) and self.rollback_margin >= 0):
+            raise SettingsError("release.rollback_margin must be a finite number >= 0")
+        if self.rollback_metric and self.rollback_metric not in GATE_METRICS:
+            raise SettingsError(
+                f"release.rollback_metric may name {', '.join(GATE_METRICS)} (or none: the "
+                f"task's first gate metric); got {self.rollback_metric!r}"
+            )
+
+    def metric_for(self, task: str) -> str:
+        """The metric the rollback watches for ``task``; ``SettingsError`` when
+        ``rollback_metric`` is not one of the task's."""
+        spec = task_spec(task)
+        if not self.rollback_metric:
+            return spec.gate_metrics[0]
+        if self.rollback_metric not in spec.metrics:
+            raise SettingsError(
+                f"release.rollback_metric {self.rollback_metric!r} is not a metric of the "
+                f"{task} task; its metrics: {', '.join(spec.metrics)}"
+            )
+        return self.rollback_metric
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CostSettings:
     """Rates that turn what a run's step processes used into a cost estimate. The defaults are
     examples of the order of on-demand cloud list prices: replace them with your own."""
@@ -872,6 +948,7 @@ class Settings:
     evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    release: ReleaseSettings = field(default_factory=ReleaseSettings)
     cost: CostSettings = field(default_factory=CostSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)

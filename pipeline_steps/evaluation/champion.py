@@ -29,6 +29,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.locks import exclusive
 from pipeline_steps.core.manifests import HoldoutMetrics
 from pipeline_steps.core.settings import MlflowSettings, Settings
+from pipeline_steps.evaluation.stages import stage_records
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ ROLLBACK_RECORD_PREFIX = "trainyard.rollbacks."
 DESCRIPTION_LIMIT = 5000
 """The longest model-version description MLflow's SQL stores keep."""
 
-MoveKind = Literal["promotion", "rollback"]
+MoveKind = Literal["promotion", "release", "rollback"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,6 +128,15 @@ def _rollback_records(tags: dict[str, str]) -> list[tuple[int, dict[str, Any]]]:
     return sorted(records, key=lambda pair: pair[0])
 
 
+def _release_records(tags: dict[str, str]) -> list[tuple[int, dict[str, Any]]]:
+    """The version's stage records that moved the champion alias to it from staging."""
+    return [
+        (n, record)
+        for n, record in enumerate(stage_records(tags), start=1)
+        if record.get("stage") == "champion" and record.get("kind") == "release"
+    ]
+
+
 def versions_moves(versions: Iterable[Any]) -> list[Move]:
     """The alias's moves recorded on ``versions`` (MLflow ``ModelVersion`` objects of one
     registered model), oldest first. A move whose origin was not recorded (a promotion made
@@ -162,6 +172,20 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
                 mlflow_run_id=version.run_id,
             )
             found.append((move.at, number, 0, move, moved_from is not None))
+        for n, record in _release_records(tags):
+            origin = str(record.get("from") or "none")
+            move = Move(
+                kind="release",
+                at=str(record.get("at", "")),
+                to_version=str(number),
+                from_version=None if origin == "none" else origin,
+                decision="released",
+                reasons=[str(record.get("reason", ""))],
+                by=str(record.get("by", "unknown")),
+                logical_date=record.get("day"),
+                mlflow_run_id=version.run_id,
+            )
+            found.append((move.at, number, n, move, True))
         for n, record in _rollback_records(tags):
             origin = str(record.get("from") or "none")
             move = Move(
@@ -311,7 +335,12 @@ def _version_number(text: str) -> str:
     return str(int(text))
 
 
-def rollback(settings: Settings, to_version: str, reason: str, user: str) -> Move:
+_ANY = "any"
+
+
+def rollback(
+    settings: Settings, to_version: str, reason: str, user: str, *, expect_from: str | None = _ANY
+) -> Move:
     """Move the champion alias back to ``to_version``, with an audit record on that version.
 
     Inputs: the settings (the registered model, the aliases, ``promotion.lock``), the version,
@@ -321,7 +350,8 @@ def rollback(settings: Settings, to_version: str, reason: str, user: str) -> Mov
     the parameter, with nothing changed, when the reason is empty, the version is not a
     version of the registered model, is not ready, was not registered by a promote step (no
     decision recorded: nothing says its run passed validation and evaluation), or is already
-    the champion."""
+    the champion. With ``expect_from``, the alias moves only from that version (None: from no
+    champion); otherwise nothing changes and ``StepError`` says what the champion is now."""
     from mlflow.exceptions import MlflowException
 
     from pipeline_steps.core import tracking
@@ -357,6 +387,12 @@ def rollback(settings: Settings, to_version: str, reason: str, user: str) -> Mov
         current_version = str(current.version) if current else None
         if current_version == number:
             raise StepError(f"--to-version {number}: version {number} is already the champion")
+        if expect_from != _ANY and current_version != expect_from:
+            raise StepError(
+                f"the champion changed from version {expect_from or 'none'} to "
+                f"{current_version or 'none'} meanwhile; not rolling back over a model that "
+                "was not judged"
+            )
         move = Move(
             kind="rollback",
             at=now_utc(),

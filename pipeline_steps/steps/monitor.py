@@ -80,6 +80,19 @@ def champion_model(ctx: RunContext) -> Champion | None:
     return Champion(version=str(version.version), model_uri=uri, window=window)
 
 
+def staging_model(ctx: RunContext, champion: Champion | None) -> Champion | None:
+    """The staged candidate (``mlflow.staging_alias``) the monitor scores beside the champion,
+    or None when there is none or no champion to shadow."""
+    from pipeline_steps.core.tracking import aliased_version, connect
+
+    cfg = ctx.settings.mlflow
+    version = aliased_version(connect(cfg), cfg, cfg.staging_alias)
+    if champion is None or version is None or str(version.version) == champion.version:
+        return None
+    uri = f"models:/{cfg.registered_model}/{version.version}"
+    return Champion(version=str(version.version), model_uri=uri, window=None)
+
+
 def training_window(client: Any, run_id: str | None) -> tuple[date, date] | None:
     """First and last training day of a model version, as its MLflow run recorded them (None
     without a run, or for a run that did not record them)."""
@@ -121,9 +134,10 @@ def predicted_signal(domain: Domain, predicted: np.ndarray) -> np.ndarray:
 def _measure(
     ctx: RunContext,
     champion: Champion | None,
+    staging: Champion | None,
     reference_days: list[date],
     current_days: list[date],
-) -> tuple[Verdict, ChampionDay | None]:
+) -> tuple[Verdict, ScoredDay | None]:
     """The window's verdict and the champion's day, the rows joined and counted in pandas."""
     domain, cfg, day = ctx.domain, ctx.settings.drift, ctx.logical_date
     rows, columns = window_rows(ctx, [*reference_days, *current_days])
@@ -154,8 +168,10 @@ def _measure(
     )
     if champion is not None and predicted is not None:
         is_today = (rows[domain.date_column] == day.isoformat()).to_numpy()
-        today = rows[is_today]
-        champion_day = log_champion_day(ctx, champion, today, predicted[is_today], domain, verdict)
+        today = rows[is_today].reset_index(drop=True)
+        champion_day = score_day(
+            ctx, champion, staging, today, predicted[is_today], features, verdict
+        )
     return verdict, champion_day
 
 
@@ -163,9 +179,10 @@ def _measure_on_spark(
     ctx: RunContext,
     spark: Any,
     champion: Champion | None,
+    staging: Champion | None,
     reference_days: list[date],
     current_days: list[date],
-) -> tuple[Verdict, ChampionDay | None]:
+) -> tuple[Verdict, ScoredDay | None]:
     """As :func:`_measure` with the Spark engine: the window joined through Feast's Spark store,
     scored by the champion on the executors, counted by Spark aggregates; only the counts, the
     sensitivity sample and day D's rows reach the driver."""
@@ -213,7 +230,9 @@ def _measure_on_spark(
         if champion is not None and predict is not None:
             today = rows.where(F.col(domain.date_column) == day.isoformat()).orderBy(domain.key)
             frame = today.toPandas()
-            champion_day = log_champion_day(ctx, champion, frame, predict(frame), domain, verdict)
+            champion_day = score_day(
+                ctx, champion, staging, frame, predict(frame), features, verdict
+            )
         rows.unpersist()
     return verdict, champion_day
 
@@ -270,6 +289,7 @@ def monitor(ctx: RunContext) -> MonitorManifest:
     """
     lake, day, cfg, domain = ctx.lake, ctx.logical_date, ctx.settings.drift, ctx.domain
     champion = champion_model(ctx)
+    staging = staging_model(ctx, champion)
     validated = lake.partition_dates("validated", domain.labelled_dataset)
     quarantined = quarantined_days(ctx, day)
     if day in quarantined:
@@ -291,10 +311,10 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         )
     with engine_session(ctx.settings.engine) as spark:
         if spark is None:
-            verdict, champion_day = _measure(ctx, champion, reference_days, current_days)
+            verdict, scored = _measure(ctx, champion, staging, reference_days, current_days)
         else:
-            verdict, champion_day = _measure_on_spark(
-                ctx, spark, champion, reference_days, current_days
+            verdict, scored = _measure_on_spark(
+                ctx, spark, champion, staging, reference_days, current_days
             )
     folder = f"reports/monitor/date={day.isoformat()}"
     signals = verdict.signals
@@ -306,9 +326,11 @@ def monitor(ctx: RunContext) -> MonitorManifest:
         reference_days=[d.isoformat() for d in reference_days],
         reference=source,
         signals=signals,
-        champion=champion_day,
+        champion=scored.champion if scored else None,
         report=lake.path(folder, "monitor.json"),
         quarantined_days=[d.isoformat() for d in skipped],
+        staging=scored.staging if scored else None,
+        scores=scored.scores if scored else "",
     )
     lake.write_json({**manifest.to_json(), "run_id": ctx.run_id}, folder, "monitor.json")
     if verdict.drift_detected:
@@ -337,6 +359,52 @@ def describe(verdict: Verdict) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ScoredDay:
+    """The champion's (and the staged model's) score on D, and where D's scores were kept."""
+
+    champion: ChampionDay
+    staging: ChampionDay | None
+    scores: str
+
+
+def score_day(
+    ctx: RunContext,
+    champion: Champion,
+    staging: Champion | None,
+    today: pd.DataFrame,
+    predicted: np.ndarray,
+    features: list[str],
+    verdict: Verdict,
+) -> ScoredDay:
+    """Score D's rows with the staged model too (its shadow day), log both models' metrics to
+    the monitoring run of D and keep D's labels and predictions for the release
+    (:mod:`pipeline_steps.evaluation.shadow`)."""
+    from pipeline_steps.evaluation.champion import now_utc
+    from pipeline_steps.evaluation.shadow import DayScores, write_day
+
+    domain = ctx.domain
+    staged = scorer(staging.model_uri, features)(today) if staging is not None else None
+    champion_day, staging_day = log_champion_day(
+        ctx, champion, today, predicted, domain, verdict, staging, staged
+    )
+    slices = domain.slice_rows(today)
+    for column in ctx.settings.evaluate.slices:
+        if column in today.columns:
+            slices[column] = today[column].astype("string")
+    scores = DayScores(
+        day=ctx.logical_date.isoformat(),
+        champion_version=champion.version,
+        staging_version=staging.version if staging else None,
+        labels=today[domain.label].to_numpy(),
+        champion=np.asarray(predicted, dtype=np.float64),
+        staging=staged,
+        slices=slices.reset_index(drop=True),
+        scored_at=now_utc(),
+    )
+    return ScoredDay(champion_day, staging_day, write_day(ctx.lake, scores))
+
+
 def log_champion_day(
     ctx: RunContext,
     champion: Champion,
@@ -344,9 +412,12 @@ def log_champion_day(
     predicted: np.ndarray,
     domain: Domain,
     verdict: Verdict,
-) -> ChampionDay:
-    """Log the champion's metrics on D and the window's drift statistics as the monitoring
-    experiment's run of D (the same run again when D is monitored again)."""
+    staging: Champion | None = None,
+    staged: np.ndarray | None = None,
+) -> tuple[ChampionDay, ChampionDay | None]:
+    """Log the champion's metrics on D (and the staged model's, ``staged`` its predictions) and
+    the window's drift statistics as the monitoring experiment's run of D (the same run again
+    when D is monitored again)."""
     from dataclasses import replace
 
     import mlflow
@@ -367,6 +438,12 @@ def log_champion_day(
     )
     values: dict[str, Any] = mlflow_metrics("champion_", metrics)
     values["champion_mean_score"] = float(np.mean(predicted)) if predicted.ndim == 1 else np.nan
+    staged_metrics = None
+    if staging is not None and staged is not None:
+        labels = today[domain.label].to_numpy()
+        staged_metrics = holdout_metrics(labels, staged, task=domain.task, classes=domain.classes)
+        values |= mlflow_metrics("staging_", staged_metrics)
+        values["staging_mean_score"] = float(np.mean(staged)) if staged.ndim == 1 else np.nan
     values["drift_crossed"] = float(len(verdict.crossed))
     for signal in verdict.signals:
         if signal.kind != "input":
@@ -378,16 +455,27 @@ def log_champion_day(
         "trainyard.champion_version": champion.version,
         "trainyard.drift_detected": str(verdict.drift_detected).lower(),
         "trainyard.drift_crossed": ",".join(s.name for s in verdict.crossed),
+        "trainyard.staging_version": staging.version if staging else "none",
     }
     run_id = found[0].info.run_id if found else None
     with mlflow.start_run(run_id=run_id, run_name=None if run_id else f"monitor {day}") as run:
         mlflow.set_tags(tags)
         mlflow.log_metrics({k: v for k, v in values.items() if np.isfinite(v)})
         run_id = run.info.run_id
-    return ChampionDay(
+    champion_day = ChampionDay(
         version=champion.version,
         model_uri=champion.model_uri,
         metrics=metrics,
         mean_score=round(values["champion_mean_score"], 6),
         mlflow_run_id=run_id,
     )
+    if staging is None or staged_metrics is None:
+        return champion_day, None
+    staging_day = ChampionDay(
+        version=staging.version,
+        model_uri=staging.model_uri,
+        metrics=staged_metrics,
+        mean_score=round(values["staging_mean_score"], 6),
+        mlflow_run_id=run_id,
+    )
+    return champion_day, staging_day

@@ -1,4 +1,5 @@
-"""Promote step: register the challenger; move the champion alias only if the gate passes.
+"""Promote step: register the challenger; move the champion alias only if the gate passes
+(with ``release.mode: staged``, the staging alias: :mod:`pipeline_steps.evaluation.release`).
 
 The decision and its reasons are recorded as tags on the new model version and as its
 description (its page in the MLflow UI); the ``challenger`` alias marks it as the latest evaluated
@@ -31,6 +32,8 @@ class PromotionDecision:
     champion: bool
     """Whether the challenger is the champion afterwards."""
     moves_alias: bool
+    stages: bool = False
+    """Whether the challenger goes to the staging alias (``release.mode: staged``)."""
 
 
 def decide(
@@ -46,7 +49,9 @@ def decide(
     compare-and-set); ``promotion.skip`` never moves it; ``promotion.force`` moves it whatever
     the gate said, with the reason recorded. A backfill never moves it (force included): its
     decision is the gate's verdict against the champion as of its date. An ``undecided``
-    verdict (too few positives to decide) never moves it unless forced."""
+    verdict (too few positives to decide) never moves it unless forced. With
+    ``release.mode: staged`` a pass over a champion goes to staging instead (``staged``); the
+    first champion is promoted directly (nothing to shadow)."""
     promotion = ctx.settings.promotion
     passed, reasons = verdict.passed, verdict.reasons
     said = {"pass": "passed", "refuse": "refused", "undecided": "was undecided"}[verdict.outcome]
@@ -103,6 +108,15 @@ def decide(
         )
     if verdict.outcome == "undecided":
         return PromotionDecision("undecided", reasons, champion=False, moves_alias=False)
+    if passed and current_version is not None and ctx.settings.release.mode == "staged":
+        note = (
+            f"staged: shadows champion {current_version} on the next "
+            f"release.shadow_days={ctx.settings.release.shadow_days} monitored day(s) before "
+            "the release decides (release.mode=staged)"
+        )
+        return PromotionDecision(
+            "staged", [*reasons, note], champion=False, moves_alias=False, stages=True
+        )
     return PromotionDecision(
         "promoted" if passed else "rejected", reasons, champion=passed, moves_alias=passed
     )
@@ -154,12 +168,13 @@ def record_decision(
     version: str,
     evaluation: EvaluateManifest,
     current_version: str | None = None,
-) -> None:
+) -> str | None:
     """Tag the version with the decision and its evidence, describe it on its page in the
     MLflow UI, point the challenger alias at it (not in a backfill), then move the champion
-    alias from ``current_version`` if the decision says so (recording when and from where).
-    Tags first: a backfill looking for the champion as of its date finds a moved alias's
-    version by its decision tag."""
+    alias from ``current_version`` if the decision says so (recording when and from where, and
+    the release baseline the rollback check holds it to), or the staging alias. Tags first: a
+    backfill looking for the champion as of its date finds a moved alias's version by its
+    decision tag. Returns the staged version this one replaced, if any."""
     from pipeline_steps.core.tracking import (
         COMPARED_WITH_TAG,
         DATE_TAG,
@@ -170,6 +185,7 @@ def record_decision(
         REASONS_TAG,
     )
     from pipeline_steps.evaluation.champion import decision_description, now_utc
+    from pipeline_steps.evaluation.release import baseline_tags, stage
 
     cfg = ctx.settings.mlflow
     challenger, champion = evaluation.challenger, evaluation.champion
@@ -195,6 +211,9 @@ def record_decision(
     if decision.moves_alias:
         tags[MOVED_AT_TAG] = now_utc()
         tags[MOVED_FROM_TAG] = current_version or "none"
+        bar = champion.metrics if decision.decision == "forced" and champion else None
+        source = f"the promote step's holdout of {ctx.logical_date.isoformat()}"
+        tags |= baseline_tags(challenger.metrics, source, bar)
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version, key, value)
     description = decision_description(
@@ -210,6 +229,16 @@ def record_decision(
         client.set_registered_model_alias(cfg.registered_model, cfg.challenger_alias, version)
     if decision.moves_alias:
         client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, version)
+    if decision.stages:
+        return stage(
+            client,
+            ctx.settings,
+            version,
+            by=ctx.trigger.describe(),
+            day=ctx.logical_date.isoformat(),
+            reasons=decision.reasons,
+        )
+    return None
 
 
 def promote(ctx: RunContext) -> PromoteManifest:
@@ -242,13 +271,14 @@ def promote(ctx: RunContext) -> PromoteManifest:
         current = champion_version(client, cfg)
         current_version = str(current.version) if current else None
         recorded = _recorded_promotion(version, current_version)
+        replaced = None
         if recorded is not None:  # a retry after this run's own promotion: keep its record
             decision, current_version = recorded
         else:
             decision = decide(
                 ctx, verdict, evaluated_against, current_version, str(version.version)
             )
-            record_decision(
+            replaced = record_decision(
                 ctx, client, decision, str(version.version), evaluation, current_version
             )
     reasons = decision.reasons
@@ -261,6 +291,8 @@ def promote(ctx: RunContext) -> PromoteManifest:
         reasons=reasons,
         champion_before=current_version,
         champion_after=str(version.version) if decision.champion else current_version,
+        staging_after=str(version.version) if decision.stages else None,
+        staging_replaced=replaced,
     )
     lineage = build_lineage(ctx, manifest.decision, manifest.version)
     ctx.lake.write_json(to_json(lineage), ctx.run_dir, "lineage.json")

@@ -32,6 +32,8 @@ STEP_FUNCTIONS = {
     "promote": "pipeline_steps.steps.promote:promote",
     # not a training step: the drift monitor's check of a day (flight_delay_drift_monitor)
     "monitor": "pipeline_steps.steps.monitor:monitor",
+    # the monitor's release of the staged candidate and rollback of a degraded champion
+    "release": "pipeline_steps.steps.release:release",
 }
 
 TRAIN_SERVICE = "trainyard-train"

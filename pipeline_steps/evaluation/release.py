@@ -1,0 +1,486 @@
+"""The release path: a gated challenger waits in ``staging``, shadows the champion on live days,
+and becomes the champion on the evidence of the pooled days; a champion that degrades goes back.
+
+- **Staged.** With ``release.mode: staged`` the promote step moves the ``staging`` alias (not
+  ``champion``) to a challenger that passed the gate; a newer one replaces a waiting one
+  (:func:`stage`).
+- **Shadow days.** The drift monitor scores the staged model beside the champion on each new
+  day (:mod:`pipeline_steps.evaluation.shadow`).
+- **Release decision.** After ``release.shadow_days`` days the same gate as the promote step's
+  judges the pooled days (:func:`shadow_evaluation`, paired-bootstrap intervals, margins,
+  slices): ``pass`` releases the candidate, ``refuse`` retires it, ``undecided`` keeps it
+  waiting until ``release.max_shadow_days``. ``release.approval`` may put a person's
+  Approve/Reject before the move (:func:`apply_approval`).
+- **Rollback.** The champion's day is ``degraded`` when its interval of the watched metric lies
+  beyond its release baseline by ``release.rollback_margin``; after ``release.rollback_days``
+  such days in a row the champion goes back to the version it replaced (:func:`rollback_check`).
+
+Every stage a version enters is a record on it (``trainyard.stages.<n>``, JSON) and a line of
+its description in the MLflow UI; the champion's moves stay those of
+:mod:`pipeline_steps.evaluation.champion`. No Airflow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.manifests import (
+    DayCheck,
+    EvaluateManifest,
+    HoldoutMetrics,
+    HoldoutRef,
+    Interval,
+    ScoredChallenger,
+    ScoredChampion,
+)
+from pipeline_steps.core.settings import MlflowSettings, Settings
+from pipeline_steps.evaluation.bootstrap import paired_differences, replicates, resample_rows
+from pipeline_steps.evaluation.champion import fit_description, now_utc
+from pipeline_steps.evaluation.gate import NAMES, RELATIVE, Verdict
+from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics
+from pipeline_steps.evaluation.shadow import DayScores, pooled
+from pipeline_steps.evaluation.slices import slice_results
+from pipeline_steps.evaluation.stages import (
+    STAGE_RECORD_PREFIX,
+    STAGE_TAG,
+    Stage,
+    stage_records,
+)
+
+log = logging.getLogger(__name__)
+
+BASELINE_PREFIX = "trainyard.baseline_"
+"""``trainyard.baseline_<metric>``: the champion's release baseline of a metric, what the
+rollback check holds its days to; ``trainyard.baseline_source`` says where it was measured."""
+BASELINE_SOURCE_TAG = "trainyard.baseline_source"
+APPROVED_BY_TAG = "trainyard.approved_by"
+APPROVAL_COMMENT_TAG = "trainyard.approval_comment"
+APPROVED_AT_TAG = "trainyard.approved_at"
+RELEASE_TAG = "trainyard.release"
+"""The latest release decision on the version, as JSON (outcome, days, intervals, reasons)."""
+MONITOR_USER = "trainyard monitor"
+
+
+# -- records on a version -------------------------------------------------------------------------
+
+
+def record_stage(
+    client: Any,
+    cfg: MlflowSettings,
+    version: str,
+    stage: Stage,
+    *,
+    by: str,
+    reason: str,
+    day: str | None,
+    record_fields: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Append a stage record to ``version`` (tag and a line of its description) with
+    ``record_fields`` in it, set its current stage and the ``extra`` tags; returns the
+    record."""
+    current = client.get_model_version(cfg.registered_model, version)
+    tags = dict(current.tags or {})
+    count = len(stage_records(tags))
+    record = {
+        "stage": stage,
+        "at": now_utc(),
+        "by": by,
+        "day": day,
+        "reason": reason,
+        **(record_fields or {}),
+    }
+    written = {
+        f"{STAGE_RECORD_PREFIX}{count + 1}": json.dumps(record, sort_keys=True),
+        STAGE_TAG: stage,
+        **(extra or {}),
+    }
+    for key, value in written.items():
+        client.set_model_version_tag(cfg.registered_model, version, key, value)
+    line = f"Stage **{stage}** on {record['at']} ({day or 'no logical date'}) by {by}: {reason}"
+    client.update_model_version(
+        cfg.registered_model,
+        version,
+        description=fit_description(current.description or "", line),
+    )
+    return record
+
+
+def baseline_tags(metrics: HoldoutMetrics, source: str, bar: HoldoutMetrics | None = None) -> dict:
+    """The release baseline tags of a new champion: its gate metrics where it was judged
+    (``source``); with ``bar`` (a forced promotion: the champion it replaced, on the same rows),
+    the better of the two per metric, so forcing a worse model does not lower the bar."""
+    from pipeline_steps.core.tasks import task_spec
+
+    tags = {BASELINE_SOURCE_TAG: source}
+    for metric in task_spec(metrics.task).metrics:
+        value = float(getattr(metrics, metric))
+        if bar is not None:
+            other = float(getattr(bar, metric))
+            if other == other and (value != value or _better_value(metric, other, value)):
+                value = other
+        if value == value:
+            tags[f"{BASELINE_PREFIX}{metric}"] = repr(round(value, 6))
+    return tags
+
+
+def _better_value(metric: str, first: float, second: float) -> bool:
+    return first > second if HIGHER_IS_BETTER[metric] else first < second
+
+
+# -- staging ---------------------------------------------------------------------------------------
+
+
+def stage(
+    client: Any, settings: Settings, version: str, *, by: str, day: str, reasons: list[str]
+) -> str | None:
+    """Move the staging alias to ``version`` (called under the promotion lock); a version that
+    was waiting there is recorded as ``replaced``. Returns the replaced version, if any."""
+    from pipeline_steps.core.tracking import aliased_version
+
+    cfg = settings.mlflow
+    waiting = aliased_version(client, cfg, cfg.staging_alias)
+    replaced = str(waiting.version) if waiting is not None else None
+    if replaced == version:
+        return None
+    record_stage(
+        client,
+        cfg,
+        version,
+        "staging",
+        by=by,
+        day=day,
+        reason="passed the gate; shadows the champion for release.shadow_days="
+        f"{settings.release.shadow_days} monitored day(s)"
+        + (f"; replaces waiting version {replaced}" if replaced else ""),
+    )
+    client.set_registered_model_alias(cfg.registered_model, cfg.staging_alias, version)
+    if replaced is not None:
+        record_stage(
+            client,
+            cfg,
+            replaced,
+            "replaced",
+            by=by,
+            day=day,
+            reason=f"version {version} passed the gate and replaced it in staging",
+        )
+    return replaced
+
+
+# -- the release decision --------------------------------------------------------------------------
+
+
+def shadow_evaluation(
+    days: list[DayScores],
+    *,
+    settings: Settings,
+    task: str,
+    classes: list[str],
+    staged_uri: str,
+    staged_run_id: str,
+    champion_version: str,
+    champion_uri: str,
+) -> EvaluateManifest:
+    """The pooled shadow days as one evaluation of the staged model (challenger) against the
+    champion, as the evaluate step records one: metrics, paired-bootstrap intervals, slices."""
+    cfg = settings.evaluate
+    labels, staged, champion, slices = pooled(days)
+    digest = hashlib.sha256()
+    for array in (labels, staged, champion):
+        digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+    return EvaluateManifest(
+        logical_date=days[-1].day,
+        holdout=HoldoutRef(
+            path="reports/monitor/" + ",".join(f"date={d.day}" for d in days),
+            sha256=digest.hexdigest(),
+            rows=len(labels),
+            positives=int(np.asarray(labels).sum()) if task == "binary" else -1,
+            days=[d.day for d in days],
+        ),
+        challenger=ScoredChallenger(
+            model_uri=staged_uri,
+            mlflow_run_id=staged_run_id,
+            metrics=holdout_metrics(labels, staged, task, classes),
+        ),
+        champion=ScoredChampion(
+            version=champion_version,
+            model_uri=champion_uri,
+            metrics=holdout_metrics(labels, champion, task, classes),
+        ),
+        confidence=cfg.confidence,
+        resamples=cfg.resamples,
+        differences=paired_differences(
+            labels,
+            staged,
+            champion,
+            resamples=cfg.resamples,
+            confidence=cfg.confidence,
+            seed=cfg.seed,
+            task=task,
+        ),
+        slices=slice_results(
+            slices,
+            labels,
+            staged,
+            champion,
+            min_rows=settings.gate.min_slice_rows,
+            resamples=cfg.resamples,
+            confidence=cfg.confidence,
+            seed=cfg.seed,
+            task=task,
+        ),
+    )
+
+
+ReleaseAction = Literal["release", "retire", "wait", "ask"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseDecision:
+    action: ReleaseAction
+    """``release``: move champion to the candidate; ``retire``: drop it from staging; ``wait``:
+    more shadow days; ``ask``: a person decides (``release.approval``)."""
+    outcome: str
+    """The gate's outcome on the pooled days (``pass``, ``refuse``, ``undecided``), or
+    ``waiting`` before ``release.shadow_days``."""
+    reasons: list[str]
+
+
+def decide_release(
+    settings: Settings, shadow_days: int, verdict: Verdict | None
+) -> ReleaseDecision:
+    """The release's action from the pooled verdict (None before enough days) and the
+    ``release`` settings."""
+    cfg = settings.release
+    if verdict is None:
+        return ReleaseDecision(
+            "wait",
+            "waiting",
+            [f"{shadow_days} of release.shadow_days={cfg.shadow_days} shadow day(s) so far"],
+        )
+    reasons = [f"pooled {shadow_days} shadow day(s): gate {verdict.outcome}", *verdict.reasons]
+    if verdict.outcome == "pass":
+        if cfg.approval == "always":
+            return ReleaseDecision("ask", "pass", [*reasons, "release.approval=always"])
+        return ReleaseDecision("release", "pass", reasons)
+    if verdict.outcome == "refuse":
+        return ReleaseDecision("retire", "refuse", reasons)
+    if shadow_days < cfg.max_shadow_days:
+        return ReleaseDecision(
+            "wait",
+            "undecided",
+            [*reasons, f"waiting up to release.max_shadow_days={cfg.max_shadow_days}"],
+        )
+    if cfg.approval in ("undecided", "always"):
+        return ReleaseDecision(
+            "ask", "undecided", [*reasons, f"still undecided after {shadow_days} day(s)"]
+        )
+    return ReleaseDecision(
+        "retire",
+        "undecided",
+        [*reasons, f"still undecided after release.max_shadow_days={cfg.max_shadow_days}"],
+    )
+
+
+def describe_differences(evaluation: EvaluateManifest) -> str:
+    """Staged minus champion per metric with its interval, in one line."""
+    level = f"{2 * evaluation.confidence - 1:.0%}"
+    shown = ", ".join(
+        f"{NAMES.get(m, m)} {d.describe()}" for m, d in evaluation.differences.items()
+    )
+    return f"staged - champion ({level} intervals): {shown}"
+
+
+# -- rollback --------------------------------------------------------------------------------------
+
+
+def day_check(
+    day: DayScores,
+    *,
+    metric: str,
+    baseline: float,
+    margin: float,
+    task: str,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> DayCheck:
+    """Whether the champion's day is worse than ``baseline`` beyond ``margin`` with
+    ``confidence``: the interval's most favourable bound is past ``baseline - margin`` (AUC) or
+    ``baseline + margin`` (log loss; RMSE and MAE with ``margin`` a fraction of the baseline).
+    A day on which the metric is undefined (one class) is not degraded."""
+    labels = day.labels
+    value = float(getattr(holdout_metrics(labels, day.champion, task), metric))
+    rows = resample_rows(labels, resamples, seed, task)
+    drawn = replicates(metric, labels, day.champion, rows, task)
+    if value != value or not len(labels) or np.isnan(drawn).any():
+        nan = float("nan")
+        return DayCheck(
+            day=day.day,
+            rows=len(labels),
+            value=nan,
+            interval=Interval(estimate=nan, low=nan, high=nan),
+            degraded=False,
+        )
+    low, high = np.quantile(drawn, [1 - confidence, confidence])
+    allowed = margin * baseline if metric in RELATIVE else margin
+    if HIGHER_IS_BETTER[metric]:
+        degraded = bool(high < baseline - allowed)
+    else:
+        degraded = bool(low > baseline + allowed)
+    return DayCheck(
+        day=day.day,
+        rows=len(labels),
+        value=round(value, 6),
+        interval=Interval(
+            estimate=round(value, 6), low=round(float(low), 6), high=round(float(high), 6)
+        ),
+        degraded=degraded,
+    )
+
+
+def consecutive_degraded(checks: list[DayCheck]) -> int:
+    """How many of the latest days in a row are degraded (a day without a verdict breaks the
+    run only when it is not degraded)."""
+    count = 0
+    for check in reversed(checks):
+        if not check.degraded:
+            break
+        count += 1
+    return count
+
+
+def release_baseline(tags: dict[str, str], metric: str) -> tuple[float, str] | None:
+    """The champion's release baseline of ``metric`` and where it was measured, from its version
+    tags; a version promoted before baselines were recorded falls back to its gate metrics
+    (``trainyard.challenger_<metric>``). None when neither is recorded."""
+    for key, source in (
+        (f"{BASELINE_PREFIX}{metric}", tags.get(BASELINE_SOURCE_TAG, "release")),
+        (f"trainyard.challenger_{metric}", "the promote step's holdout"),
+    ):
+        try:
+            value = float(tags[key])
+        except (KeyError, ValueError):
+            continue
+        if value == value:
+            return value, source
+    return None
+
+
+# -- moves -----------------------------------------------------------------------------------
+
+
+def release_candidate(
+    client: Any,
+    settings: Settings,
+    *,
+    candidate: str,
+    champion: str,
+    day: str,
+    by: str,
+    reasons: list[str],
+    evaluation: EvaluateManifest,
+    approval: dict[str, str] | None = None,
+) -> None:
+    """Move ``champion`` from version ``champion`` to the staged ``candidate`` and clear staging,
+    under the promotion lock and only if neither alias moved meanwhile (``StepError`` saying
+    which did). The candidate's record holds the pooled evidence and its release baseline."""
+    from pipeline_steps.core.locks import exclusive
+    from pipeline_steps.core.tracking import aliased_version, champion_version
+
+    cfg = settings.mlflow
+    with exclusive(
+        settings.promotion.lock, f"promotion.{cfg.registered_model}", setting="promotion.lock"
+    ):
+        current = champion_version(client, cfg)
+        staged = aliased_version(client, cfg, cfg.staging_alias)
+        now_champion = str(current.version) if current else None
+        now_staged = str(staged.version) if staged else None
+        if (now_champion, now_staged) != (champion, candidate):
+            raise StepError(
+                f"the aliases moved since the release decided (champion {champion} -> "
+                f"{now_champion or 'none'}, staging {candidate} -> {now_staged or 'none'}); "
+                "nothing released"
+            )
+        days = ", ".join(evaluation.holdout.days)
+        extra = {
+            RELEASE_TAG: json.dumps(release_record(evaluation, "release", reasons), sort_keys=True),
+            **baseline_tags(evaluation.challenger.metrics, f"shadow days {days}"),
+            **(approval or {}),
+        }
+        record_stage(
+            client,
+            cfg,
+            candidate,
+            "champion",
+            by=by,
+            day=day,
+            reason=f"released over version {champion} on {len(evaluation.holdout.days)} shadow "
+            f"day(s): {describe_differences(evaluation)}",
+            record_fields={"kind": "release", "from": champion},
+            extra=extra,
+        )
+        client.set_registered_model_alias(cfg.registered_model, cfg.champion_alias, candidate)
+        client.delete_registered_model_alias(cfg.registered_model, cfg.staging_alias)
+
+
+def retire_candidate(
+    client: Any,
+    settings: Settings,
+    *,
+    candidate: str,
+    day: str,
+    by: str,
+    reasons: list[str],
+    evaluation: EvaluateManifest | None,
+    extra: dict[str, str] | None = None,
+) -> bool:
+    """Take ``candidate`` out of staging with its record (nothing when staging moved on
+    meanwhile; returns whether it was retired). The champion is untouched."""
+    from pipeline_steps.core.locks import exclusive
+    from pipeline_steps.core.tracking import aliased_version
+
+    cfg = settings.mlflow
+    with exclusive(
+        settings.promotion.lock, f"promotion.{cfg.registered_model}", setting="promotion.lock"
+    ):
+        staged = aliased_version(client, cfg, cfg.staging_alias)
+        if staged is None or str(staged.version) != candidate:
+            return False
+        tags = dict(extra or {})
+        if evaluation is not None:
+            record = release_record(evaluation, "retire", reasons)
+            tags[RELEASE_TAG] = json.dumps(record, sort_keys=True)
+        record_stage(
+            client, cfg, candidate, "retired", by=by, day=day, reason=reasons[0], extra=tags
+        )
+        client.delete_registered_model_alias(cfg.registered_model, cfg.staging_alias)
+    return True
+
+
+def release_record(evaluation: EvaluateManifest, action: str, reasons: list[str]) -> dict:
+    """The release decision as recorded on the candidate: action, days, rows, intervals."""
+    return {
+        "action": action,
+        "days": evaluation.holdout.days,
+        "rows": evaluation.holdout.rows,
+        "differences": {m: d.describe() for m, d in evaluation.differences.items()},
+        "reasons": reasons[:8],
+    }
+
+
+def approval_tags(by: str, comment: str, at: str) -> dict[str, str]:
+    """What a person's answer leaves on the version."""
+    return {
+        APPROVED_BY_TAG: by,
+        APPROVAL_COMMENT_TAG: comment or "(no comment)",
+        APPROVED_AT_TAG: at,
+    }
