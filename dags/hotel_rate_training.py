@@ -20,6 +20,7 @@ from pipeline_steps.core.manifests import STEPS
 from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration import step_task
 from pipeline_steps.orchestration.params import training_params
+from pipeline_steps.orchestration.release import champion_event_task
 from pipeline_steps.orchestration.trigger import (
     SourceDataSensor,
     TriggerOperator,
@@ -46,4 +47,5 @@ with DAG(
         TriggerOperator(settings=settings, config=CONFIG),
         SourceDataSensor(settings=settings),
         *(step_task(step, settings, run_args) for step in STEPS),
+        champion_event_task(settings, "promote"),
     )

@@ -1,11 +1,13 @@
 """The drift asset: how the monitor tells Airflow that the data drifted, and who listens.
 
 ``flight_delay_drift_monitor`` ends with ``emit_drift_event``: when the monitor step's verdict
-crossed its thresholds and the last drift event is more than ``drift.cooldown_hours`` away, the
-task succeeds and Airflow records an event of ``DRIFT_ASSET`` whose ``extra`` is the evidence
-(:func:`drift_event_extra`). Otherwise the task ends skipped, which records no event, and its log
-says why. ``flight_delay_training`` is scheduled by its cron or by that asset
-(:func:`training_schedule`); Airflow queues one asset-triggered run per batch of events.
+crossed its thresholds and the last drift event is more than ``drift.cooldown_hours`` away, the task
+succeeds and Airflow records an event of ``DRIFT_ASSET`` whose ``extra`` is the evidence
+(:func:`drift_event_extra`). When the release step found the champion degraded (and rolled it back),
+the event goes out whatever the verdict and the cooldown, its ``extra`` saying why under
+``rollback``. Otherwise the task ends skipped, which records no event, and its log says why.
+``flight_delay_training`` is scheduled by its cron or by that asset (:func:`training_schedule`);
+Airflow queues one asset-triggered run per batch of events.
 
 Airflow has no cooldown of its own: the task reads the asset's latest event through its inlet
 (``inlet_events``) and compares logical times, so a re-run or a backfill of a drifting week emits
@@ -25,6 +27,7 @@ from pipeline_steps.core.settings import Settings
 DRIFT_ASSET = Asset(name="flight_delay_drift", uri="trainyard://drift/flight_delay")
 """Updated when the monitor finds drift outside the cooldown; schedules flight_delay_training."""
 MONITOR_TASK = "monitor"
+RELEASE_TASK = "release"
 
 
 def training_schedule(settings: Settings) -> Any:
@@ -83,6 +86,19 @@ def event_logical_time(extra: dict[str, Any] | None, timestamp: datetime | None)
     return timestamp
 
 
+def rollback_reason(release: dict[str, Any] | None) -> str | None:
+    """Why the release step asked for retraining (its champion degraded: rolled back, or with
+    nothing to go back to), from its XCom; None otherwise or when it did not run."""
+    from pipeline_steps.core.manifests import ReleaseManifest, load_manifest
+
+    if release is None:
+        return None
+    manifest = load_manifest(ReleaseManifest, release, f"XCom of task {RELEASE_TASK!r}")
+    if manifest.rollback is None or not manifest.rollback.due:
+        return None
+    return manifest.reasons[0]
+
+
 class DriftEventOperator(BaseOperator):
     """Emits a ``DRIFT_ASSET`` event with the monitor's evidence, or ends skipped saying why."""
 
@@ -100,6 +116,12 @@ class DriftEventOperator(BaseOperator):
 
         payload = context["ti"].xcom_pull(task_ids=MONITOR_TASK)
         verdict = load_manifest(MonitorManifest, payload, f"XCom of task {MONITOR_TASK!r}")
+        retrain = rollback_reason(context["ti"].xcom_pull(task_ids=RELEASE_TASK))
+        if retrain is not None:  # a degraded champion: retrain now, whatever the cooldown
+            extra = {**drift_event_extra(verdict, context["run_id"]), "rollback": retrain}
+            context["outlet_events"][DRIFT_ASSET].extra = extra
+            self.log.warning("retraining asked for %s: %s", verdict.logical_date, retrain)
+            return extra
         if not verdict.drift_detected:
             raise AirflowSkipException(
                 f"no drift on the window ending {verdict.logical_date}; no event emitted"
@@ -129,4 +151,5 @@ def drift_event_task(settings: Settings) -> BaseOperator:
         task_id="emit_drift_event",
         cooldown_hours=settings.drift.cooldown_hours,
         retries=settings.orchestration.retries,
+        trigger_rule="all_done",  # a failed release step does not hold back a drift event
     )
