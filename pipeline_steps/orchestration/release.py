@@ -22,7 +22,7 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk import Asset, BaseOperator, Param
 
-from pipeline_steps.core.manifests import PromoteManifest, ReleaseManifest, to_json
+from pipeline_steps.core.manifests import PromoteManifest, ReleaseManifest
 from pipeline_steps.core.settings import Settings
 
 RELEASE_TASK = "release"
@@ -118,7 +118,7 @@ class ReleaseApprovalOperator(ApprovalOperator):
             comment=comment,
         )
         self.log.info("%s: %s", done.action, "; ".join(done.reasons))
-        return to_json(done)
+        return done.to_json()
 
     @staticmethod
     def _release(context: Any) -> ReleaseManifest:
