@@ -229,6 +229,12 @@ def summarise(
         lines.append(
             f"  registered           {p.registered_model} version {p.version}; "
             + (f"champion is now version {p.champion_after}" if p.champion_after else "no champion")
+            + (
+                f"; version {p.staging_after} is staged (the drift monitor releases it after "
+                "its shadow days)"
+                if p.staging_after
+                else ""
+            )
         )
     lines.append(f"  usage and cost       {describe_usage(run.cost(rates or CostSettings()))}")
     return lines
@@ -313,6 +319,9 @@ def describe_move(move: Move) -> list[str]:
     head = f"  {_when(move.at)}  {_version(move.from_version)} -> {_version(move.to_version)}  "
     if move.kind == "rollback":
         lines = [head + f"ROLLBACK by {move.by}"]
+    elif move.kind == "release":
+        when = move.logical_date or "?"
+        lines = [head + f"RELEASED from staging by {move.by}, logical date {when}"]
     else:
         lines = [
             head + f"{move.decision.upper()}  logical date {move.logical_date or '?'}",
@@ -359,7 +368,8 @@ def champion_report(history: ChampionHistory, monitoring_experiment: str) -> lis
     champion's score per monitored day (from ``monitoring_experiment``)."""
     lines = [
         f"registered model {history.registered_model}: champion {_version(history.champion)}, "
-        f"challenger {_version(history.challenger)}",
+        f"challenger {_version(history.challenger)}"
+        + (f", staging {_version(history.staging)}" if history.staging else ""),
         "",
         f"moves of the champion alias, oldest first ({_count(len(history.moves), 'move')})",
     ]

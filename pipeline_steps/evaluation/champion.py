@@ -95,6 +95,8 @@ class ChampionHistory:
     champion: str | None
     challenger: str | None
     moves: list[Move]
+    staging: str | None = None
+    """The staged candidate shadowing the champion (``release.mode: staged``)."""
     days: list[MonitoredDay]
 
 
@@ -285,6 +287,7 @@ def champion_history(
         challenger=_alias(client, cfg, cfg.challenger_alias),
         moves=champion_moves(client, cfg),
         days=champion_days(client, cfg, start, end),
+        staging=_alias(client, cfg, cfg.staging_alias),
     )
 
 

@@ -30,7 +30,8 @@ DAY = date(2013, 6, 4)
 
 @pytest.fixture
 def settings(make_settings):
-    return make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0")
+    # promotions move the champion at once here (the staged release: tests/unit/test_release.py)
+    return make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0", "release.mode=direct")
 
 
 def _client(settings) -> MlflowClient:
@@ -167,7 +168,7 @@ def refusal_registry(tmp_path_factory):
 
     home = tmp_path_factory.mktemp("refusals") / "home"
     settings = load_settings(
-        overrides=["gate.min_auc=0.6", "gate.max_auc_drop=0.0"],
+        overrides=["gate.min_auc=0.6", "gate.max_auc_drop=0.0", "release.mode=direct"],
         environ={"TRAINYARD_HOME": str(home)},
     )
     _promote(settings, "run-1", 0.7)

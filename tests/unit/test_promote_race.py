@@ -31,7 +31,8 @@ READ_TO_SET_S = 0.3  # widens the window between reading the champion and moving
 
 @pytest.fixture
 def settings(make_settings):
-    return make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0")
+    # promotions move the champion at once here (the staged release: tests/unit/test_release.py)
+    return make_settings("gate.min_auc=0.6", "gate.max_auc_drop=0.0", "release.mode=direct")
 
 
 @pytest.fixture

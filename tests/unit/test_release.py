@@ -354,7 +354,7 @@ def test_the_monitor_scores_the_staged_model_beside_the_champion(lake_home, make
     settings = make_settings("drift.current_days=1", "drift.min_reference_days=2", home=lake_home)
     client = _client(settings)
     for alias in ("champion", "staging"):
-        run_id, uri = logged_model(settings)
+        _run_id, uri = logged_model(settings)
         version = mlflow.register_model(uri, "flight_delay")
         client.set_registered_model_alias("flight_delay", alias, version.version)
     day = HISTORY[-1]
@@ -362,9 +362,9 @@ def test_the_monitor_scores_the_staged_model_beside_the_champion(lake_home, make
     assert printed.champion is not None and printed.staging is not None
     assert (printed.champion.version, printed.staging.version) == ("1", "2")
     assert printed.staging.metrics.rows == printed.champion.metrics.rows > 500
-    (kept,) = read_days(RunContext(run_id="x", logical_date=day, settings=settings).lake, [
-        day.isoformat()
-    ])
+    (kept,) = read_days(
+        RunContext(run_id="x", logical_date=day, settings=settings).lake, [day.isoformat()]
+    )
     assert kept.staging is not None and len(kept.staging) == len(kept.labels)
     assert {"carrier", "origin"} <= set(kept.slices.columns)
     run = client.get_run(printed.champion.mlflow_run_id)
