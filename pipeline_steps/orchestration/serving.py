@@ -1,0 +1,83 @@
+"""The champion asset's example consumer: when the champion moves, serve the next day with it.
+
+``flight_delay_serving`` is scheduled on the ``<registered model>_champion`` asset
+(:func:`pipeline_steps.orchestration.release.champion_asset`). ``serving_day`` reads the newest
+event's ``extra`` (the version, the day it moved on) and names the day after it; ingest and
+validate of that day run as in the other DAGs (cached when they already ran); ``score`` runs
+``trainyard predict`` for it, which fills the Feast online store as the day goes on and scores
+each row with the champion's features read online, into ``serving/date=D/predictions.parquet``
+in the lake. A run triggered by hand serves the day after its logical date.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from pipeline_steps.core.settings import Settings
+
+SERVING_DAY_TASK = "serving_day"
+SERVING_DAY = "{{ ti.xcom_pull(task_ids='serving_day')['day'] }}"
+
+
+def next_day(events: Any, logical: Any) -> tuple[str, dict[str, Any]]:
+    """The day to serve (the day after the newest champion event's, else after the run's logical
+    date) and that event's ``extra``; ``ValueError`` when neither names a day."""
+    received = [event for queue in (events or {}).values() for event in queue]
+    extra: dict[str, Any] = {}
+    day = None
+    if received:
+        newest = max(received, key=lambda e: str(getattr(e, "timestamp", "")))
+        extra = dict(getattr(newest, "extra", None) or {})
+        day = extra.get("logical_date")
+    if not isinstance(day, str) and logical is not None:
+        day = logical.date().isoformat() if hasattr(logical, "date") else str(logical)
+    if not isinstance(day, str):
+        raise ValueError(f"neither a champion event nor the run names a day: {extra}")
+    return (date.fromisoformat(day[:10]) + timedelta(days=1)).isoformat(), extra
+
+
+class ServingDayOperator(BaseOperator):
+    """Names the day to serve and the champion event behind it (its XCom)."""
+
+    ui_color = "#d6eaf8"
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        day, extra = next_day(context.get("triggering_asset_events"), context.get("logical_date"))
+        self.log.info("serving %s (champion event: %s)", day, extra or "none, run by hand")
+        return {"day": day, "event": extra}
+
+
+class ScoreDayOperator(BaseOperator):
+    """``trainyard predict`` for the serving day, written to the lake; fails naming the cause
+    (no champion, the day not validated) as the command prints it."""
+
+    template_fields = ("day",)
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, settings: Settings, day: str = SERVING_DAY, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.day = day
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        root = self.settings.lake.root
+        output = Path(root) / "serving" / f"date={self.day}" / "predictions.parquet"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        argv = ["trainyard", "predict", "--logical-date", self.day, "--output", str(output)]
+        self.log.info("running %s", " ".join(argv))
+        done = subprocess.run(argv, capture_output=True, text=True)
+        for line in (done.stdout + done.stderr).splitlines():
+            self.log.info("%s", line)
+        if done.returncode != 0:
+            raise AirflowException(
+                f"trainyard predict failed for {self.day} (exit {done.returncode})"
+            )
+        event = (context["ti"].xcom_pull(task_ids=SERVING_DAY_TASK) or {}).get("event") or {}
+        return {"day": self.day, "predictions": str(output), "champion_event": event}
