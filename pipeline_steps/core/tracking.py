@@ -137,13 +137,12 @@ def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | No
     When a run that was not a backfill already decided ``day`` (the first such version of that
     logical date), the champion it compared with, as recorded on its version: that holds
     whatever moved the alias before it ran, rollbacks included. Otherwise it is reconstructed
-    from promotions: of the versions whose recorded decision moved the live alias (``promoted``
-    or ``forced``), the one of the newest logical date before ``day`` (the highest version
-    among equals); a rollback has no logical date, so it cannot count there. Backfill runs
+    from promotions and releases: of the versions whose recorded decision moved the live alias
+    (``promoted`` or ``forced``, or a release from staging on a monitored day), the one of the
+    newest logical date before ``day`` (the highest version among equals); a rollback has no
+    logical date, so it cannot count there. Backfill runs
     never move the alias, so their versions never count. None when no run before ``day``
     promoted anything."""
-    from pipeline_steps.core.manifests import PROMOTED
-
     versions = client.search_model_versions(f"name = '{settings.registered_model}'")
     recorded = _compared_on(versions, day)
     if recorded == "none":
@@ -154,16 +153,28 @@ def champion_as_of(client: Any, settings: MlflowSettings, day: date) -> Any | No
     best: tuple[str, int] | None = None
     chosen = None
     for version in versions:
-        tags = version.tags or {}
-        promoted_on = tags.get(DATE_TAG, "")
-        if tags.get(DECISION_TAG) not in PROMOTED or tags.get(KIND_TAG) == "backfill":
-            continue
-        if not promoted_on or promoted_on >= day.isoformat():
-            continue
-        key = (promoted_on, int(version.version))
-        if best is None or key > best:
-            best, chosen = key, version
+        for moved_on in _moved_on(version.tags or {}):
+            if moved_on >= day.isoformat():
+                continue
+            key = (moved_on, int(version.version))
+            if best is None or key > best:
+                best, chosen = key, version
     return chosen
+
+
+def _moved_on(tags: dict[str, str]) -> list[str]:
+    """The logical dates on which the live alias moved to a version: its promotion (not a
+    backfill's), and its releases from staging (the monitor's day)."""
+    from pipeline_steps.core.manifests import PROMOTED
+    from pipeline_steps.core.stages import stage_records
+
+    days = []
+    if tags.get(DECISION_TAG) in PROMOTED and tags.get(KIND_TAG) != "backfill":
+        days.append(tags.get(DATE_TAG, ""))
+    for record in stage_records(tags):
+        if record.get("stage") == "champion" and record.get("kind") == "release":
+            days.append(str(record.get("day") or ""))
+    return [day for day in days if day]
 
 
 def _compared_on(versions: list[Any], day: date) -> str | None:

@@ -29,7 +29,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.locks import exclusive
 from pipeline_steps.core.manifests import HoldoutMetrics
 from pipeline_steps.core.settings import MlflowSettings, Settings
-from pipeline_steps.evaluation.stages import stage_records
+from pipeline_steps.core.stages import stage_records
 
 log = logging.getLogger(__name__)
 

@@ -41,18 +41,18 @@ from pipeline_steps.core.manifests import (
     ScoredChampion,
 )
 from pipeline_steps.core.settings import MlflowSettings, Settings
+from pipeline_steps.core.stages import (
+    STAGE_RECORD_PREFIX,
+    STAGE_TAG,
+    Stage,
+    stage_records,
+)
 from pipeline_steps.evaluation.bootstrap import paired_differences, replicates, resample_rows
 from pipeline_steps.evaluation.champion import fit_description, now_utc
 from pipeline_steps.evaluation.gate import NAMES, RELATIVE, Verdict
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics
 from pipeline_steps.evaluation.shadow import DayScores, pooled
 from pipeline_steps.evaluation.slices import slice_results
-from pipeline_steps.evaluation.stages import (
-    STAGE_RECORD_PREFIX,
-    STAGE_TAG,
-    Stage,
-    stage_records,
-)
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 DAG_ID = "flight_delay_training"
 STEPS = ["ingest", "validate", "features", "train", "evaluate", "promote"]
-TASKS = ["trigger", "wait_for_data", *STEPS]
+TASKS = ["trigger", "wait_for_data", *STEPS, "emit_champion_event"]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 DAG_ID = "hotel_rate_training"
 CONFIG = str(ROOT / "examples" / "hotel_rates" / "settings.yaml")
 STEPS = ["ingest", "validate", "features", "train", "evaluate", "promote"]
-TASKS = ["trigger", "wait_for_data", *STEPS]
+TASKS = ["trigger", "wait_for_data", *STEPS, "emit_champion_event"]
 
 
 @pytest.fixture(scope="module")

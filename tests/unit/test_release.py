@@ -17,9 +17,9 @@ from mlflow import MlflowClient
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import ScoredChampion
+from pipeline_steps.core.stages import stage_records
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.evaluation.shadow import DayScores, write_day
-from pipeline_steps.evaluation.stages import stage_records
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.release import apply_approval, release
 from tests.manifests import scored
@@ -172,6 +172,13 @@ def test_a_candidate_as_good_as_the_champion_is_released_after_its_shadow_days(s
     )
     lake_copy = RunContext(run_id="run-2", logical_date=FIRST, settings=settings).lake
     assert lake_copy.read_json("runs/run-2", "release.json")["action"] == "released"
+    # A backfill of a later day compares with the released version, of an earlier one not.
+    from pipeline_steps.core.tracking import champion_as_of
+
+    client = _client(settings)
+    later, earlier = days[-1] + timedelta(days=1), days[-1] - timedelta(days=1)
+    assert str(champion_as_of(client, settings.mlflow, later).version) == "2"
+    assert str(champion_as_of(client, settings.mlflow, earlier).version) == "1"
 
 
 def test_a_worse_candidate_is_retired_during_shadow_and_the_champion_stays(staged) -> None:
@@ -370,3 +377,18 @@ def test_the_monitor_scores_the_staged_model_beside_the_champion(lake_home, make
     run = client.get_run(printed.champion.mlflow_run_id)
     assert run.data.tags["trainyard.staging_version"] == "2"
     assert "staging_log_loss" in run.data.metrics
+
+
+def test_the_serving_example_serves_the_day_after_the_move() -> None:
+    from datetime import UTC
+    from types import SimpleNamespace
+
+    from pipeline_steps.orchestration.serving import next_day
+
+    older = SimpleNamespace(timestamp="2026-01-01", extra={"logical_date": "2013-06-03"})
+    newer = SimpleNamespace(timestamp="2026-01-02", extra={"logical_date": "2013-06-07"})
+    day, extra = next_day({"champion": [older, newer]}, None)
+    assert (day, extra["logical_date"]) == ("2013-06-08", "2013-06-07")
+    assert next_day({}, dt(2013, 6, 30, tzinfo=UTC))[0] == "2013-07-01"
+    with pytest.raises(ValueError, match="names a day"):
+        next_day({}, None)

@@ -1,6 +1,7 @@
 """The stages a model version went through (``staging``, ``champion``, ``retired``,
 ``replaced``), as records on the version: read here, written by
-:mod:`pipeline_steps.evaluation.release`."""
+:mod:`pipeline_steps.evaluation.release`, read by the champion's history and
+:func:`pipeline_steps.core.tracking.champion_as_of`."""
 
 from __future__ import annotations
 
