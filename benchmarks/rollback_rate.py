@@ -28,6 +28,10 @@ same comparison (upper bound below ``baseline - margin``) to the interval it ret
     TRAINYARD_HOME=/work/main/.trainyard .venv/bin/python benchmarks/rollback_rate.py \\
         --model-uri models:/flight_delay/2 --rows-cache /tmp/rows_2013.parquet \\
         --out /tmp/rollback_2013.json
+
+``make demo`` registers two versions; version 2 is the one promoted to champion. Add
+``--baseline 0.6329`` (its median daily AUC over 2013) to judge the rule against a representative
+baseline instead of the one-day holdout's.
 """
 
 from __future__ import annotations
