@@ -584,25 +584,28 @@ class MonitorManifest(Manifest):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DayCheck:
-    """The champion's watched metric on one monitored day against its release baseline."""
+    """The champion against the version it replaced on one monitored day's rows."""
 
     day: str
     rows: int
-    value: float
-    interval: Interval
-    """The metric's bootstrap interval on the day (``evaluate.confidence`` each side)."""
+    champion: float
+    """The champion's watched metric on the day."""
+    previous: float
+    """The replaced version's, on the same rows."""
+    difference: Interval
+    """Champion minus replaced version, paired bootstrap (``evaluate.confidence`` each side)."""
     degraded: bool
-    """The interval's most favourable bound is worse than the baseline beyond the margin."""
+    """The interval's most favourable bound is worse than the margin."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RollbackCheck:
-    """The champion's health as the release step judged it."""
+    """The champion's health as the release step judged it: its days against the version it
+    replaced, the one a rollback goes back to."""
 
     version: str
+    previous: str
     metric: str
-    baseline: float
-    baseline_source: str
     margin: float
     days: list[DayCheck]
     """Its monitored days since it became the champion, at most the last few, oldest first."""

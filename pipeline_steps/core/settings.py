@@ -806,16 +806,17 @@ class ReleaseSettings:
     """Hours the approval waits; with no answer the champion stays and the candidate stays
     staged (asked again on the next monitored day)."""
     rollback_days: int = 3
-    """Consecutive monitored days on which the champion must be worse than its release baseline
-    (beyond ``rollback_margin``, with ``evaluate.confidence``) before the monitor rolls it back
-    to the previous champion; 0 turns automatic rollback off."""
+    """Consecutive monitored days on which the champion must be worse than the version it
+    replaced, on the same rows, beyond ``rollback_margin`` with ``evaluate.confidence``, before
+    the monitor rolls it back to that version and asks for retraining; 0 turns automatic
+    rollback off. A first champion (none replaced) is never rolled back."""
     rollback_metric: str = ""
     """Metric the rollback watches; empty: the task's first gate metric (``binary``: ``auc``,
     ``multiclass``: ``log_loss``, ``regression``: ``rmse``)."""
-    rollback_margin: float = 0.08
-    """How much worse than its release baseline the champion's day may be (the interval's
-    most favourable bound beyond it counts the day as degraded); in the metric's units, for
-    ``rmse`` and ``mae`` a fraction of the baseline. Calibrated on 2013 (docs/champion.md)."""
+    rollback_margin: float = 0.02
+    """A day is degraded when the paired interval of champion minus replaced version lies
+    entirely worse than this (in the metric's units; for ``rmse`` and ``mae`` a fraction of the
+    replaced version's value). Calibrated on 2013 (docs/rollback_2013.md)."""
 
     def __post_init__(self) -> None:
         if self.shadow_days < 1:

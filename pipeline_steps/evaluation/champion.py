@@ -209,6 +209,18 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
     return moves
 
 
+def replaced_version(moves: list[Move], version: str) -> tuple[str | None, str]:
+    """The version that ``version`` replaced as the champion (what the rollback check compares
+    it with and goes back to) and when it last became the champion. A version back by a
+    rollback is not compared with the one it was rolled back from (that one was retired): it
+    counts as what its own promotion or release replaced."""
+    mine = [m for m in moves if m.to_version == version]
+    if not mine:
+        return None, ""
+    entered = [m for m in mine if m.kind != "rollback"]
+    return (entered[-1].from_version if entered else None), mine[-1].at
+
+
 def champion_moves(client: Any, settings: MlflowSettings) -> list[Move]:
     """Every move of the champion alias of ``settings.registered_model``, oldest first."""
     versions = client.search_model_versions(f"name = '{settings.registered_model}'")

@@ -11,9 +11,10 @@ and becomes the champion on the evidence of the pooled days; a champion that deg
   slices): ``pass`` releases the candidate, ``refuse`` retires it, ``undecided`` keeps it
   waiting until ``release.max_shadow_days``. ``release.approval`` may put a person's
   Approve/Reject before the move (:func:`apply_approval`).
-- **Rollback.** The champion's day is ``degraded`` when its interval of the watched metric lies
-  beyond its release baseline by ``release.rollback_margin``; after ``release.rollback_days``
-  such days in a row the champion goes back to the version it replaced (:func:`rollback_check`).
+- **Rollback.** The monitor scores the version the champion replaced beside it; the champion's
+  day is ``degraded`` when the paired interval of champion minus replaced lies beyond
+  ``release.rollback_margin``; after ``release.rollback_days`` such days in a row the champion
+  goes back to the version it replaced (:func:`day_check`, the release step).
 
 Every stage a version enters is a record on it (``trainyard.stages.<n>``, JSON) and a line of
 its description in the MLflow UI; the champion's moves stay those of
@@ -34,9 +35,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import (
     DayCheck,
     EvaluateManifest,
-    HoldoutMetrics,
     HoldoutRef,
-    Interval,
     ScoredChallenger,
     ScoredChampion,
 )
@@ -47,7 +46,7 @@ from pipeline_steps.core.stages import (
     Stage,
     stage_records,
 )
-from pipeline_steps.evaluation.bootstrap import paired_differences, replicates, resample_rows
+from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.champion import fit_description, now_utc
 from pipeline_steps.evaluation.gate import NAMES, RELATIVE, Verdict
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics
@@ -56,10 +55,6 @@ from pipeline_steps.evaluation.slices import slice_results
 
 log = logging.getLogger(__name__)
 
-BASELINE_PREFIX = "trainyard.baseline_"
-"""``trainyard.baseline_<metric>``: the champion's release baseline of a metric, what the
-rollback check holds its days to; ``trainyard.baseline_source`` says where it was measured."""
-BASELINE_SOURCE_TAG = "trainyard.baseline_source"
 APPROVED_BY_TAG = "trainyard.approved_by"
 APPROVAL_COMMENT_TAG = "trainyard.approval_comment"
 APPROVED_AT_TAG = "trainyard.approved_at"
@@ -111,28 +106,6 @@ def record_stage(
         description=fit_description(current.description or "", line),
     )
     return record
-
-
-def baseline_tags(metrics: HoldoutMetrics, source: str, bar: HoldoutMetrics | None = None) -> dict:
-    """The release baseline tags of a new champion: its gate metrics where it was judged
-    (``source``); with ``bar`` (a forced promotion: the champion it replaced, on the same rows),
-    the better of the two per metric, so forcing a worse model does not lower the bar."""
-    from pipeline_steps.core.tasks import task_spec
-
-    tags = {BASELINE_SOURCE_TAG: source}
-    for metric in task_spec(metrics.task).metrics:
-        value = float(getattr(metrics, metric))
-        if bar is not None:
-            other = float(getattr(bar, metric))
-            if other == other and (value != value or _better_value(metric, other, value)):
-                value = other
-        if value == value:
-            tags[f"{BASELINE_PREFIX}{metric}"] = repr(round(value, 6))
-    return tags
-
-
-def _better_value(metric: str, first: float, second: float) -> bool:
-    return first > second if HIGHER_IS_BETTER[metric] else first < second
 
 
 # -- staging ---------------------------------------------------------------------------------------
@@ -306,43 +279,45 @@ def day_check(
     day: DayScores,
     *,
     metric: str,
-    baseline: float,
     margin: float,
     task: str,
     resamples: int,
     confidence: float,
     seed: int,
 ) -> DayCheck:
-    """Whether the champion's day is worse than ``baseline`` beyond ``margin`` with
-    ``confidence``: the interval's most favourable bound is past ``baseline - margin`` (AUC) or
-    ``baseline + margin`` (log loss; RMSE and MAE with ``margin`` a fraction of the baseline).
-    A day on which the metric is undefined (one class) is not degraded."""
+    """Whether the champion is worse than the version it replaced (``day.previous``) on the
+    day's rows beyond ``margin`` with ``confidence``: the paired interval of champion minus
+    replaced lies entirely below ``-margin`` (AUC) or above ``+margin`` (log loss; for RMSE and
+    MAE ``margin`` is a fraction of the replaced version's value). Paired on the same rows, the
+    day's difficulty cancels out. A day on which the metric is undefined (one class) is not
+    degraded."""
+    assert day.previous is not None, "a rollback check needs the replaced version's scores"
     labels = day.labels
-    value = float(getattr(holdout_metrics(labels, day.champion, task), metric))
-    rows = resample_rows(labels, resamples, seed, task)
-    drawn = replicates(metric, labels, day.champion, rows, task)
-    if value != value or not len(labels) or np.isnan(drawn).any():
-        nan = float("nan")
-        return DayCheck(
-            day=day.day,
-            rows=len(labels),
-            value=nan,
-            interval=Interval(estimate=nan, low=nan, high=nan),
-            degraded=False,
-        )
-    low, high = np.quantile(drawn, [1 - confidence, confidence])
-    allowed = margin * baseline if metric in RELATIVE else margin
-    if HIGHER_IS_BETTER[metric]:
-        degraded = bool(high < baseline - allowed)
+    champion = float(getattr(holdout_metrics(labels, day.champion, task), metric))
+    previous = float(getattr(holdout_metrics(labels, day.previous, task), metric))
+    (difference,) = paired_differences(
+        labels,
+        day.champion,
+        day.previous,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+        metrics=(metric,),
+        task=task,
+    ).values()
+    allowed = margin * previous if metric in RELATIVE else margin
+    if difference.estimate != difference.estimate:
+        degraded = False
+    elif HIGHER_IS_BETTER[metric]:
+        degraded = bool(difference.high < -allowed)
     else:
-        degraded = bool(low > baseline + allowed)
+        degraded = bool(difference.low > allowed)
     return DayCheck(
         day=day.day,
         rows=len(labels),
-        value=round(value, 6),
-        interval=Interval(
-            estimate=round(value, 6), low=round(float(low), 6), high=round(float(high), 6)
-        ),
+        champion=round(champion, 6),
+        previous=round(previous, 6),
+        difference=difference,
         degraded=degraded,
     )
 
@@ -356,23 +331,6 @@ def consecutive_degraded(checks: list[DayCheck]) -> int:
             break
         count += 1
     return count
-
-
-def release_baseline(tags: dict[str, str], metric: str) -> tuple[float, str] | None:
-    """The champion's release baseline of ``metric`` and where it was measured, from its version
-    tags; a version promoted before baselines were recorded falls back to its gate metrics
-    (``trainyard.challenger_<metric>``). None when neither is recorded."""
-    for key, source in (
-        (f"{BASELINE_PREFIX}{metric}", tags.get(BASELINE_SOURCE_TAG, "release")),
-        (f"trainyard.challenger_{metric}", "the promote step's holdout"),
-    ):
-        try:
-            value = float(tags[key])
-        except (KeyError, ValueError):
-            continue
-        if value == value:
-            return value, source
-    return None
 
 
 # -- moves -----------------------------------------------------------------------------------
@@ -392,7 +350,7 @@ def release_candidate(
 ) -> None:
     """Move ``champion`` from version ``champion`` to the staged ``candidate`` and clear staging,
     under the promotion lock and only if neither alias moved meanwhile (``StepError`` saying
-    which did). The candidate's record holds the pooled evidence and its release baseline."""
+    which did). The candidate's record holds the pooled evidence."""
     from pipeline_steps.core.locks import exclusive
     from pipeline_steps.core.tracking import aliased_version, champion_version
 
@@ -410,10 +368,8 @@ def release_candidate(
                 f"{now_champion or 'none'}, staging {candidate} -> {now_staged or 'none'}); "
                 "nothing released"
             )
-        days = ", ".join(evaluation.holdout.days)
         extra = {
             RELEASE_TAG: json.dumps(release_record(evaluation, "release", reasons), sort_keys=True),
-            **baseline_tags(evaluation.challenger.metrics, f"shadow days {days}"),
             **(approval or {}),
         }
         record_stage(

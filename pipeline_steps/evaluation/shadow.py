@@ -1,9 +1,11 @@
 """A monitored day's scores, kept for the release: the champion's and the staged model's
-predictions on the same labelled rows, with the rows' slices.
+predictions on the same labelled rows (and the predictions of the version the champion replaced),
+with the rows' slices.
 
 The drift monitor writes one file per day (``reports/monitor/date=D/scores.parquet``) when there
 is a champion; the release step pools the days on which the staged model was scored beside the
-current champion, and the rollback check reads the champion's own days. Predictions are stored
+current champion, and the rollback check compares the champion with the version it replaced on
+its days. Predictions are stored
 as the task gives them: one column per model for ``binary`` and ``regression``, one per class
 (``<model>.<k>``) for ``multiclass``.
 """
@@ -41,13 +43,18 @@ class DayScores:
     champion: np.ndarray
     staging: np.ndarray | None
     slices: pd.DataFrame
+    previous_version: str | None = None
+    """The version the champion replaced (what a rollback goes back to), scored on the same
+    rows: the rollback check compares the champion with it."""
+    previous: np.ndarray | None = None
     scored_at: str = ""
     """When the monitor scored the day (UTC, ISO): the rollback check counts a champion's days
     from the time it became the champion."""
 
     def to_table(self) -> pa.Table:
         columns: dict[str, object] = {LABEL: self.labels}
-        for name, values in (("champion", self.champion), ("staging", self.staging)):
+        models = (("champion", self.champion), ("staging", self.staging))
+        for name, values in (*models, ("previous", self.previous)):
             if values is None:
                 continue
             if values.ndim == 2:
@@ -61,6 +68,7 @@ class DayScores:
             "day": self.day,
             "champion_version": self.champion_version,
             "staging_version": self.staging_version,
+            "previous_version": self.previous_version,
             "scored_at": self.scored_at,
         }
         return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
@@ -90,6 +98,8 @@ class DayScores:
             champion=champion,
             staging=predictions("staging"),
             slices=slices.rename(columns=lambda c: c.removeprefix(SLICE_PREFIX)),
+            previous_version=meta.get("previous_version"),
+            previous=predictions("previous"),
             scored_at=str(meta.get("scored_at", "")),
         )
 

@@ -93,6 +93,20 @@ def staging_model(ctx: RunContext, champion: Champion | None) -> Champion | None
     return Champion(version=str(version.version), model_uri=uri, window=None)
 
 
+def replaced_model(ctx: RunContext, champion: Champion) -> Champion | None:
+    """The version the champion replaced (the latest move to it came from there), which the
+    rollback check compares it with; None for a first champion."""
+    from pipeline_steps.core.tracking import connect
+    from pipeline_steps.evaluation.champion import champion_moves, replaced_version
+
+    cfg = ctx.settings.mlflow
+    version, _ = replaced_version(champion_moves(connect(cfg), cfg), champion.version)
+    if version is None:
+        return None
+    uri = f"models:/{cfg.registered_model}/{version}"
+    return Champion(version=version, model_uri=uri, window=None)
+
+
 def training_window(client: Any, run_id: str | None) -> tuple[date, date] | None:
     """First and last training day of a model version, as its MLflow run recorded them (None
     without a run, or for a run that did not record them)."""
@@ -377,14 +391,17 @@ def score_day(
     features: list[str],
     verdict: Verdict,
 ) -> ScoredDay:
-    """Score D's rows with the staged model too (its shadow day), log both models' metrics to
-    the monitoring run of D and keep D's labels and predictions for the release
+    """Score D's rows with the staged model too (its shadow day) and with the version the
+    champion replaced (for the rollback check), log the champion's and staged model's metrics
+    to the monitoring run of D and keep D's labels and predictions for the release step
     (:mod:`pipeline_steps.evaluation.shadow`)."""
     from pipeline_steps.evaluation.champion import now_utc
     from pipeline_steps.evaluation.shadow import DayScores, write_day
 
     domain = ctx.domain
     staged = scorer(staging.model_uri, features)(today) if staging is not None else None
+    replaced = replaced_model(ctx, champion) if ctx.settings.release.rollback_days else None
+    previous = scorer(replaced.model_uri, features)(today) if replaced is not None else None
     champion_day, staging_day = log_champion_day(
         ctx, champion, today, predicted, domain, verdict, staging, staged
     )
@@ -400,6 +417,8 @@ def score_day(
         champion=np.asarray(predicted, dtype=np.float64),
         staging=staged,
         slices=slices.reset_index(drop=True),
+        previous_version=replaced.version if replaced else None,
+        previous=previous,
         scored_at=now_utc(),
     )
     return ScoredDay(champion_day, staging_day, write_day(ctx.lake, scores))

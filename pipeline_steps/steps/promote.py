@@ -171,8 +171,8 @@ def record_decision(
 ) -> str | None:
     """Tag the version with the decision and its evidence, describe it on its page in the
     MLflow UI, point the challenger alias at it (not in a backfill), then move the champion
-    alias from ``current_version`` if the decision says so (recording when and from where, and
-    the release baseline the rollback check holds it to), or the staging alias. Tags first: a
+    alias from ``current_version`` if the decision says so (recording when and from where), or
+    the staging alias. Tags first: a
     backfill looking for the champion as of its date finds a moved alias's version by its
     decision tag. Returns the staged version this one replaced, if any."""
     from pipeline_steps.core.tracking import (
@@ -185,7 +185,7 @@ def record_decision(
         REASONS_TAG,
     )
     from pipeline_steps.evaluation.champion import decision_description, now_utc
-    from pipeline_steps.evaluation.release import baseline_tags, stage
+    from pipeline_steps.evaluation.release import stage
 
     cfg = ctx.settings.mlflow
     challenger, champion = evaluation.challenger, evaluation.champion
@@ -211,9 +211,6 @@ def record_decision(
     if decision.moves_alias:
         tags[MOVED_AT_TAG] = now_utc()
         tags[MOVED_FROM_TAG] = current_version or "none"
-        bar = champion.metrics if decision.decision == "forced" and champion else None
-        source = f"the promote step's holdout of {ctx.logical_date.isoformat()}"
-        tags |= baseline_tags(challenger.metrics, source, bar)
     for key, value in tags.items():
         client.set_model_version_tag(cfg.registered_model, version, key, value)
     description = decision_description(

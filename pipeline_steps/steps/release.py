@@ -1,9 +1,10 @@
 """Release step (the drift monitor's, after ``monitor``): the staged candidate's fate and the
 champion's health on the logical date D.
 
-1. **Rollback.** The champion's days since it became the champion (the monitor's scores) are
-   held to its release baseline (``release.rollback_*``); after ``release.rollback_days``
-   degraded days in a row it goes back to the version it replaced, recorded on both.
+1. **Rollback.** The champion's days since it became the champion are compared, on the same
+   rows, with the version it replaced (the monitor scores both, ``release.rollback_*``); after
+   ``release.rollback_days`` degraded days in a row it goes back to that version, recorded on
+   both.
 2. **Release.** The staged version's shadow days (scored by the monitor beside the current
    champion) are pooled once there are ``release.shadow_days`` of them and judged by the gate:
    released, retired, kept waiting, or handed to a person (``release.approval``: the monitor
@@ -41,7 +42,6 @@ from pipeline_steps.evaluation.release import (
     decide_release,
     describe_differences,
     record_stage,
-    release_baseline,
     release_candidate,
     retire_candidate,
     shadow_evaluation,
@@ -170,29 +170,31 @@ def _decide(
 def rollback_check(
     ctx: RunContext, client: Any, champion: Any, days: list[DayScores]
 ) -> RollbackCheck | None:
-    """The champion's monitored days since it became the champion against its release
-    baseline; None when automatic rollback is off or no baseline is recorded."""
-    from pipeline_steps.evaluation.champion import champion_moves
+    """The champion's monitored days since it became the champion, each against the version it
+    replaced on the same rows; None when automatic rollback is off or it replaced none."""
+    from pipeline_steps.evaluation.champion import champion_moves, replaced_version
 
     settings = ctx.settings
     cfg = settings.release
     if cfg.rollback_days == 0:
         return None
     version = str(champion.version)
-    metric = cfg.metric_for(ctx.domain.task)
-    found = release_baseline(dict(champion.tags or {}), metric)
-    if found is None:
-        log.warning("champion %s records no baseline of %s: no rollback check", version, metric)
+    previous, since = replaced_version(champion_moves(client, settings.mlflow), version)
+    if previous is None:
         return None
-    baseline, source = found
-    moves = [m for m in champion_moves(client, settings.mlflow) if m.to_version == version]
-    since = moves[-1].at if moves else ""
-    mine = [d for d in days if d.champion_version == version and d.scored_at >= since]
+    mine = [
+        d
+        for d in days
+        if d.champion_version == version
+        and d.previous_version == previous
+        and d.previous is not None
+        and d.scored_at >= since
+    ]
+    metric = cfg.metric_for(ctx.domain.task)
     checks = [
         day_check(
             d,
             metric=metric,
-            baseline=baseline,
             margin=cfg.rollback_margin,
             task=ctx.domain.task,
             resamples=settings.evaluate.resamples,
@@ -204,9 +206,8 @@ def rollback_check(
     in_a_row = consecutive_degraded(checks)
     return RollbackCheck(
         version=version,
+        previous=previous,
         metric=metric,
-        baseline=baseline,
-        baseline_source=source,
         margin=cfg.rollback_margin,
         days=checks,
         degraded_in_a_row=in_a_row,
@@ -217,23 +218,20 @@ def rollback_check(
 def _roll_back(
     ctx: RunContext, client: Any, champion: str, health: RollbackCheck
 ) -> ReleaseManifest:
-    from pipeline_steps.evaluation.champion import champion_moves, rollback
+    from pipeline_steps.evaluation.champion import rollback
 
     settings, day = ctx.settings, ctx.logical_date.isoformat()
-    worst = health.days[-1]
+    last, target = health.days[-1], health.previous
     why = (
-        f"champion {champion} degraded on {health.degraded_in_a_row} monitored day(s) in a row "
-        f"(release.rollback_days={settings.release.rollback_days}): {health.metric} on {worst.day} "
-        f"{worst.interval.describe()} against its baseline {health.baseline:.4f} "
-        f"({health.baseline_source}) with margin {health.margin:g}"
+        f"champion {champion} worse than version {target}, the one it replaced, on "
+        f"{health.degraded_in_a_row} monitored day(s) in a row (release.rollback_days="
+        f"{settings.release.rollback_days}): {health.metric} champion - replaced on {last.day} "
+        f"{last.difference.describe()} beyond the margin {health.margin:g}"
     )
-    moves = [m for m in champion_moves(client, settings.mlflow) if m.to_version == champion]
-    target = moves[-1].from_version if moves else None
-    if target is None:
-        reasons = [why, "no earlier champion to go back to: the champion stays; retraining asked"]
-        return replace(_unchanged(ctx, champion, champion, reasons), rollback=health)
     rollback(settings, target, why, MONITOR_USER, expect_from=champion)
-    record_stage(client, settings.mlflow, champion, "retired", by=MONITOR_USER, day=day, reason=why)
+    record_stage(
+        client, settings.mlflow, champion, "retired", by=MONITOR_USER, day=day, reason=why
+    )
     log.warning("rolled the champion back from version %s to %s: %s", champion, target, why)
     reasons = [why, f"the champion is version {target} again; retraining asked"]
     return replace(
