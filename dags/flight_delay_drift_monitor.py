@@ -5,7 +5,7 @@ approve_release → emit_champion_event. The monitor step compares the window of
 ``drift.current_days`` days ending at the logical date with the champion's reference (thresholds
 calibrated on the reference itself) and scores the champion, and the staged candidate beside it,
 on the day (MLflow experiment ``flight_delay_monitoring``). The release step rolls back a champion
-that stayed worse than its release baseline, or releases, retires or keeps waiting the staged
+that stayed worse than the version it replaced, or releases, retires or keeps waiting the staged
 candidate on its pooled shadow days; ``approve_release`` asks a person when ``release.approval``
 says so. When drift crosses its thresholds outside ``drift.cooldown_hours``, or the champion was
 rolled back, ``emit_drift_event`` records an event of the ``flight_delay_drift`` asset carrying
