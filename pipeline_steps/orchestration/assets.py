@@ -115,6 +115,8 @@ class DriftEventOperator(BaseOperator):
         from pipeline_steps.quality.calibration import cooldown_reason
 
         payload = context["ti"].xcom_pull(task_ids=MONITOR_TASK)
+        if payload is None:  # runs after a failed release too, but never without a verdict
+            raise AirflowSkipException("the monitor step recorded no verdict; no event")
         verdict = load_manifest(MonitorManifest, payload, f"XCom of task {MONITOR_TASK!r}")
         retrain = rollback_reason(context["ti"].xcom_pull(task_ids=RELEASE_TASK))
         if retrain is not None:  # a degraded champion: retrain now, whatever the cooldown

@@ -402,3 +402,71 @@ def test_the_serving_example_serves_the_day_after_the_move() -> None:
     assert next_day({}, dt(2013, 6, 30, tzinfo=UTC))[0] == "2013-07-01"
     with pytest.raises(ValueError, match="names a day"):
         next_day({}, None)
+
+
+def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdict() -> None:
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from pipeline_steps.core.manifests import (
+        DayCheck,
+        Interval,
+        MonitorManifest,
+        ReleaseManifest,
+        RollbackCheck,
+    )
+    from pipeline_steps.orchestration.assets import DRIFT_ASSET, DriftEventOperator
+
+    task = DriftEventOperator(task_id="emit_drift_event", cooldown_hours=72)
+    quiet = MonitorManifest(
+        logical_date="2013-06-10",
+        drift_detected=False,
+        crossed=[],
+        current_days=["2013-06-10"],
+        reference_days=["2013-06-08", "2013-06-09"],
+        reference="trailing",
+        signals=[],
+        champion=None,
+        report="monitor.json",
+    )
+    day = DayCheck(
+        day="2013-06-10",
+        rows=900,
+        champion=0.5,
+        previous=0.8,
+        difference=Interval(estimate=-0.3, low=-0.33, high=-0.27),
+        degraded=True,
+    )
+    rolled = ReleaseManifest(
+        logical_date="2013-06-10",
+        registered_model="flight_delay",
+        action="rolled_back",
+        candidate="2",
+        champion_before="2",
+        champion_after="1",
+        reasons=["champion 2 worse than version 1"],
+        rollback=RollbackCheck(
+            version="2",
+            previous="1",
+            metric="auc",
+            margin=0.02,
+            days=[day],
+            degraded_in_a_row=3,
+            due=True,
+        ),
+    )
+
+    def context(monitor, release):
+        payloads = {"monitor": monitor, "release": release}
+        ti = SimpleNamespace(xcom_pull=lambda task_ids: payloads[task_ids])
+        outlet = {DRIFT_ASSET: SimpleNamespace(extra=None)}
+        return {"ti": ti, "run_id": "scheduled__2013-06-10", "outlet_events": outlet}
+
+    with pytest.raises(AirflowSkipException, match="no verdict"):
+        task.execute(context(None, None))
+    emitted = context(quiet.to_json(), rolled.to_json())
+    extra = task.execute(emitted)
+    assert extra["rollback"] == "champion 2 worse than version 1"
+    assert emitted["outlet_events"][DRIFT_ASSET].extra == extra
+    assert extra["logical_date"] == "2013-06-10"
