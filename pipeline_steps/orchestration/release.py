@@ -43,6 +43,7 @@ def approval_body(manifest: ReleaseManifest) -> str:
         f"**Release version {manifest.candidate} over champion {manifest.champion_before}?**",
         "",
         f"Shadow days ({len(manifest.shadow_days)}): {', '.join(manifest.shadow_days)}",
+        "",
         f"Gate on the pooled days: **{manifest.outcome}**",
         "",
         "Staged - champion (paired bootstrap):",
@@ -73,7 +74,11 @@ class ReleaseApprovalOperator(ApprovalOperator):
             body="Waiting for the release step's evidence.",
             response_timeout=timedelta(hours=hours),
             params={
-                "comment": Param("", type="string", title="Comment (kept on the model version)")
+                "comment": Param(
+                    None,
+                    type=["null", "string"],
+                    title="Comment (optional, kept on the model version)",
+                )
             },
             **kwargs,
         )

@@ -229,9 +229,7 @@ def _roll_back(
         f"{last.difference.describe()} beyond the margin {health.margin:g}"
     )
     rollback(settings, target, why, MONITOR_USER, expect_from=champion)
-    record_stage(
-        client, settings.mlflow, champion, "retired", by=MONITOR_USER, day=day, reason=why
-    )
+    record_stage(client, settings.mlflow, champion, "retired", by=MONITOR_USER, day=day, reason=why)
     log.warning("rolled the champion back from version %s to %s: %s", champion, target, why)
     reasons = [why, f"the champion is version {target} again; retraining asked"]
     return replace(
