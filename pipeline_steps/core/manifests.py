@@ -596,6 +596,9 @@ class DayCheck:
     """Champion minus replaced version, paired bootstrap (``evaluate.confidence`` each side)."""
     degraded: bool
     """The interval's most favourable bound is worse than the margin."""
+    cleared: bool = False
+    """The interval's least favourable bound is within the margin: with confidence, not worse
+    beyond it. A day neither degraded nor cleared (too few rows to tell) is inconclusive."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -610,6 +613,7 @@ class RollbackCheck:
     days: list[DayCheck]
     """Its monitored days since it became the champion, at most the last few, oldest first."""
     degraded_in_a_row: int
+    """Degraded days since the last cleared day (inconclusive days neither count nor break)."""
     due: bool
     """``release.rollback_days`` degraded days in a row."""
 

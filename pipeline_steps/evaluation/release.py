@@ -307,11 +307,13 @@ def day_check(
     ).values()
     allowed = margin * previous if metric in RELATIVE else margin
     if difference.estimate != difference.estimate:
-        degraded = False
+        degraded = cleared = False
     elif HIGHER_IS_BETTER[metric]:
         degraded = bool(difference.high < -allowed)
+        cleared = bool(difference.low >= -allowed)
     else:
         degraded = bool(difference.low > allowed)
+        cleared = bool(difference.high <= allowed)
     return DayCheck(
         day=day.day,
         rows=len(labels),
@@ -319,17 +321,20 @@ def day_check(
         previous=round(previous, 6),
         difference=difference,
         degraded=degraded,
+        cleared=cleared,
     )
 
 
 def consecutive_degraded(checks: list[DayCheck]) -> int:
-    """How many of the latest days in a row are degraded (a day without a verdict breaks the
-    run only when it is not degraded)."""
+    """How many degraded days the latest days hold since the last cleared one: a day too
+    uncertain to tell (a quiet day, one class nearly absent) neither counts nor breaks the run,
+    a day on which the champion is, with confidence, within the margin ends it."""
     count = 0
     for check in reversed(checks):
-        if not check.degraded:
+        if check.degraded:
+            count += 1
+        elif check.cleared:
             break
-        count += 1
     return count
 
 

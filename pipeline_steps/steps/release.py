@@ -50,7 +50,7 @@ from pipeline_steps.evaluation.shadow import DayScores, monitored_days, read_day
 
 log = logging.getLogger(__name__)
 SHOWN_DAYS = 7
-"""Champion days a rollback check lists (it needs only ``release.rollback_days``)."""
+"""The latest champion days a rollback check judges and lists."""
 
 
 def report_folder(day: str) -> str:

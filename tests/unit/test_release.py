@@ -470,3 +470,25 @@ def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdi
     assert extra["rollback"] == "champion 2 worse than version 1"
     assert emitted["outlet_events"][DRIFT_ASSET].extra == extra
     assert extra["logical_date"] == "2013-06-10"
+
+
+def test_a_day_too_uncertain_to_tell_neither_counts_nor_breaks_the_run() -> None:
+    from pipeline_steps.core.manifests import DayCheck, Interval
+    from pipeline_steps.evaluation.release import consecutive_degraded
+
+    def day(verdict: str) -> DayCheck:
+        low, high = {"bad": (-0.3, -0.2), "quiet": (-0.15, 0.01), "fine": (-0.01, 0.02)}[verdict]
+        return DayCheck(
+            day="2013-06-08",
+            rows=700,
+            champion=0.5,
+            previous=0.6,
+            difference=Interval(estimate=(low + high) / 2, low=low, high=high),
+            degraded=verdict == "bad",
+            cleared=verdict == "fine",
+        )
+
+    assert consecutive_degraded([day("bad"), day("quiet"), day("bad")]) == 2
+    assert consecutive_degraded([day("bad"), day("fine"), day("bad")]) == 1
+    assert consecutive_degraded([day("bad"), day("bad"), day("quiet")]) == 2
+    assert consecutive_degraded([day("fine"), day("quiet")]) == 0
