@@ -224,7 +224,8 @@ def _roll_back(
     last, target = health.days[-1], health.previous
     why = (
         f"champion {champion} worse than version {target}, the one it replaced, on "
-        f"{health.degraded_in_a_row} monitored day(s) in a row (release.rollback_days="
+        f"{health.degraded_in_a_row} monitored day(s) with none cleared between them "
+        f"(release.rollback_days="
         f"{settings.release.rollback_days}): {health.metric} champion - replaced on {last.day} "
         f"{last.difference.describe()} beyond the margin {health.margin:g}"
     )

@@ -226,7 +226,7 @@ def test_a_degraded_champion_goes_back_to_the_one_it_replaced(staged) -> None:
     assert last.champion < 0.6 < 0.8 < last.previous and last.difference.high < -0.02
     assert _alias(settings, "champion") == "1"
     assert _stages(settings, "2") == ["staging", "champion", "retired"]
-    assert "worse than version 1, the one it replaced" in decided.reasons[0]
+    assert "worse than version 1, the one it replaced, on 3 monitored day(s)" in decided.reasons[0]
     assert rollback_reason(decided.to_json()) == decided.reasons[0]
     tags = _client(settings).get_model_version("flight_delay", "1").tags
     assert tags["trainyard.rollback_by"] == "trainyard monitor"
