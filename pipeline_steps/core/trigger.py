@@ -42,7 +42,11 @@ class Trigger:
         """One line: the kind, who, and why."""
         text = self.kind + (f" by {self.user}" if self.user else "")
         features = self.evidence.get("features")
-        if self.kind == "drift" and isinstance(features, list):
+        if self.kind == "drift" and self.evidence.get("rollback"):
+            text += ": the champion was rolled back"
+            if self.evidence.get("logical_date"):
+                text += f" on {self.evidence['logical_date']}"
+        elif self.kind == "drift" and isinstance(features, list):
             names = [
                 str(f.get("name", f)) if isinstance(f, dict) else str(f)
                 for f in features

@@ -179,3 +179,5 @@ def test_a_run_says_why_it_ran() -> None:
     assert manual.describe() == "manual by ada"
     assert manual.describe_overrides() == "train.epochs=3 (default 6)"
     assert Trigger(kind="replay", evidence={"replays": "r1"}).describe() == "replay of run r1"
+    rolled = Trigger(kind="drift", evidence={"logical_date": "2013-06-09", "rollback": "worse"})
+    assert rolled.describe() == "drift: the champion was rolled back on 2013-06-09"
