@@ -421,7 +421,14 @@ def retire_candidate(
             record = release_record(evaluation, "retire", reasons)
             tags[RELEASE_TAG] = json.dumps(record, sort_keys=True)
         record_stage(
-            client, cfg, candidate, "retired", by=by, day=day, reason=reasons[0], extra=tags
+            client,
+            cfg,
+            candidate,
+            "retired",
+            by=by,
+            day=day,
+            reason="; ".join(reasons[:4]),
+            extra=tags,
         )
         client.delete_registered_model_alias(cfg.registered_model, cfg.staging_alias)
     return True
