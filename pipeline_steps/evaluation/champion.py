@@ -139,6 +139,22 @@ def _release_records(tags: dict[str, str]) -> list[tuple[int, dict[str, Any]]]:
     ]
 
 
+def _recorded_move(kind: MoveKind, record: dict[str, Any], to: str, run_id: str | None) -> Move:
+    """A release (a stage record) or a rollback (a rollback record) to version ``to``."""
+    origin = str(record.get("from") or "none")
+    return Move(
+        kind=kind,
+        at=str(record.get("at", "")),
+        to_version=to,
+        from_version=None if origin == "none" else origin,
+        decision="released" if kind == "release" else "rollback",
+        reasons=[str(record.get("reason", ""))],
+        by=str(record.get("by", "unknown")),
+        logical_date=record.get("day") if kind == "release" else None,
+        mlflow_run_id=run_id,
+    )
+
+
 def versions_moves(versions: Iterable[Any]) -> list[Move]:
     """The alias's moves recorded on ``versions`` (MLflow ``ModelVersion`` objects of one
     registered model), oldest first. A move whose origin was not recorded (a promotion made
@@ -174,32 +190,12 @@ def versions_moves(versions: Iterable[Any]) -> list[Move]:
                 mlflow_run_id=version.run_id,
             )
             found.append((move.at, number, 0, move, moved_from is not None))
-        for n, record in _release_records(tags):
-            origin = str(record.get("from") or "none")
-            move = Move(
-                kind="release",
-                at=str(record.get("at", "")),
-                to_version=str(number),
-                from_version=None if origin == "none" else origin,
-                decision="released",
-                reasons=[str(record.get("reason", ""))],
-                by=str(record.get("by", "unknown")),
-                logical_date=record.get("day"),
-                mlflow_run_id=version.run_id,
-            )
-            found.append((move.at, number, n, move, True))
-        for n, record in _rollback_records(tags):
-            origin = str(record.get("from") or "none")
-            move = Move(
-                kind="rollback",
-                at=str(record.get("at", "")),
-                to_version=str(number),
-                from_version=None if origin == "none" else origin,
-                decision="rollback",
-                reasons=[str(record.get("reason", ""))],
-                by=str(record.get("by", "unknown")),
-                mlflow_run_id=version.run_id,
-            )
+        records: list[tuple[MoveKind, int, dict[str, Any]]] = [
+            ("release", n, r) for n, r in _release_records(tags)
+        ]
+        records += [("rollback", n, r) for n, r in _rollback_records(tags)]
+        for kind, n, record in records:
+            move = _recorded_move(kind, record, str(number), version.run_id)
             found.append((move.at, number, n, move, True))
     moves: list[Move] = []
     for *_, move, recorded in sorted(found, key=lambda entry: entry[:3]):
