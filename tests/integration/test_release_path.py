@@ -55,11 +55,13 @@ def _monitor_and_release(settings, day):
     return release(ctx)
 
 
-def _champion_events(db: Path) -> list[str]:
+def _champion_events(db: Path, run_id: str) -> list[str]:
+    """The champion asset events a DAG run recorded (the metadata DB is the test session's)."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute(
             "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-            "WHERE a.name = 'flight_delay_champion' ORDER BY e.id"
+            "WHERE a.name = 'flight_delay_champion' AND e.source_run_id = ? ORDER BY e.id",
+            (run_id,),
         ).fetchall()
     return [row[0] for row in rows]
 
@@ -100,11 +102,11 @@ def test_refused_in_shadow_released_then_a_forced_bad_champion_rolled_back(relea
     run_all(again)
     assert again.upstream(PromoteManifest).decision == "staged"
     assert _monitor_and_release(settings, DAYS[4]).action == "waiting"
-    dag_test("flight_delay_drift_monitor", DAYS[5])
+    monitored = dag_test("flight_delay_drift_monitor", DAYS[5])
     report = lake.read_json(f"reports/release/date={DAYS[5].isoformat()}", "release.json")
     assert report["action"] == "released", report["reasons"]
     assert _aliases(settings) == {"champion": "3", "challenger": "3"}
-    (event,) = _champion_events(airflow_db)
+    (event,) = _champion_events(airflow_db, monitored.run_id)
     extra = json.loads(event)
     assert (extra["version"], extra["from_version"], extra["kind"]) == ("3", "1", "release")
 
