@@ -27,13 +27,10 @@ SERVING_DAY = "{{ ti.xcom_pull(task_ids='serving_day')['day'] }}"
 def next_day(events: Any, logical: Any) -> tuple[str, dict[str, Any]]:
     """The day to serve (the day after the newest champion event's, else after the run's logical
     date) and that event's ``extra``; ``ValueError`` when neither names a day."""
-    received = [event for queue in (events or {}).values() for event in queue]
-    extra: dict[str, Any] = {}
-    day = None
-    if received:
-        newest = max(received, key=lambda e: str(getattr(e, "timestamp", "")))
-        extra = dict(getattr(newest, "extra", None) or {})
-        day = extra.get("logical_date")
+    from pipeline_steps.orchestration.trigger import newest_event
+
+    extra, _ = newest_event(events)
+    day = extra.get("logical_date")
     if not isinstance(day, str) and logical is not None:
         day = logical.date().isoformat() if hasattr(logical, "date") else str(logical)
     if not isinstance(day, str):

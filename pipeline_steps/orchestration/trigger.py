@@ -114,17 +114,25 @@ def check_form(
         raise RunRefused(f"the trigger form's values are refused: {message}") from exc
 
 
+def newest_event(events: Any) -> tuple[dict[str, Any], int]:
+    """The ``extra`` of the newest of a run's triggering asset events and how many there were
+    (``{}`` and 0 without any)."""
+    received = [event for queue in (events or {}).values() for event in queue]
+    if not received:
+        return {}, 0
+    newest = max(received, key=lambda e: str(getattr(e, "timestamp", "")))
+    return dict(getattr(newest, "extra", None) or {}), len(received)
+
+
 def drift_evidence(events: Any) -> tuple[dict[str, Any], str]:
     """The newest drift event's ``extra`` (with the number of events) and the day it names."""
-    received = [event for queue in events.values() for event in queue]
+    extra, received = newest_event(events)
     if not received:
         raise RunRefused("a drift-triggered run without triggering asset events")
-    newest = max(received, key=lambda e: str(getattr(e, "timestamp", "")))
-    extra = dict(getattr(newest, "extra", None) or {})
     day = extra.get("logical_date")
     if not isinstance(day, str):
         raise RunRefused(f"the drift event's extra has no logical_date: {extra}")
-    return {**extra, "events": len(received)}, day[:10]
+    return {**extra, "events": received}, day[:10]
 
 
 class TriggerOperator(BaseOperator):
