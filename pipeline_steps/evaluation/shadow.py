@@ -109,12 +109,22 @@ def write_day(lake: Lake, scores: DayScores) -> str:
     return lake.write_table(scores.to_table(), scores_folder(scores.day), SCORES_FILE)
 
 
-def read_days(lake: Lake, days: list[str]) -> list[DayScores]:
-    """The recorded scores of ``days`` that have them, in the order given."""
+def read_days(lake: Lake, days: list[str], champion: str | None = None) -> list[DayScores]:
+    """The recorded scores of ``days`` that have them, in the order given; with ``champion``,
+    only the days that version was scored on as the champion (told by each file's footer, so
+    the other days' rows are never read)."""
+    import pyarrow.parquet as pq
+
     found = []
     for day in days:
-        if lake.exists(scores_folder(day), SCORES_FILE):
-            found.append(DayScores.from_table(lake.read_table(scores_folder(day), SCORES_FILE)))
+        if not lake.exists(scores_folder(day), SCORES_FILE):
+            continue
+        path = lake.path(scores_folder(day), SCORES_FILE)
+        if champion is not None:
+            meta = (pq.read_schema(path, filesystem=lake.fs).metadata or {})[METADATA_KEY]
+            if str(json.loads(meta)["champion_version"]) != champion:
+                continue
+        found.append(DayScores.from_table(lake.read_table_at(path)))
     return found
 
 

@@ -74,7 +74,8 @@ def release(ctx: RunContext) -> ReleaseManifest:
     if current is None:
         return _finish(ctx, _unchanged(ctx, None, None, ["no champion yet"]))
     champion = str(current.version)
-    days = read_days(ctx.lake, monitored_days(ctx.lake, day))
+    # the rollback check and the shadow days both judge the current champion's days only
+    days = read_days(ctx.lake, monitored_days(ctx.lake, day), champion=champion)
     health = rollback_check(ctx, client, current, days)
     if health is not None and health.due:
         return _finish(ctx, _roll_back(ctx, client, champion, health))
@@ -83,7 +84,7 @@ def release(ctx: RunContext) -> ReleaseManifest:
         manifest = _unchanged(ctx, champion, None, ["no candidate in staging"])
         return _finish(ctx, replace(manifest, rollback=health))
     candidate = str(staged.version)
-    shadow = [d for d in days if d.staging_version == candidate and d.champion_version == champion]
+    shadow = [d for d in days if d.staging_version == candidate]
     manifest = _decide(ctx, client, staged, champion, shadow)
     return _finish(ctx, replace(manifest, rollback=health))
 
@@ -170,8 +171,9 @@ def _decide(
 def rollback_check(
     ctx: RunContext, client: Any, champion: Any, days: list[DayScores]
 ) -> RollbackCheck | None:
-    """The champion's monitored days since it became the champion, each against the version it
-    replaced on the same rows; None when automatic rollback is off or it replaced none."""
+    """The champion's monitored days (``days``: those it was scored on as the champion) since it
+    became the champion, each against the version it replaced on the same rows; None when
+    automatic rollback is off or it replaced none."""
     from pipeline_steps.evaluation.champion import champion_moves, replaced_version
 
     settings = ctx.settings
@@ -185,10 +187,7 @@ def rollback_check(
     mine = [
         d
         for d in days
-        if d.champion_version == version
-        and d.previous_version == previous
-        and d.previous is not None
-        and d.scored_at >= since
+        if d.previous_version == previous and d.previous is not None and d.scored_at >= since
     ]
     metric = cfg.metric_for(ctx.domain.task)
     checks = [
