@@ -117,6 +117,7 @@ def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu(tmp_path: Path) -> Non
         scheduler={},
         rng=[get_rng_state()],
         world_size=1,
+        layout_world_size=1,
         config_hash="h",
     )
     checkpoint.save(lake, "ck", written)

@@ -127,6 +127,7 @@ def _state(at_step: int, config_hash: str = "h") -> TrainingState:
         scheduler={},
         rng=[],
         world_size=1,
+        layout_world_size=1,
         config_hash=config_hash,
     )
 

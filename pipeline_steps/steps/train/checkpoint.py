@@ -6,8 +6,9 @@ epoch, early-stopping state with the best epoch's weights, every rank's RNG stat
 config hash. Checkpoints of an earlier layout are ignored: training starts fresh.
 
 ``Checkpoints`` are one run's: their folder, how many are kept, the config hash they are valid
-for and the training processes; the loop resumes its ``Fit`` from the newest and writes it
-(every rank's RNG states gathered, rank 0 writing) with one call each.
+for and the training processes; the loop finds the newest (``latest``), resumes its ``Fit``
+from it (``restore``, on any number of processes) and writes it (every rank's RNG states
+gathered, rank 0 writing) with one call each.
 """
 
 from __future__ import annotations
@@ -96,20 +97,34 @@ class Checkpoints:
     keep: int
     processes: Processes
 
-    def resume(self, fit: Fit) -> LoopPosition | None:
-        """Resume ``fit``, and this rank's RNG states, from the newest checkpoint of these
-        settings that loads (``load_latest``); returns its position, None when there is none
-        (``fit`` starts fresh)."""
-        state = load_latest(self.lake, self.folder, self.config_hash)
-        if state is None:
-            return None
+    def latest(self) -> TrainingState | None:
+        """The newest checkpoint of these settings that loads (``load_latest``); None when
+        there is none."""
+        return load_latest(self.lake, self.folder, self.config_hash)
+
+    def restore(self, fit: Fit, state: TrainingState) -> LoopPosition:
+        """Resume ``fit`` from ``state``, and this rank's RNG states when ``state`` was written
+        by as many processes as train now; returns its position. On another number of
+        processes the RNG states are not this rank's: the loop seeds them afresh."""
         fit.resume(state)
-        distributed.set_rng_state(state.rng[self.processes.rank])
+        if state.world_size == self.processes.world_size:
+            distributed.set_rng_state(state.rng[self.processes.rank])
+        else:
+            log.info(
+                "resuming on %d processes a checkpoint of %d: the epochs keep their rows and "
+                "global batch (layout of %d), dropout draws start afresh",
+                self.processes.world_size,
+                state.world_size,
+                state.layout_world_size,
+            )
         return fit.position
 
-    def write(self, fit: Fit, at: LoopPosition) -> None:
-        """Checkpoint ``fit`` at ``at`` (``save``). Every rank calls it: each rank's RNG states
-        are gathered, for an exact resume; rank 0 writes."""
+    def write(self, fit: Fit, at: LoopPosition, layout_world_size: int) -> str | None:
+        """Checkpoint ``fit`` at ``at`` (``save``); returns the path on rank 0. Every rank calls
+        it: each rank's RNG states are gathered, for an exact resume, and a sharded model's
+        states; rank 0 writes."""
         rng = distributed.gather(distributed.get_rng_state(), self.processes)
-        if self.processes.master:
-            save(self.lake, self.folder, fit.state(at, rng, self.config_hash), keep=self.keep)
+        state = fit.state(at, rng, self.config_hash, layout_world_size)
+        if not self.processes.master:
+            return None
+        return save(self.lake, self.folder, state, keep=self.keep)

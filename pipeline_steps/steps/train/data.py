@@ -381,3 +381,11 @@ def validation_batches(
         data = tensor_set(frame, pre, label)
         for start in range(0, len(data), batch_size):
             yield data.slice(start, start + batch_size)
+
+
+def validation_batch_count(
+    table: TrainingTable, batch_size: int, rank: int, world_size: int
+) -> int:
+    """How many batches ``validation_batches`` yields on ``rank``, known without reading."""
+    groups = range(rank, len(table.group_rows), world_size)
+    return sum(-(-int(table.is_validation(g).sum()) // batch_size) for g in groups)

@@ -45,6 +45,10 @@ class Processes:
         return self.device.type == "cuda"
 
 
+ONE_PROCESS = Processes(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+"""A training of one process on the CPU."""
+
+
 def detect(device: str) -> Processes:
     """Rank, world size and local rank from torchrun's ``RANK`` / ``WORLD_SIZE`` /
     ``LOCAL_RANK`` (one process without them), and the device for the ``train.device`` setting:

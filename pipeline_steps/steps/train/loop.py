@@ -20,10 +20,10 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from typing import Any
+from itertools import islice
+from typing import NoReturn
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
@@ -44,10 +44,13 @@ from pipeline_steps.steps.train.data import (
     TensorSet,
     TrainingTable,
     epoch_batches,
+    validation_batch_count,
 )
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.heads import Head, fit_head
+from pipeline_steps.steps.train.layout import Layout, needed, step_batches
 from pipeline_steps.steps.train.models import build
+from pipeline_steps.steps.train.preemption import Preempted, Preemption
 from pipeline_steps.steps.train.state import Fit
 from pipeline_steps.steps.train.step import (
     apply_gradients,
@@ -55,8 +58,10 @@ from pipeline_steps.steps.train.step import (
     learn,
     make_optimizer,
     make_schedule,
+    validation_batch_size,
     validation_sums,
 )
+from pipeline_steps.steps.train.strategy import Strategy, strategy
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +82,20 @@ def train(ctx: RunContext) -> TrainManifest | None:
 
     # -- data: the frozen set, streamed by row groups --------------------------------------------
     label = features.label
-    table = _training_table(lake, features, cfg, world_size)
-    # Same settings, data layout and world size as a finished run of this run id: nothing to do.
-    config_hash = _config_hash(ctx, features, table, world_size)
+    table = _training_table(lake, features, cfg)
+    # Same settings and data as a finished run of this run id: nothing to do.
+    config_hash = _config_hash(ctx, features, table)
     done = _already_trained(ctx, config_hash)
     if done is not None:
         return done if procs.master else None
+    folder = f"{ctx.run_dir}/checkpoints"
+    checkpoints = checkpoint.Checkpoints(lake, folder, config_hash, cfg.keep_checkpoints, procs)
+    saved = checkpoints.latest()
+    # The epochs are cut by the world size the training started with, on any number of processes.
+    layout = Layout(
+        saved.layout_world_size if saved else world_size, cfg.batch_size, cfg.grad_accumulation
+    )
+    _check_layout(table, layout, world_size)
     if procs.distributed:
         distributed.join_process_group(procs, cfg.collective_timeout_s)
     pre = _preprocessing(table, features, procs)
@@ -99,88 +112,110 @@ def train(ctx: RunContext) -> TrainManifest | None:
     model, config = build(cfg, shape)
     model = model.to(device)
     config["head"] = head.to_dict()  # recorded with the model: its predictions need it
+    sharing = strategy(cfg.strategy, procs)
+    wrapped = sharing.wrap(model)  # before the optimizer: a sharded model's parameters change
     parameters = list(model.parameters())
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
-    micro_batches = _micro_batches(table, cfg, world_size)
+    micro_batches = _micro_batches(table, cfg, layout)
     total_steps = sum(micro_batches) // cfg.grad_accumulation
     scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
     amp = procs.use_cuda and cfg.amp  # bfloat16: no loss scaling needed
+    validation_forwards = _validation_forwards(table, cfg, procs)
 
     # -- resume -----------------------------------------------------------------------------------
-    fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler)
-    folder = f"{ctx.run_dir}/checkpoints"
-    checkpoints = checkpoint.Checkpoints(lake, folder, config_hash, cfg.keep_checkpoints, procs)
-    resumed_from = checkpoints.resume(fit)
-    ddp_model: Any = (
-        DistributedDataParallel(model, device_ids=[procs.local_rank] if procs.use_cuda else None)
-        if procs.distributed
-        else model
-    )
+    fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler, strategy=sharing)
+    resumed_from = checkpoints.restore(fit, saved) if saved else None
+    reseed = saved is not None and saved.world_size != world_size
     hook = hooks.epoch_hook(ctx, procs)  # a tuning trial reports each epoch; its pruner may stop it
     run_id = None
     if procs.master:  # rank 0 alone keeps the MLflow run (and so logs, packages and records)
         run_id = mlflow_run.start(
             ctx, features, world_size, resumed_from, tuned, hook.parent_run_id
         )
+    preemption = Preemption(procs, cfg.preemption_grace_s)
 
     # -- epochs -----------------------------------------------------------------------------------
     pruned_at: int | None = None
-    while fit.position.epoch < cfg.epochs and not fit.stopping.stopped_early:
-        epoch, batches, step = fit.position.epoch, fit.position.epoch_batches, fit.position.step
-        if batches == 0:
-            # Dropout noise depends only on (seed, epoch, rank); mid-epoch, the checkpoint's
-            # RNG states carry on instead.
-            torch.manual_seed(cfg.seed + 1_000 * epoch + rank)
-        ddp_model.train()
-        started, seen = time.perf_counter(), 0
-        loss_sum = torch.zeros((), device=device)
-        step_losses: list[tuple[int, float]] = []
-        stream = _batches(table, pre, label, cfg, procs, epoch, skip=batches)
-        for batch in stream:
-            if batches == micro_batches[epoch]:
-                break
-            batch = batch.to(device) if procs.use_cuda else batch
-            stepping = (batches + 1) % cfg.grad_accumulation == 0
-            quiet = ddp_model.no_sync() if procs.distributed and not stepping else nullcontext()
-            with quiet:  # gradients of a non-final accumulation batch stay local
-                loss = learn(ddp_model, head, batch, cfg.grad_accumulation, amp)
-            loss_sum += loss * len(batch)
-            seen += len(batch)
-            batches += 1
-            if not stepping:
-                continue
-            apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip)
-            step += 1
-            if step % cfg.log_every == 0:
-                step_losses.append((step, float(loss.detach())))
-            mid_epoch = batches < micro_batches[epoch]
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and mid_epoch:
-                checkpoints.write(fit, LoopPosition(epoch=epoch, epoch_batches=batches, step=step))
-        elapsed = time.perf_counter() - started
+    try:
+        while fit.position.epoch < cfg.epochs and not fit.stopping.stopped_early:
+            epoch, batches, step = fit.position.epoch, fit.position.epoch_batches, fit.position.step
+            if batches == 0 or reseed:
+                # Dropout noise depends only on (seed, epoch, rank); mid-epoch, the checkpoint's
+                # RNG states carry on instead, or on another number of processes (seed, epoch,
+                # step, rank).
+                torch.manual_seed(cfg.seed + 1_000 * epoch + rank + 1_000_003 * (step * reseed))
+                reseed = False
+            wrapped.train()
+            started, seen = time.perf_counter(), 0
+            loss_sum = torch.zeros((), device=device)
+            step_losses: list[tuple[int, float]] = []
+            steps_left = (micro_batches[epoch] - batches) // cfg.grad_accumulation
+            stream = _steps(table, pre, label, cfg, procs, layout, epoch, skip=batches)
+            for micro in islice(stream, steps_left):
+                for i, batch in enumerate(micro):
+                    batch = batch.to(device) if procs.use_cuda else batch
+                    final = i == len(micro) - 1
+                    # gradients of a non-final accumulation batch stay local
+                    with nullcontext() if final else sharing.local_gradients(wrapped):
+                        divisor = layout.loss_divisor(len(batch), world_size)
+                        loss = learn(wrapped, head, batch, divisor, amp)
+                    loss_sum += loss * len(batch)
+                    seen += len(batch)
+                batches += cfg.grad_accumulation
+                apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip, sharing.clip)
+                step += 1
+                if step % cfg.log_every == 0:
+                    step_losses.append((step, float(loss.detach())))
+                at = LoopPosition(epoch=epoch, epoch_batches=batches, step=step)
+                if preemption.stop(step):
+                    _stop_preempted(checkpoints, fit, at, layout, preemption, run_id)
+                mid_epoch = batches < micro_batches[epoch]
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and mid_epoch:
+                    checkpoints.write(fit, at, layout.world_size)
+            elapsed = time.perf_counter() - started
 
-        validation = validation_sums(
-            model, head, table, pre, label, cfg.batch_size, device, amp, rank, world_size
-        )
-        learning_rate = float(scheduler.get_last_lr()[0])
-        metrics = _epoch_metrics(head, loss_sum, seen, validation, elapsed, learning_rate, procs)
-        fit.end_epoch(epoch, metrics, cfg.patience, step)
-        checkpoints.write(fit, fit.position)
-        if run_id is not None:
-            mlflow_run.log_epoch(run_id, epoch, metrics, step_losses)
-            log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
-        if hook.on_epoch_end(fit.history[-1]):
-            pruned_at = epoch
-            break
+            validation = validation_sums(
+                model,
+                head,
+                table,
+                pre,
+                label,
+                cfg.batch_size,
+                device,
+                amp,
+                rank,
+                world_size,
+                forwards=validation_forwards,
+            )
+            learning_rate = float(scheduler.get_last_lr()[0])
+            metrics = _epoch_metrics(
+                head, loss_sum, seen, validation, elapsed, learning_rate, procs
+            )
+            fit.end_epoch(epoch, metrics, cfg.patience, step)
+            checkpoints.write(fit, fit.position, layout.world_size)
+            if run_id is not None:
+                mlflow_run.log_epoch(run_id, epoch, metrics, step_losses)
+                log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
+            if hook.on_epoch_end(fit.history[-1]):
+                pruned_at = epoch
+                break
+            if preemption.stop(step):  # taken during validation: the epoch's checkpoint stands
+                _stop_preempted(checkpoints, fit, fit.position, layout, preemption, run_id)
+    finally:
+        preemption.close()
     hook.close()
 
     # -- the model of the best epoch, packaged and recorded ----------------------------------------
     model_epoch = int(fit.history[-1]["epoch"])
-    if cfg.restore_best and fit.best_weights is not None and fit.stopping.best_epoch != model_epoch:
-        model.load_state_dict(fit.best_weights)  # the registered model: the best epoch's
+    best = cfg.restore_best and fit.stopping.best_epoch != model_epoch
+    final_model = _final_model(fit, sharing, cfg, shape, procs)
+    if best and final_model is not None and fit.best_weights is not None:
+        final_model.load_state_dict(fit.best_weights)  # the registered model: the best epoch's
         model_epoch = fit.stopping.best_epoch
         log.info("restored the weights of epoch %d (lowest val_loss)", model_epoch)
     manifest = None
-    if run_id is not None:  # rank 0
+    if run_id is not None and final_model is not None:  # rank 0
+        fit.model = final_model
         trained = record.Trained(
             fit=fit,
             config_hash=config_hash,
@@ -197,11 +232,48 @@ def train(ctx: RunContext) -> TrainManifest | None:
     return manifest
 
 
-def _training_table(
-    lake: Lake, features: FeaturesManifest, cfg: TrainSettings, world_size: int
-) -> TrainingTable:
-    """The frozen training set, by row groups; ``StepError`` when it is missing, empty or has
-    fewer row groups than the training processes."""
+def _stop_preempted(
+    checkpoints: checkpoint.Checkpoints,
+    fit: Fit,
+    at: LoopPosition,
+    layout: Layout,
+    preemption: Preemption,
+    run_id: str | None,
+) -> NoReturn:
+    """Every rank: checkpoint at ``at``, end the MLflow run (rank 0) and raise ``Preempted``."""
+    path = checkpoints.write(fit, at, layout.world_size)
+    took = preemption.seconds_since_signal()
+    if run_id is not None:
+        mlflow_run.preempted(at)
+    where = f" as {path}" if path else ""
+    taken = (
+        f"SIGTERM during optimizer step {preemption.signalled_step}"
+        if preemption.signalled_step is not None
+        else "a peer took SIGTERM"
+    )
+    raise Preempted(
+        f"{taken}: stopped after step {at.step} (epoch {at.epoch}), checkpointed{where} "
+        f"{took:.2f} s after the signal; the retry resumes from it"
+    )
+
+
+def _final_model(
+    fit: Fit, sharing: Strategy, cfg: TrainSettings, shape: BatchShape, procs: Processes
+) -> torch.nn.Module | None:
+    """The trained model as one plain module on rank 0 (None on the others): the model itself,
+    or, sharded, a model of the same shape loaded with the gathered weights."""
+    if not (cfg.strategy == "fsdp" and procs.distributed):
+        return fit.model
+    weights = sharing.model_state(fit.model)  # every rank takes part; rank 0 holds the result
+    if not procs.master:
+        return None
+    plain, _ = build(cfg, shape)
+    plain.load_state_dict(weights)
+    return plain
+
+
+def _training_table(lake: Lake, features: FeaturesManifest, cfg: TrainSettings) -> TrainingTable:
+    """The frozen training set, by row groups; ``StepError`` when it is missing or empty."""
     path = features.sets.train.path
     if not lake.fs.exists(path):
         raise StepError(f"training set {path} does not exist; run the features step first")
@@ -209,21 +281,42 @@ def _training_table(
     table = TrainingTable(path, lake.fs, columns, cfg.seed, cfg.validation_fraction)
     if table.rows == 0:
         raise StepError(f"training set {path} has no rows")
-    if len(table.group_rows) < world_size:
-        raise StepError(
-            f"training set {path} has {len(table.group_rows)} row group(s), fewer than the "
-            f"{world_size} training processes; lower features.row_group_rows or the process count"
-        )
     return table
 
 
-def _config_hash(
-    ctx: RunContext, features: FeaturesManifest, table: TrainingTable, world_size: int
-) -> str:
-    """What a finished training and its checkpoints are valid for: the train settings, the
-    training set and its row groups, and the world size."""
-    train = ctx.settings.to_dict()["train"]
-    return json_sha256([train, features.training_set_sha256, table.group_rows, world_size])
+def _check_layout(table: TrainingTable, layout: Layout, world_size: int) -> None:
+    """``StepError`` when the set has fewer row groups than the layout's processes, or
+    ``world_size`` processes cannot share a step."""
+    if len(table.group_rows) < layout.world_size:
+        raise StepError(
+            f"training set {table.path} has {len(table.group_rows)} row group(s), fewer than the "
+            f"{layout.world_size} training processes; lower features.row_group_rows or the "
+            "process count"
+        )
+    layout.check(world_size)
+
+
+def _config_hash(ctx: RunContext, features: FeaturesManifest, table: TrainingTable) -> str:
+    """What a finished training and its checkpoints are valid for: the train settings that
+    change the result, the training set and its row groups. Not the number of processes (a
+    checkpoint resumes on any) nor how they are launched and fed."""
+    train = {k: v for k, v in ctx.settings.to_dict()["train"].items() if k not in _RUNTIME}
+    return json_sha256([train, features.training_set_sha256, table.group_rows])
+
+
+_RUNTIME = frozenset(
+    {
+        "nproc_per_node",
+        "max_restarts",
+        "collective_timeout_s",
+        "preemption_grace_s",
+        "keep_checkpoints",
+        "prefetch",
+        "data_workers",
+        "log_every",
+    }
+)
+"""Train settings that change how a training runs, not what it computes."""
 
 
 def _preprocessing(
@@ -250,11 +343,11 @@ def _head(table: TrainingTable, features: FeaturesManifest) -> Head:
     return fit_head(features.task, features.classes, labels, table.path)
 
 
-def _micro_batches(table: TrainingTable, cfg: TrainSettings, world_size: int) -> list[int]:
-    """Each epoch's batches per process, whole accumulation groups only; ``StepError`` when
+def _micro_batches(table: TrainingTable, cfg: TrainSettings, layout: Layout) -> list[int]:
+    """Each epoch's batches per layout rank, whole accumulation groups only; ``StepError`` when
     the first epoch has too few rows per process for one optimizer step."""
     micro_batches = [
-        table.steps_per_epoch(e, cfg.batch_size, world_size)
+        table.steps_per_epoch(e, cfg.batch_size, layout.world_size)
         // cfg.grad_accumulation
         * cfg.grad_accumulation
         for e in range(cfg.epochs)
@@ -267,30 +360,47 @@ def _micro_batches(table: TrainingTable, cfg: TrainSettings, world_size: int) ->
     return micro_batches
 
 
-def _batches(
+def _validation_forwards(table: TrainingTable, cfg: TrainSettings, procs: Processes) -> int:
+    """Forward passes every rank makes in validation: a sharded model's forward is a
+    collective, so as many as the rank with the most batches; 0 (no minimum) otherwise."""
+    if not (cfg.strategy == "fsdp" and procs.distributed):
+        return 0
+    size = validation_batch_size(cfg.batch_size)
+    return max(
+        validation_batch_count(table, size, r, procs.world_size) for r in range(procs.world_size)
+    )
+
+
+def _steps(
     table: TrainingTable,
     pre: Preprocessor,
     label: str,
     cfg: TrainSettings,
     procs: Processes,
+    layout: Layout,
     epoch: int,
     skip: int,
-) -> Iterator[TensorSet]:
-    """This rank's batches of ``epoch``, from batch ``skip`` on (``epoch_batches``)."""
-    return epoch_batches(
-        table,
-        pre,
-        label,
-        batch_size=cfg.batch_size,
-        epoch=epoch,
-        rank=procs.rank,
-        world_size=procs.world_size,
-        shuffle_buffer=cfg.shuffle_buffer,
-        skip=skip,
-        prefetch_buffers=cfg.prefetch,
-        workers=cfg.data_workers,
-        pin_memory=procs.use_cuda,
-    )
+) -> Iterator[list[TensorSet]]:
+    """This process's micro-batches of each optimizer step of ``epoch``, from layout batch
+    ``skip`` on (``epoch_batches`` of the layout ranks it computes, ``layout.step_batches``)."""
+    streams = {
+        r: epoch_batches(
+            table,
+            pre,
+            label,
+            batch_size=cfg.batch_size,
+            epoch=epoch,
+            rank=r,
+            world_size=layout.world_size,
+            shuffle_buffer=cfg.shuffle_buffer,
+            skip=skip,
+            prefetch_buffers=cfg.prefetch,
+            workers=cfg.data_workers,
+            pin_memory=procs.use_cuda,
+        )
+        for r in needed(layout, procs.rank, procs.world_size)
+    }
+    return step_batches(streams, layout, procs.rank, procs.world_size)
 
 
 def _epoch_metrics(

@@ -104,6 +104,15 @@ def finish_trial(pruned_at: int | None) -> str:
     return ""
 
 
+def preempted(at: LoopPosition) -> None:
+    """End the active run as KILLED when the training stops on SIGTERM (an unfinished run: the
+    retry resumes it), tagged with the step its checkpoint holds."""
+    import mlflow
+
+    mlflow.set_tag("trainyard.preempted_at_step", str(at.step))
+    mlflow.end_run(status="KILLED")
+
+
 def trigger_tags(trigger: Trigger) -> dict[str, str]:
     """MLflow tags saying why the run trained: the trigger, its overrides and evidence."""
     tags = {

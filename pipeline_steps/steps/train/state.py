@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from pipeline_steps.core.manifests import LoopPosition
-from pipeline_steps.steps.train.distributed import RngState
+from pipeline_steps.steps.train.distributed import ONE_PROCESS, RngState
+from pipeline_steps.steps.train.strategy import DataParallel, Strategy
 
 LAYOUT = 2
 """The checkpoint layout this version writes and reads. Checkpoints without it (written before
@@ -74,8 +75,12 @@ class TrainingState:
     rng: list[RngState]
     """Each rank's RNG states, by rank."""
     world_size: int
+    """The processes that wrote the state (one RNG state each)."""
+    layout_world_size: int
+    """The world size the epochs are dealt by (``layout.Layout``): the one the training started
+    with, kept when it resumes on another number of processes."""
     config_hash: str
-    """The settings, data layout and world size the state was trained with."""
+    """The settings and training set the state was trained with."""
 
     def to_checkpoint(self) -> dict[str, Any]:
         """The checkpoint's content: plain dicts, lists and tensors, marked with ``LAYOUT``."""
@@ -90,6 +95,7 @@ class TrainingState:
             "scheduler": self.scheduler,
             "rng": self.rng,
             "world_size": self.world_size,
+            "layout_world_size": self.layout_world_size,
             "config_hash": self.config_hash,
         }
 
@@ -109,6 +115,7 @@ class TrainingState:
             scheduler=content["scheduler"],
             rng=content["rng"],
             world_size=content["world_size"],
+            layout_world_size=content.get("layout_world_size", content["world_size"]),
             config_hash=content["config_hash"],
         )
 
@@ -125,28 +132,34 @@ class Fit:
     history: list[EpochRecord] = field(default_factory=list)
     """The finished epochs, in order."""
     best_weights: dict[str, torch.Tensor] | None = None
-    """The weights of the epoch with the lowest validation loss so far, on the CPU."""
+    """The weights of the epoch with the lowest validation loss so far, on the CPU (rank 0's
+    under ``fsdp``: the others hold none)."""
+    strategy: Strategy = field(default_factory=lambda: DataParallel(ONE_PROCESS))
+    """How the processes share the model: its full states are taken and loaded through it."""
 
-    def state(self, at: LoopPosition, rng: list[RngState], config_hash: str) -> TrainingState:
+    def state(
+        self, at: LoopPosition, rng: list[RngState], config_hash: str, layout_world_size: int
+    ) -> TrainingState:
         """The training state at ``at`` (after an optimizer step), with every rank's RNG
-        states (``rng``, by rank) and the config hash it is valid for."""
+        states (``rng``, by rank), the config hash it is valid for and the layout's world
+        size. Every process calls it (a sharded model is gathered); rank 0's is whole."""
         return TrainingState(
             position=at,
             stopping=self.stopping,
             history=self.history,
-            model=self.model.state_dict(),
+            model=self.strategy.model_state(self.model),
             best_model=self.best_weights,
-            optimizer=self.optimizer.state_dict(),
+            optimizer=self.strategy.optimizer_state(self.model, self.optimizer),
             scheduler=self.scheduler.state_dict(),
             rng=rng,
             world_size=len(rng),
+            layout_world_size=layout_world_size,
             config_hash=config_hash,
         )
 
     def resume(self, state: TrainingState) -> None:
         """Load ``state``'s model, optimizer and schedule and continue from its position."""
-        self.model.load_state_dict(state.model)
-        self.optimizer.load_state_dict(state.optimizer)
+        self.strategy.load(self.model, self.optimizer, state.model, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
         self.position, self.stopping, self.history = state.position, state.stopping, state.history
         self.best_weights = state.best_model
@@ -154,12 +167,11 @@ class Fit:
     def end_epoch(self, epoch: int, metrics: dict[str, float], patience: int, step: int) -> None:
         """Record the finished ``epoch`` (``step`` optimizer steps taken in all): its metrics
         join the history, its weights are kept when its validation loss is the best so far,
-        and the loop moves to the next epoch's start."""
+        and the loop moves to the next epoch's start. Every process calls it."""
         self.history.append({"epoch": epoch, **metrics})
         if self.stopping.observe(epoch, metrics["val_loss"], patience):
-            self.best_weights = {
-                k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()
-            }
+            weights = self.strategy.model_state(self.model)
+            self.best_weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
         self.position = LoopPosition(epoch=epoch + 1, epoch_batches=0, step=step)
 
 

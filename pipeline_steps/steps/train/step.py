@@ -60,17 +60,18 @@ def learn(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     batch: TensorSet,
-    accumulation: int,
+    accumulation: float,
     amp: bool,
 ) -> torch.Tensor:
     """Forward and backward of one batch (on the model's device), under
     bfloat16 autocast where ``amp``; its gradients are added to the accumulated ones, scaled by
-    ``1 / accumulation``. Returns the batch's mean loss, detached."""
+    ``1 / accumulation`` (the micro-batches of a step; on a changed number of processes, the
+    layout's ``loss_divisor``). Returns the batch's mean loss, detached."""
     device = batch.labels.device
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
         logits = model(batch.codes, batch.numeric)
     loss = loss_fn(logits.float(), batch.labels)
-    (loss / accumulation if accumulation > 1 else loss).backward()
+    (loss / accumulation if accumulation != 1 else loss).backward()
     return loss.detach()
 
 
@@ -79,15 +80,17 @@ def apply_gradients(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     clip: float,
+    clipper: Callable[[list[torch.nn.Parameter], float], None] | None = None,
 ) -> None:
     """Clip the accumulated gradients of ``parameters`` to a global norm of ``clip`` (0: no
-    clipping), take an optimizer and a schedule step, clear the gradients.
+    clipping) with ``clipper`` (default ``clip_grad_norm``; a sharded model's strategy passes
+    its own), take an optimizer and a schedule step, clear the gradients.
 
     ``parameters`` is a list made once (not a module walk per step): the model's parameters,
     in the optimizer's order.
     """
     if clip:
-        clip_grad_norm(parameters, clip)
+        (clipper or clip_grad_norm)(parameters, clip)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -117,21 +120,42 @@ def validation_sums(
     amp: bool,
     rank: int,
     world_size: int,
+    forwards: int = 0,
 ) -> torch.Tensor:
     """This rank's share of the validation rows scored by ``model`` (put in eval mode):
     ``[loss sum, rows, *the head's task sums]`` (float64, on the CPU), to be summed over the
-    ranks before dividing."""
+    ranks before dividing.
+
+    ``forwards``: at least this many forward passes, the surplus ones over the last batch and
+    not counted: a sharded model's forward is a collective, so every rank makes as many as the
+    rank with the most batches (``validation_batch_count``)."""
     model.eval()
     sums = torch.zeros(head.sums_width(), dtype=torch.float64)
+    made, batch = 0, None
     with torch.no_grad():
         for batch in validation_batches(
-            table, pre, label, batch_size=max(batch_size, 4096), rank=rank, world_size=world_size
+            table,
+            pre,
+            label,
+            batch_size=validation_batch_size(batch_size),
+            rank=rank,
+            world_size=world_size,
         ):
             batch = batch.to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 outputs = model(batch.codes, batch.numeric).float()
             sums += head.validation_sums(outputs, batch.labels).cpu()
+            made += 1
+        while made < forwards and batch is not None:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                model(batch.codes, batch.numeric)
+            made += 1
     return sums
+
+
+def validation_batch_size(batch_size: int) -> int:
+    """Rows per validation batch: the training batch, at least 4,096."""
+    return max(batch_size, 4096)
 
 
 def gpu_metrics(device: torch.device) -> dict[str, float]:

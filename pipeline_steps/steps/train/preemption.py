@@ -1,0 +1,117 @@
+"""Preemption: SIGTERM → every rank stops at the same step boundary → a checkpoint → a retry.
+
+A preempted pod or reclaimed spot node gets SIGTERM and a grace period before SIGKILL
+(Kubernetes: the pod's ``terminationGracePeriodSeconds``; torchrun forwards the signal to its
+workers and kills them 30 s later). ``Preemption`` turns the signal into a flag on each rank; at
+each optimizer-step boundary the loop asks ``stop()``, and the ranks agree through one small
+all-reduce (on the CPU, so a GPU step is never synchronised for it), started at one boundary and
+read at the next: the ranks stop together at most two steps after the first of them took the
+signal. The loop then writes a checkpoint at that boundary and raises ``Preempted``, a transient
+failure (exit 75): torchrun or Airflow starts the step again and it resumes from that
+checkpoint, redoing no step.
+
+Should no boundary come within ``train.preemption_grace_s`` (a peer gone, a step longer than the
+grace), the process exits 75 at once, before SIGKILL cuts a write short, and the retry resumes
+from the last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipeline_steps.core.errors import EXIT_TRANSIENT, TransientError
+from pipeline_steps.steps.train.distributed import Processes
+
+log = logging.getLogger(__name__)
+
+
+class Preempted(TransientError):
+    """The training stopped on SIGTERM after checkpointing; a retry resumes from it."""
+
+
+class Preemption:
+    """SIGTERM on this rank, and the ranks' agreement to stop, at optimizer-step boundaries.
+
+    Every rank calls ``stop()`` at the same boundaries, in the same order; ``close()`` once
+    training ends (also on failure) restores the previous handler.
+    """
+
+    def __init__(self, processes: Processes, grace_s: float) -> None:
+        self._processes, self._grace_s = processes, grace_s
+        self.signalled_at: float | None = None
+        """``time.monotonic()`` when this rank took SIGTERM."""
+        self.signalled_step: int | None = None
+        """The optimizer step this rank was computing when it took SIGTERM."""
+        self._boundary = 0
+        self._pending: tuple[Any, torch.Tensor] | None = None
+        self._group: Any = None
+        if processes.distributed:
+            # a group of its own on the CPU: the flag never waits on a GPU stream nor
+            # interleaves with the gradients' collectives
+            self._group = dist.new_group(backend="gloo")
+        self._watchdog: threading.Timer | None = None
+        self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signalled_at is not None:
+            return
+        self.signalled_at = time.monotonic()
+        self.signalled_step = self._boundary + 1
+        log.warning(
+            "SIGTERM: stopping at the next step boundary, checkpointing within %ss",
+            self._grace_s,
+        )
+        self._watchdog = threading.Timer(self._grace_s, _give_up, args=(self._grace_s,))
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def stop(self, step: int) -> bool:
+        """Whether every rank stops at this boundary, after optimizer step ``step``: some rank
+        took SIGTERM before the previous boundary (one process: before this one)."""
+        self._boundary = step
+        flag = self.signalled_at is not None
+        if not self._processes.distributed:
+            return flag
+        agreed = False
+        if self._pending is not None:
+            work, value = self._pending
+            work.wait()
+            agreed = bool(value.item())
+        value = torch.tensor([int(flag)], dtype=torch.int32)
+        work = dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._pending = (work, value)
+        return agreed
+
+    def seconds_since_signal(self) -> float:
+        return 0.0 if self.signalled_at is None else time.monotonic() - self.signalled_at
+
+    def close(self) -> None:
+        """Wait for the last agreement in flight, stop the watchdog, restore the handler."""
+        if self._pending is not None:
+            self._pending[0].wait()
+            self._pending = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+def _give_up(grace_s: float) -> None:
+    """No step boundary within the grace: exit transient now, the last periodic checkpoint
+    stands."""
+    print(
+        f"trainyard step train failed (transient): SIGTERM and no step boundary within "
+        f"train.preemption_grace_s={grace_s}s; the retry resumes from the last checkpoint",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(EXIT_TRANSIENT)
