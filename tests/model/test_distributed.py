@@ -1,22 +1,20 @@
 """DDP on CPU: two torchrun ranks (gloo) train together, match one rank with twice the batch,
 and survive a rank killed with SIGKILL mid-epoch."""
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import mlflow
-import psutil
 import pytest
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.train import checkpoint, train
-from tests.conftest import FIRST_DAY, WINDOW
+from tests.conftest import WINDOW
+from tests.model import launch
 from tests.model.conftest import assert_same_weights, final_weights, states_of
+from tests.model.launch import environment, manifest_of, rank_process
 
 pytestmark = pytest.mark.slow
 BASE = (
@@ -34,48 +32,11 @@ def prepared(prepare_run):
 
 
 def torchrun(ctx: RunContext, nproc: int, *overrides: str, max_restarts: int = 0) -> list[str]:
-    """The torchrun command of the train step for ``ctx`` (same settings, ``nproc`` ranks)."""
-    sets = [x for o in (*BASE, *overrides) for x in ("--set", o)]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc-per-node={nproc}",
-        f"--max-restarts={max_restarts}",
-        "-m",
-        "pipeline_steps.commands.cli",
-        "step",
-        "train",
-        "--run-id",
-        ctx.run_id,
-        "--logical-date",
-        FIRST_DAY.isoformat(),
-        *sets,
-    ]
-
-
-def environment(ctx: RunContext) -> dict[str, str]:
-    home = str(Path(ctx.settings.lake.root).parent)  # the lake is $TRAINYARD_HOME/lake
-    return {**os.environ, "TRAINYARD_HOME": home, "OMP_NUM_THREADS": "1"}
+    return launch.torchrun(ctx, nproc, (*BASE, *overrides), max_restarts)
 
 
 def run_torchrun(ctx: RunContext, nproc: int, *overrides: str) -> str:
-    """Train ``ctx`` under torchrun to the end; its stdout."""
-    done = subprocess.run(
-        torchrun(ctx, nproc, *overrides),
-        env=environment(ctx),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
-def manifest_of(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
+    return launch.run_torchrun(ctx, nproc, (*BASE, *overrides))
 
 
 def history(ctx: RunContext) -> list[dict]:
@@ -142,7 +103,7 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
             except Exception:  # being renamed into place
                 continue
             if at.epoch == 1 and at.epoch_batches > 0:
-                victim = _rank_process(launcher.pid, rank=1)
+                victim = rank_process(launcher.pid, rank=1)
                 victim.send_signal(signal.SIGKILL)
                 killed_at = at.step
                 break
@@ -154,15 +115,3 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
     resumed = manifest["resumed_from"]
     assert resumed is not None and resumed["epoch"] == 1 and resumed["step"] >= killed_at
     assert_same_weights(final_weights(reference), final_weights(killed))
-
-
-def _rank_process(launcher_pid: int, rank: int) -> psutil.Process:
-    for child in psutil.Process(launcher_pid).children(recursive=True):
-        try:
-            if child.environ().get("RANK") == str(
-                rank
-            ) and "pipeline_steps.commands.cli" in " ".join(child.cmdline()):
-                return child
-        except psutil.Error:
-            continue
-    raise AssertionError(f"no worker process of rank {rank}")

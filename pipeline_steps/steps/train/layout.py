@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.steps.train.data import TensorSet
+from pipeline_steps.core.settings import TrainSettings
+from pipeline_steps.steps.train.data import Preprocessor, TensorSet, TrainingTable, epoch_batches
+from pipeline_steps.steps.train.distributed import Processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,39 @@ class Layout:
         """What a micro-batch's mean loss of ``rows`` rows is divided by before backward, so the
         gradient averaged over ``world_size`` processes is the mean over the global batch."""
         return self.global_batch / (world_size * rows)
+
+
+def epoch_steps(
+    table: TrainingTable,
+    pre: Preprocessor,
+    label: str,
+    cfg: TrainSettings,
+    layout: Layout,
+    processes: Processes,
+    epoch: int,
+    skip: int = 0,
+) -> Iterator[list[TensorSet]]:
+    """This process's micro-batches of each optimizer step of ``epoch``, from layout batch
+    ``skip`` on: the streams (``epoch_batches``) of the layout ranks it computes, cut by
+    ``step_batches``."""
+    streams = {
+        r: epoch_batches(
+            table,
+            pre,
+            label,
+            batch_size=cfg.batch_size,
+            epoch=epoch,
+            rank=r,
+            world_size=layout.world_size,
+            shuffle_buffer=cfg.shuffle_buffer,
+            skip=skip,
+            prefetch_buffers=cfg.prefetch,
+            workers=cfg.data_workers,
+            pin_memory=processes.use_cuda,
+        )
+        for r in needed(layout, processes.rank, processes.world_size)
+    }
+    return step_batches(streams, layout, processes.rank, processes.world_size)
 
 
 def step_batches(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from contextlib import nullcontext
 from itertools import islice
 from typing import NoReturn
@@ -41,14 +40,12 @@ from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint, distributed, hooks, mlflow_run, record
 from pipeline_steps.steps.train.data import (
     Preprocessor,
-    TensorSet,
     TrainingTable,
-    epoch_batches,
     validation_batch_count,
 )
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.heads import Head, fit_head
-from pipeline_steps.steps.train.layout import Layout, needed, step_batches
+from pipeline_steps.steps.train.layout import Layout, epoch_steps
 from pipeline_steps.steps.train.models import build
 from pipeline_steps.steps.train.preemption import Preempted, Preemption
 from pipeline_steps.steps.train.state import Fit
@@ -147,10 +144,11 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 reseed = False
             wrapped.train()
             started, seen = time.perf_counter(), 0
+            carried = fit.epoch_loss  # the epoch's loss before a resume, over every rank
             loss_sum = torch.zeros((), device=device)
             step_losses: list[tuple[int, float]] = []
             steps_left = (micro_batches[epoch] - batches) // cfg.grad_accumulation
-            stream = _steps(table, pre, label, cfg, procs, layout, epoch, skip=batches)
+            stream = epoch_steps(table, pre, label, cfg, layout, procs, epoch, skip=batches)
             for micro in islice(stream, steps_left):
                 for i, batch in enumerate(micro):
                     batch = batch.to(device) if procs.use_cuda else batch
@@ -168,9 +166,11 @@ def train(ctx: RunContext) -> TrainManifest | None:
                     step_losses.append((step, float(loss.detach())))
                 at = LoopPosition(epoch=epoch, epoch_batches=batches, step=step)
                 if preemption.stop(step):
+                    fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
                     _stop_preempted(checkpoints, fit, at, layout, preemption, run_id)
                 mid_epoch = batches < micro_batches[epoch]
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and mid_epoch:
+                    fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
                     checkpoints.write(fit, at, layout.world_size)
             elapsed = time.perf_counter() - started
 
@@ -189,7 +189,7 @@ def train(ctx: RunContext) -> TrainManifest | None:
             )
             learning_rate = float(scheduler.get_last_lr()[0])
             metrics = _epoch_metrics(
-                head, loss_sum, seen, validation, elapsed, learning_rate, procs
+                head, loss_sum, seen, carried, validation, elapsed, learning_rate, procs
             )
             fit.end_epoch(epoch, metrics, cfg.patience, step)
             checkpoints.write(fit, fit.position, layout.world_size)
@@ -371,42 +371,11 @@ def _validation_forwards(table: TrainingTable, cfg: TrainSettings, procs: Proces
     )
 
 
-def _steps(
-    table: TrainingTable,
-    pre: Preprocessor,
-    label: str,
-    cfg: TrainSettings,
-    procs: Processes,
-    layout: Layout,
-    epoch: int,
-    skip: int,
-) -> Iterator[list[TensorSet]]:
-    """This process's micro-batches of each optimizer step of ``epoch``, from layout batch
-    ``skip`` on (``epoch_batches`` of the layout ranks it computes, ``layout.step_batches``)."""
-    streams = {
-        r: epoch_batches(
-            table,
-            pre,
-            label,
-            batch_size=cfg.batch_size,
-            epoch=epoch,
-            rank=r,
-            world_size=layout.world_size,
-            shuffle_buffer=cfg.shuffle_buffer,
-            skip=skip,
-            prefetch_buffers=cfg.prefetch,
-            workers=cfg.data_workers,
-            pin_memory=procs.use_cuda,
-        )
-        for r in needed(layout, procs.rank, procs.world_size)
-    }
-    return step_batches(streams, layout, procs.rank, procs.world_size)
-
-
 def _epoch_metrics(
     head: Head,
     loss_sum: torch.Tensor,
     seen: int,
+    carried: tuple[float, float],
     validation: torch.Tensor,
     elapsed: float,
     learning_rate: float,
@@ -415,13 +384,14 @@ def _epoch_metrics(
     """An epoch's metrics over every rank: this rank's training loss sum and rows and its
     ``validation_sums``, added up over the ranks, as losses, the task's validation metric
     (AUC, accuracy or RMSE), throughput, the learning rate, and on a GPU its memory peak and
-    utilisation."""
+    utilisation. A resumed epoch's training loss takes in the loss ``carried`` by its
+    checkpoint; its throughput, the rows since the resume."""
     sums = torch.cat(
         [torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64), validation]
     )
     train_loss, rows, *summed = distributed.sum_over_ranks(sums, procs).tolist()
     metrics = {
-        "train_loss": train_loss / max(rows, 1.0),
+        "train_loss": (train_loss + carried[0]) / max(rows + carried[1], 1.0),
         **head.validation_metrics(summed),
         "samples_per_s": rows / max(elapsed, 1e-9),
         "learning_rate": learning_rate,
@@ -429,6 +399,16 @@ def _epoch_metrics(
     if procs.use_cuda:
         metrics |= gpu_metrics(procs.device)
     return metrics
+
+
+def _epoch_loss(
+    carried: tuple[float, float], loss_sum: torch.Tensor, seen: int, procs: Processes
+) -> tuple[float, float]:
+    """The epoch's training loss sum and rows so far over every rank, for a checkpoint (every
+    rank calls it)."""
+    sums = torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64)
+    total, rows = distributed.sum_over_ranks(sums, procs).tolist()
+    return carried[0] + total, carried[1] + rows
 
 
 def _already_trained(ctx: RunContext, config_hash: str) -> TrainManifest | None:

@@ -70,6 +70,9 @@ class TrainingState:
     model: dict[str, torch.Tensor]
     best_model: dict[str, torch.Tensor] | None = None
     """The weights of the epoch with the lowest validation loss so far."""
+    epoch_loss: tuple[float, float] = (0.0, 0.0)
+    """The current epoch's training loss sum and rows up to ``position``, over every rank: a
+    resumed epoch's ``train_loss`` covers the whole epoch."""
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     rng: list[RngState]
@@ -91,6 +94,7 @@ class TrainingState:
             "history": self.history,
             "model": self.model,
             "best_model": self.best_model,
+            "epoch_loss": list(self.epoch_loss),
             "optimizer": self.optimizer,
             "scheduler": self.scheduler,
             "rng": self.rng,
@@ -111,6 +115,7 @@ class TrainingState:
             history=content["history"],
             model=content["model"],
             best_model=content["best_model"],
+            epoch_loss=tuple(content.get("epoch_loss", (0.0, 0.0))),
             optimizer=content["optimizer"],
             scheduler=content["scheduler"],
             rng=content["rng"],
@@ -134,6 +139,9 @@ class Fit:
     best_weights: dict[str, torch.Tensor] | None = None
     """The weights of the epoch with the lowest validation loss so far, on the CPU (rank 0's
     under ``fsdp``: the others hold none)."""
+    epoch_loss: tuple[float, float] = (0.0, 0.0)
+    """The current epoch's training loss sum and rows over every rank, as of the last
+    checkpoint (``TrainingState.epoch_loss``)."""
     strategy: Strategy = field(default_factory=lambda: DataParallel(ONE_PROCESS))
     """How the processes share the model: its full states are taken and loaded through it."""
 
@@ -149,6 +157,7 @@ class Fit:
             history=self.history,
             model=self.strategy.model_state(self.model),
             best_model=self.best_weights,
+            epoch_loss=self.epoch_loss,
             optimizer=self.strategy.optimizer_state(self.model, self.optimizer),
             scheduler=self.scheduler.state_dict(),
             rng=rng,
@@ -163,6 +172,7 @@ class Fit:
         self.scheduler.load_state_dict(state.scheduler)
         self.position, self.stopping, self.history = state.position, state.stopping, state.history
         self.best_weights = state.best_model
+        self.epoch_loss = state.epoch_loss
 
     def end_epoch(self, epoch: int, metrics: dict[str, float], patience: int, step: int) -> None:
         """Record the finished ``epoch`` (``step`` optimizer steps taken in all): its metrics
@@ -173,6 +183,7 @@ class Fit:
             weights = self.strategy.model_state(self.model)
             self.best_weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
         self.position = LoopPosition(epoch=epoch + 1, epoch_batches=0, step=step)
+        self.epoch_loss = (0.0, 0.0)
 
 
 def weights_sha256(model: torch.nn.Module) -> str:

@@ -13,6 +13,7 @@ whatever the strategy, and a checkpoint resumes on any number of processes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager, nullcontext
@@ -23,6 +24,8 @@ from torch import nn
 
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.step import clip_grad_norm
+
+log = logging.getLogger(__name__)
 
 
 class Strategy(Protocol):
@@ -106,9 +109,15 @@ class FullySharded:
 
         if not self._processes.distributed:
             return model
-        for block in _blocks(model):
+        blocks = _blocks(model)
+        for block in blocks:
             fully_shard(block)
         fully_shard(model)
+        log.info(
+            "fsdp: %d blocks and the model sharded over %d processes",
+            len(blocks),
+            self._processes.world_size,
+        )
         return model
 
     def local_gradients(self, wrapped: nn.Module) -> ContextManager[Any]:
@@ -122,16 +131,13 @@ class FullySharded:
         torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=True)
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        if not self._processes.distributed:
-            return model.state_dict()
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         state: dict[str, torch.Tensor] = get_model_state_dict(model, options=_full())
         return state
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Any:
-        if not self._processes.distributed:
-            return optimizer.state_dict()
+        """Keyed by parameter name (not position), so it loads on any sharding."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         return get_optimizer_state_dict(model, optimizer, options=_full())
@@ -143,10 +149,8 @@ class FullySharded:
         model_state: dict[str, torch.Tensor],
         optimizer_state: Any,
     ) -> None:
-        if not self._processes.distributed:
-            model.load_state_dict(model_state)
-            optimizer.load_state_dict(optimizer_state)
-            return
+        """Every process holds the full states (each reads the checkpoint) and keeps its
+        shard of them."""
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         set_state_dict(
@@ -176,6 +180,7 @@ def _blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def _full() -> Any:
+    """Whole tensors on the CPU; gathered on rank 0 alone when sharded."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(full_state_dict=True, cpu_offload=True)
