@@ -32,9 +32,11 @@ $(STAMP): pyproject.toml examples/hotel_rates/pyproject.toml
 
 venv: $(STAMP) ## create .venv and install trainyard (skipped when up to date)
 
-airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metadata DB)
+airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metadata DB, GPU pool)
 	@mkdir -p $(AIRFLOW_HOME)
 	@$(BIN)/airflow db migrate > $(TRAINYARD_HOME)/airflow-db.log 2>&1 || \
+		{ tail -20 $(TRAINYARD_HOME)/airflow-db.log; exit 1; }
+	@$(BIN)/python -m pipeline_steps.services.gpu_pool >> $(TRAINYARD_HOME)/airflow-db.log 2>&1 || \
 		{ tail -20 $(TRAINYARD_HOME)/airflow-db.log; exit 1; }
 
 demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened

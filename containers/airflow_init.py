@@ -1,6 +1,7 @@
 """What docker-compose.yaml's one-shot ``airflow-init`` service does before Airflow starts.
 
-1. ``airflow db migrate``;
+1. ``airflow db migrate``, then the GPU pool (``airflow pools set`` with
+   ``orchestration.gpu_pool`` and ``gpu_pool_slots``, :mod:`pipeline_steps.services.gpu_pool`);
 2. the simple auth manager's passwords file (``{"admin": AIRFLOW_ADMIN_PASSWORD}``, mode 0600);
 3. the object store's bucket (the one of ``TRAINYARD_LAKE__ROOT``; MLflow's artifacts live there
    too);
@@ -117,7 +118,13 @@ def ensure_mlflow_user(
 
 
 def main(environ: Mapping[str, str] = os.environ) -> int:
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.services.gpu_pool import pool_command
+
     subprocess.run(["airflow", "db", "migrate"], check=True)
+    if pool := pool_command(load_settings(environ=environ)):
+        subprocess.run(pool, check=True)
+        print(f"airflow-init: Airflow pool {pool[3]} has {pool[4]} slot(s)")
 
     passwords_file = Path(environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
     write_passwords_file(passwords_file, {"admin": environ["AIRFLOW_ADMIN_PASSWORD"]})

@@ -28,6 +28,7 @@ from pipeline_steps.core.tasks import task_spec
 
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -156,6 +157,18 @@ class OrchestrationSettings:
     data_poke_s: int = 300
     """Seconds between two looks at the source while waiting (the sensor frees its worker
     slot in between: reschedule mode)."""
+    gpu_pool: str = "gpu"
+    """Airflow pool of GPU slots: the train task and the tuning trials take one slot per GPU
+    they use, so Airflow never starts more GPU work than ``gpu_pool_slots``; created with that
+    size where Airflow is set up. Empty: no pool (GPU tasks use Airflow's default pool)."""
+    gpu_pool_slots: int = 64
+    """Size of ``gpu_pool``: the GPUs this Airflow's tasks may hold at once (e.g. the GPUs of
+    the team's Kueue quota); a task needing more is refused when the DAG is parsed."""
+    train_priority: int = 10
+    """Priority weight (rule ``absolute``) of the train task: scheduled and drift-triggered
+    training goes before tuning trials waiting for the same GPU slots."""
+    tuning_priority: int = 1
+    """Priority weight (rule ``absolute``) of each tuning trial."""
 
     def __post_init__(self) -> None:
         if self.runtime not in ("local", "kubernetes"):
@@ -170,6 +183,16 @@ class OrchestrationSettings:
             raise SettingsError(
                 "orchestration.data_wait_s must not be negative, data_poke_s at least 1"
             )
+        if self.gpu_pool_slots < 1:
+            raise SettingsError(
+                f"orchestration.gpu_pool_slots must be at least 1, got {self.gpu_pool_slots}"
+            )
+        for name in ("train_priority", "tuning_priority"):
+            if not 1 <= getattr(self, name) < 2**31:
+                raise SettingsError(
+                    f"orchestration.{name} must be an integer from 1 to 2**31-1 (Airflow's "
+                    f"priority weights), got {getattr(self, name)}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -482,6 +505,16 @@ class TrainSettings:
     collective_timeout_s: int = 120
     """Seconds a collective (all-reduce, barrier) may wait for a peer before the process fails,
     so a dead rank ends the attempt quickly instead of hanging (PyTorch's default is 10-30 min)."""
+    preemption_grace_s: float = 25.0
+    """Seconds from SIGTERM (a preempted pod, a reclaimed spot node) within which the ranks
+    stop at a step boundary and checkpoint before exiting for a retry; past it the process exits
+    at once and the retry resumes from the last periodic checkpoint. Below torchrun's 30 s
+    between forwarding SIGTERM and killing its workers, and the pod's termination grace."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """How several processes share the training: ``ddp`` (each holds the whole model, gradients
+    are averaged) or ``fsdp`` (PyTorch's FSDP2 ``fully_shard``: parameters, gradients and
+    optimizer state sharded over the processes, for models that do not fit one device). Same
+    checkpoints and resume either way."""
     params_from: Literal["settings", "tuning"] = "settings"
     """``settings``: train with the values above. ``tuning``: take the parameters of the best
     trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered model>.json`` in
@@ -520,6 +553,13 @@ class TrainSettings:
             raise SettingsError("train.device must be 'auto', 'cpu' or 'cuda'")
         if self.params_from not in ("settings", "tuning"):
             raise SettingsError("train.params_from must be 'settings' or 'tuning'")
+        if not 0.0 < self.preemption_grace_s < 30.0:
+            raise SettingsError(
+                "train.preemption_grace_s must be in (0, 30): torchrun kills its workers 30 s "
+                f"after forwarding SIGTERM, got {self.preemption_grace_s}"
+            )
+        if self.strategy not in ("ddp", "fsdp"):
+            raise SettingsError(f"train.strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -898,12 +938,33 @@ class KubernetesSettings:
     train_nodes: int = 1
     """Training nodes. One: a pod running torchrun. More: an Indexed Job of that many pods with
     a headless Service for torchrun's c10d rendezvous at pod 0, created and removed around it."""
+    train_min_nodes: int = 0
+    """Fewest training nodes of an elastic Job; 0: ``train_nodes`` (a fixed size). Between 1
+    and ``train_nodes - 1``: torchrun ``--nnodes=MIN:MAX`` with its rendezvous in a store of its
+    own (a Deployment off the spot nodes), so training goes on while any node is lost and
+    takes a returning one back (docs/deployment.md, "Spot nodes and elastic training")."""
     rendezvous_port: int = 29500
-    """Port of the c10d rendezvous store on pod 0 of a multi-node training Job."""
+    """Port of the c10d rendezvous store: on pod 0 of a multi-node training Job, or in the
+    rendezvous store of an elastic one."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Node selector of the training pod."""
     tolerations: tuple[dict[str, str], ...] = ()
     """Tolerations of the training pod, as Kubernetes toleration objects."""
+    spot_node_selector: dict[str, str] = field(default_factory=dict)
+    """Labels of the spot (preemptible) nodes the training pods may run on, added to
+    ``node_selector`` (``{cloud.google.com/gke-spot: "true"}``,
+    ``{eks.amazonaws.com/capacityType: SPOT}``); the rendezvous store of an elastic Job is kept
+    off the nodes carrying them."""
+    spot_tolerations: tuple[dict[str, str], ...] = ()
+    """Tolerations of the spot nodes' taints, added to the training pods' ``tolerations``
+    (``[{key: cloud.google.com/gke-spot, operator: Equal, value: "true", effect:
+    NoSchedule}]``)."""
+    termination_grace_s: int = 60
+    """``terminationGracePeriodSeconds`` of the training pods: time from SIGTERM to SIGKILL, in
+    which the training checkpoints; must exceed ``train.preemption_grace_s``."""
+    queue_name: str = ""
+    """Kueue LocalQueue of this team: the ``kueue.x-k8s.io/queue-name`` label on every step
+    pod and training Job, so Kueue admits them within the team's quota. Empty: no label."""
     lake_pvc: str = ""
     """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
     lake_mount_path: str = "/lake"
@@ -914,6 +975,31 @@ class KubernetesSettings:
             raise SettingsError(
                 "kubernetes.train_nodes must be at least 1, train_gpus not negative"
             )
+        if not 0 <= self.train_min_nodes <= self.train_nodes:
+            raise SettingsError(
+                f"kubernetes.train_min_nodes must be from 1 to kubernetes.train_nodes "
+                f"({self.train_nodes}), or 0 for a fixed size; got {self.train_min_nodes}"
+            )
+        if self.termination_grace_s < 1:
+            raise SettingsError(
+                f"kubernetes.termination_grace_s must be at least 1, got {self.termination_grace_s}"
+            )
+        if self.queue_name and not _LABEL_VALUE.fullmatch(self.queue_name):
+            raise SettingsError(
+                f"kubernetes.queue_name must be a Kubernetes label value (at most 63 letters, "
+                f"digits, '-', '_' or '.', starting and ending alphanumeric), got "
+                f"{self.queue_name!r}"
+            )
+
+    @property
+    def min_nodes(self) -> int:
+        """The fewest training nodes (``train_min_nodes``, or ``train_nodes`` when 0)."""
+        return self.train_min_nodes or self.train_nodes
+
+    @property
+    def elastic(self) -> bool:
+        """Whether training runs on anywhere from ``min_nodes`` to ``train_nodes`` nodes."""
+        return self.min_nodes < self.train_nodes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -5,7 +5,12 @@
 ``runtime: kubernetes`` a KubernetesPodOperator running the same argv in the step image; with
                         ``kubernetes.train_nodes`` > 1 the train step is an Indexed Job of that
                         many pods (KubernetesJobOperator) between the creation and removal of the
-                        headless Service its torchrun rendezvous goes through.
+                        headless Service its torchrun rendezvous goes through (and, for an
+                        elastic Job, the rendezvous store and disruption budget of
+                        :mod:`pipeline_steps.orchestration.elastic`).
+
+The train task and the tuning trials take GPU slots of an Airflow pool at their priority
+(:mod:`pipeline_steps.orchestration.pools`).
 
 Kept light: DAG parsing imports this, so nothing heavy is imported at module level. A step's
 command comes from :mod:`pipeline_steps.steps.registry`, as for ``trainyard replay``.
@@ -24,12 +29,22 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.settings import Settings, SettingsError
+from pipeline_steps.orchestration.elastic import (
+    ELASTIC_POD_LABELS,
+    disruption_budget,
+    elastic_job_template,
+    rendezvous_store,
+    store_wait,
+)
 from pipeline_steps.orchestration.failures import step_failure
+from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
 from pipeline_steps.steps.registry import TRAIN_SERVICE, local_argv, step_argv
 
 RUN_ID = "{{ run_id }}"
 LOGICAL_DATE = "{{ ds }}"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""The label by which Kueue admits a pod or Job through a team's LocalQueue."""
 
 
 DEFAULT_RUN_ARGS = ("--run-id", RUN_ID, "--logical-date", LOGICAL_DATE)
@@ -167,10 +182,25 @@ def headless_service(settings: Settings) -> dict[str, Any]:
     }
 
 
+def termination_grace(settings: Settings) -> int:
+    """The training pod's ``terminationGracePeriodSeconds``; ``SettingsError`` when it leaves
+    the training no time to checkpoint after SIGTERM (``train.preemption_grace_s``)."""
+    grace = settings.kubernetes.termination_grace_s
+    if grace <= settings.train.preemption_grace_s:
+        raise SettingsError(
+            f"kubernetes.termination_grace_s ({grace}) must exceed train.preemption_grace_s "
+            f"({settings.train.preemption_grace_s}): the pod is killed before the training "
+            "has checkpointed after SIGTERM"
+        )
+    return grace
+
+
 def pod_arguments(
     step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
 ) -> dict[str, Any]:
-    """What a step's pod looks like, for a single pod and for the pods of a training Job."""
+    """What a step's pod looks like, for a single pod and for the pods of a training Job.
+    Requests equal the limits for GPUs, so that a quota system (Kueue) counts what the pod
+    uses; ``kubernetes.queue_name`` labels the pod for Kueue."""
     from kubernetes.client import models as k8s
 
     cfg = settings.kubernetes
@@ -179,9 +209,10 @@ def pod_arguments(
         read_only_root_filesystem=True,
         capabilities=k8s.V1Capabilities(drop=["ALL"]),
     )
+    requests = {"cpu": cfg.cpu_request, "memory": cfg.memory_request}
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
     if step == "train" and cfg.train_gpus:
-        limits["nvidia.com/gpu"] = str(cfg.train_gpus)
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(cfg.train_gpus)
     volumes = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())]
     mounts = [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")]
     if step == "train":  # shared memory for the data path and NCCL beyond the 64 MiB default
@@ -199,6 +230,11 @@ def pod_arguments(
             )
         )
         mounts.append(k8s.V1VolumeMount(name="lake", mount_path=cfg.lake_mount_path))
+    labels = {"app.kubernetes.io/name": "trainyard", "trainyard/step": step}
+    if cfg.queue_name:
+        labels[QUEUE_LABEL] = cfg.queue_name
+    train = step == "train"
+    spot = bool(cfg.spot_node_selector or cfg.spot_tolerations)
     return {
         "namespace": cfg.namespace,
         "image": cfg.image,
@@ -207,12 +243,15 @@ def pod_arguments(
         "cmds": step_argv(step, settings, run_args),
         "arguments": [],
         "env_vars": pod_environment(settings),
-        "container_resources": k8s.V1ResourceRequirements(
-            requests={"cpu": cfg.cpu_request, "memory": cfg.memory_request}, limits=limits
-        ),
-        "node_selector": dict(cfg.node_selector) if step == "train" else None,
-        "tolerations": [k8s.V1Toleration(**t) for t in cfg.tolerations]
-        if step == "train"
+        "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
+        "node_selector": cfg.node_selector | cfg.spot_node_selector if train else None,
+        "tolerations": [k8s.V1Toleration(**t) for t in (*cfg.tolerations, *cfg.spot_tolerations)]
+        if train
+        else None,
+        "termination_grace_period": termination_grace(settings) if train else None,
+        # waiting for Kueue's admission or for spot capacity is no failure to start
+        "schedule_timeout_seconds": settings.orchestration.step_timeout_s
+        if cfg.queue_name or (train and spot)
         else None,
         "volumes": volumes,
         "volume_mounts": mounts,
@@ -220,7 +259,7 @@ def pod_arguments(
             run_as_non_root=True, run_as_user=10001, fs_group=10001
         ),
         "container_security_context": restricted,
-        "labels": {"app.kubernetes.io/name": "trainyard", "trainyard/step": step},
+        "labels": labels,
         "get_logs": True,
     }
 
@@ -245,11 +284,26 @@ def kubernetes_step(
     )
 
 
-def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args: Any) -> Any:
-    """``train`` on several nodes: create the headless Service, run the Indexed Job (one pod per
-    node, torchrun in each), remove the Service whatever the outcome. Returns the task group."""
+def rendezvous_resources(settings: Settings, security: Any) -> str:
+    """The YAML created before a multi-node Job and deleted after it: the headless Service, and
+    for an elastic Job the rendezvous store and the training pods' disruption budget."""
     import yaml
-    from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+
+    if not settings.kubernetes.elastic:
+        return yaml.safe_dump(headless_service(settings))
+    return yaml.safe_dump_all(
+        [
+            headless_service(settings),
+            *rendezvous_store(settings, security),
+            disruption_budget(settings),
+        ]
+    )
+
+
+def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args: Any) -> Any:
+    """``train`` on several nodes: create the headless Service (and an elastic Job's store and
+    budget), run the Indexed Job (one pod per node, torchrun in each), remove them whatever the
+    outcome. Returns the task group; the Job task takes ``task_args`` (retries, GPU pool)."""
     from airflow.providers.cncf.kubernetes.operators.resource import (
         KubernetesCreateResourceOperator,
         KubernetesDeleteResourceOperator,
@@ -257,32 +311,44 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
     from airflow.sdk import TaskGroup
     from kubernetes.client import models as k8s
 
+    from pipeline_steps.orchestration.training_job import TrainingJobOperator
+
     cfg = settings.kubernetes
-    service = yaml.safe_dump(headless_service(settings))
     pod = pod_arguments("train", settings, run_args) | {"env_vars": multi_node_env(settings)}
-    with TaskGroup(group_id="train", tooltip=f"training on {cfg.train_nodes} nodes") as group:
+    resources = rendezvous_resources(settings, pod["container_security_context"])
+    elastic: dict[str, Any] = {}
+    if cfg.elastic:
+        elastic = {
+            "full_job_spec": elastic_job_template(settings),
+            "init_containers": [store_wait(settings, pod["container_security_context"])],
+            "labels": pod["labels"] | ELASTIC_POD_LABELS,
+        }
+    nodes = f"{cfg.min_nodes} to {cfg.train_nodes}" if cfg.elastic else str(cfg.train_nodes)
+    with TaskGroup(group_id="train", tooltip=f"training on {nodes} nodes") as group:
         create = KubernetesCreateResourceOperator(
-            task_id="create_rendezvous_service", yaml_conf=service, namespace=cfg.namespace
+            task_id="create_rendezvous_service", yaml_conf=resources, namespace=cfg.namespace
         )
-        job = KubernetesJobOperator(
+        job = TrainingJobOperator(
             task_id="job",
             name="trainyard-train",
             random_name_suffix=True,
             completion_mode="Indexed",
             completions=cfg.train_nodes,
             parallelism=cfg.train_nodes,
-            backoff_limit=0,  # retries are torchrun restarts and Airflow task retries
+            # fixed size: 0, retries are torchrun restarts and Airflow task retries; elastic:
+            # the failures of lost nodes (beyond disruptions) while a minimal world remains
+            backoff_limit=cfg.train_nodes - cfg.min_nodes,
             wait_until_job_complete=True,
             # pods named <job>-<index> resolve through the Service as <job>-<index>.<service>
             full_pod_spec=k8s.V1Pod(spec=k8s.V1PodSpec(containers=[], subdomain=TRAIN_SERVICE)),
             do_xcom_push=False,
             on_finish_action="delete_pod",
-            **pod,
+            **(pod | elastic),
             **task_args,
         )
         delete = KubernetesDeleteResourceOperator(
             task_id="delete_rendezvous_service",
-            yaml_conf=service,
+            yaml_conf=resources,
             namespace=cfg.namespace,
             trigger_rule="all_done",
         )
@@ -295,6 +361,9 @@ def step_task(step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_R
     group for training on several Kubernetes nodes). ``run_args`` follow ``trainyard step
     <name>`` in the argv."""
     task_args = retry_args(settings)
+    if step == "train":  # the GPUs' holder: the pool's slots, at training's priority
+        gpus = step_gpus(settings, settings.kubernetes.train_nodes)
+        task_args |= gpu_task_args(settings, gpus, settings.orchestration.train_priority)
     if settings.orchestration.runtime == "kubernetes":
         if step == "train" and settings.kubernetes.train_nodes > 1:
             return multi_node_training(settings, run_args, **task_args)

@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 
 from pipeline_steps.core.settings import Settings
 from pipeline_steps.orchestration.params import TUNING_FORM, form_params, set_arguments
+from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
 from pipeline_steps.orchestration.runners import pod_arguments, retry_args
 from pipeline_steps.orchestration.trials import PREPARE_TASK, LocalTrialOperator, run_context
 from pipeline_steps.steps.registry import step_argv
@@ -119,11 +120,14 @@ class PrepareStudyOperator(BaseOperator):
 
 
 def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
-    """The mapped trial task under the configured runtime, over ``slots``."""
+    """The mapped trial task under the configured runtime, over ``slots``. A trial trains in
+    one pod (or process): it takes that pod's GPUs from the GPU pool, at tuning's priority."""
+    gpus = step_gpus(settings, nodes=1)
     common = {
         "task_id": "trial",
         "max_active_tis_per_dagrun": settings.tuning.max_parallel_trials,
         **retry_args(settings),
+        **gpu_task_args(settings, gpus, settings.orchestration.tuning_priority),
     }
     if settings.orchestration.runtime == "kubernetes":
         from pipeline_steps.orchestration.trial_pod import PodTrialOperator

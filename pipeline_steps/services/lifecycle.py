@@ -1,8 +1,8 @@
 """``trainyard services up|down|status``: the production profile on this machine.
 
 ``up`` prepares what the processes need (a PostgreSQL role and one database per component, the
-S3 user and bucket, MLflow's auth config and pipeline user, Airflow's metadata database and
-admin password) and starts them in order, each waited for. ``down`` stops them all; with
+S3 user and bucket, MLflow's auth config and pipeline user, Airflow's metadata database, GPU
+pool and admin password) and starts them in order, each waited for. ``down`` stops them all; with
 ``purge`` it also drops the databases, the Redis databases and the profile's home.
 """
 
@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from pipeline_steps.services import processes as proc
+from pipeline_steps.services.gpu_pool import ensure_pool
 from pipeline_steps.services.profile import (
     DATABASES,
     PROCESSES,
@@ -128,11 +129,12 @@ def prepare_mlflow_user(profile: Profile) -> None:
 
 def migrate_airflow(profile: Profile) -> None:
     profile.airflow_home.mkdir(parents=True, exist_ok=True)
+    airflow = str(proc.BIN / "airflow")
     out = proc.log_file(profile, "airflow-migrate")
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as handle:
         done = subprocess.run(
-            [str(proc.BIN / "airflow"), "db", "migrate"],
+            [airflow, "db", "migrate"],
             env=proc.environment(profile, "airflow-scheduler"),
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -141,6 +143,12 @@ def migrate_airflow(profile: Profile) -> None:
         )
     if done.returncode != 0:
         raise proc.ServiceError(f"airflow db migrate failed (log: {out})")
+    # the GPU pool, with the settings the scheduler reads
+    try:
+        log.info(ensure_pool(proc.environment(profile, "airflow-scheduler"), airflow))
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or exc.stdout or "").strip()[-500:]
+        raise proc.ServiceError(f"airflow pools set failed: {said}") from exc
     proc.write_airflow_passwords(profile)
 
 

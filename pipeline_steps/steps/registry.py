@@ -37,7 +37,12 @@ STEP_FUNCTIONS = {
 }
 
 TRAIN_SERVICE = "trainyard-train"
-"""The headless Kubernetes Service of a multi-node training Job: its rendezvous endpoint."""
+"""The headless Kubernetes Service of a multi-node training Job: its pods' DNS names, and the
+rendezvous endpoint (pod 0) of a fixed-size Job."""
+
+RENDEZVOUS_STORE = "trainyard-rendezvous"
+"""The Service of an elastic training Job's rendezvous store (a Deployment of its own), which
+outlives any training pod."""
 
 StepFunction: TypeAlias = "Callable[[RunContext], Manifest | None]"
 """A step: the run context → the manifest it recorded (None on a training rank other than 0,
@@ -62,7 +67,17 @@ def step_argv(step: str, settings: Settings, run_args: Sequence[str]) -> list[st
     k8s = settings.kubernetes
     on_gpus = settings.orchestration.runtime == "kubernetes" and k8s.train_gpus
     processes = k8s.train_gpus if on_gpus else settings.train.nproc_per_node
-    if settings.orchestration.runtime == "kubernetes" and k8s.train_nodes > 1:
+    if settings.orchestration.runtime == "kubernetes" and k8s.elastic:
+        # Every agent is a client of the store (none hosts it), so losing any pod loses no
+        # rendezvous; ranks come from the rendezvous, not from the pod's index.
+        launch = [
+            f"--nnodes={k8s.min_nodes}:{k8s.train_nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={RENDEZVOUS_STORE}:{k8s.rendezvous_port}",
+            "--rdzv-id=$(TRAINYARD_JOB_NAME)",
+            "--rdzv-conf=is_host=false",
+        ]
+    elif settings.orchestration.runtime == "kubernetes" and k8s.train_nodes > 1:
         # Kubernetes expands $(VAR) from the container's environment (the training Job's).
         endpoint = f"$(TRAINYARD_JOB_NAME)-0.{TRAIN_SERVICE}:{k8s.rendezvous_port}"
         launch = [

@@ -137,3 +137,236 @@ def test_one_gpu_node_runs_one_process_per_gpu(make_settings) -> None:
     settings = make_settings("orchestration.runtime=kubernetes", "kubernetes.train_gpus=4")
     argv = step_argv("train", settings, DEFAULT_RUN_ARGS)
     assert "--standalone" in argv and "--nproc-per-node=4" in argv
+
+
+ELASTIC = (
+    "orchestration.runtime=kubernetes",
+    "kubernetes.train_nodes=4",
+    "kubernetes.train_min_nodes=2",
+    "kubernetes.train_gpus=8",
+    "kubernetes.lake_pvc=trainyard-lake",
+    "kubernetes.node_selector={gpu: h100}",
+    "kubernetes.spot_node_selector={cloud.google.com/gke-spot: 'true'}",
+    "kubernetes.spot_tolerations=[{key: cloud.google.com/gke-spot, operator: Equal, "
+    "value: 'true', effect: NoSchedule}]",
+    "kubernetes.queue_name=team-a",
+    "train.max_restarts=10",
+)
+
+
+def _train_group(settings, monkeypatch) -> dict:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    from airflow.sdk import DAG
+
+    monkeypatch.setattr(KubernetesHook, "is_in_cluster", False)  # rendered without a cluster
+    with DAG(dag_id="multi_node", schedule=None):
+        group = step_task("train", settings)
+    return {t.task_id.removeprefix("train."): t for t in group}
+
+
+def test_elastic_training_outlives_any_lost_pod(make_settings, monkeypatch) -> None:
+    """MIN:MAX nodes: the rendezvous store runs apart from the training pods (off the spot
+    nodes), the Job ignores disruptions and succeeds once MIN pods did, a budget keeps MIN
+    pods through drains; every object is valid Kubernetes."""
+    import kubernetes_validate
+    import yaml
+    from kubernetes.client import ApiClient
+
+    settings = make_settings(*ELASTIC)
+    tasks = _train_group(settings, monkeypatch)
+    created = list(yaml.safe_load_all(tasks["create_rendezvous_service"].yaml_conf))
+    assert created == list(yaml.safe_load_all(tasks["delete_rendezvous_service"].yaml_conf))
+    for manifest in created:
+        kubernetes_validate.validate(manifest, "1.30", strict=True)
+    headless, store_service, store, budget = created
+    assert [m["kind"] for m in created] == [
+        "Service",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    ]
+    assert headless["spec"]["clusterIP"] == "None"
+
+    # the store: one TCPStore server in the step image, which the training pods do not host
+    store_pod = store["spec"]["template"]
+    assert store["spec"]["replicas"] == 1
+    command = store_pod["spec"]["containers"][0]["command"]
+    assert command[:2] == ["python", "-c"] and "is_master=True" in command[2]
+    assert "wait_for_workers=False" in command[2] and command[3] == "29500"
+    assert store_service["spec"]["ports"][0]["port"] == 29500
+    assert store_service["spec"]["selector"].items() <= store_pod["metadata"]["labels"].items()
+    avoid = store_pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert avoid == [{"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]
+    assert "tolerations" not in store_pod["spec"]
+
+    spec = tasks["job"].build_job_request_obj()
+    job = ApiClient().sanitize_for_serialization(spec)
+    for version in ("1.30", "1.33"):  # successPolicy: alpha in 1.30, GA in 1.33
+        kubernetes_validate.validate(job, version, strict=True)
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    assert job["spec"]["successPolicy"] == {"rules": [{"succeededCount": 2}]}
+    assert job["spec"]["podFailurePolicy"] == {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            }
+        ]
+    }
+    assert job["spec"]["backoffLimit"] == 2 and job["spec"]["podReplacementPolicy"] == "Failed"
+    # Kueue admits the Job by its label, with as few as MIN pods when the quota is short
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["metadata"]["annotations"] == {"kueue.x-k8s.io/job-min-parallelism": "2"}
+
+    template = job["spec"]["template"]
+    pod_labels = template["metadata"]["labels"]
+    assert budget["spec"]["minAvailable"] == 2
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert (
+        not budget["spec"]["selector"]["matchLabels"].items()
+        <= store_pod["metadata"]["labels"].items()
+    )
+    assert headless["spec"]["selector"].items() <= pod_labels.items()
+    assert not store_service["spec"]["selector"].items() <= pod_labels.items()
+
+    pod = template["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 60
+    assert pod["nodeSelector"] == {"gpu": "h100", "cloud.google.com/gke-spot": "true"}
+    assert {
+        "key": "cloud.google.com/gke-spot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+    } in pod["tolerations"]
+    (wait,) = pod["initContainers"]
+    assert wait["command"][3:5] == ["trainyard-rendezvous", "29500"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "8"
+
+
+def test_elastic_torchrun_joins_the_store_as_a_client(make_settings) -> None:
+    settings = make_settings(*ELASTIC)
+    argv = step_argv("train", settings, DEFAULT_RUN_ARGS)
+    launch = argv[1 : argv.index("--no-python")]
+    assert launch == [
+        "--nnodes=2:4",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=trainyard-rendezvous:29500",
+        "--rdzv-id=$(TRAINYARD_JOB_NAME)",
+        "--rdzv-conf=is_host=false",
+        "--nproc-per-node=8",
+        "--max-restarts=10",
+    ]
+    # ranks come from the rendezvous: a pod's index is no rank, pod 0 is nothing special
+    assert not any(a.startswith("--node-rank") for a in argv)
+
+
+@pytest.mark.slow
+def test_torchrun_agents_rendezvous_through_the_store_alone(make_settings, tmp_path) -> None:
+    """The store script and the elastic flags, for real on CPU: two agents as clients of the
+    store form one world of two; the init container's wait passes once the store listens."""
+    import socket
+    import subprocess
+
+    from pipeline_steps.orchestration.elastic import STORE_SCRIPT, WAIT_SCRIPT
+    from pipeline_steps.steps.registry import executable
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = make_settings(*ELASTIC, f"kubernetes.rendezvous_port={port}")
+    argv = step_argv("train", settings, DEFAULT_RUN_ARGS)
+    launch = [
+        a.replace("trainyard-rendezvous", "127.0.0.1").replace("$(TRAINYARD_JOB_NAME)", "t1")
+        for a in argv[1 : argv.index("--no-python")]
+        if not a.startswith(("--nproc-per-node", "--nnodes", "--max-restarts"))
+    ]
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1); dist.all_reduce(t)\n"
+        "print('world', dist.get_world_size(), 'sum', int(t.item()), flush=True)\n"
+        "dist.destroy_process_group()\n"
+    )
+    store = subprocess.Popen([sys.executable, "-c", STORE_SCRIPT, str(port)])
+    agents: list[subprocess.Popen] = []
+    try:
+        wait = [sys.executable, "-c", WAIT_SCRIPT, "127.0.0.1", str(port), "60"]
+        assert subprocess.run(wait, timeout=90).returncode == 0
+        outputs = [tmp_path / f"agent{n}.log" for n in range(2)]
+        for output in outputs:
+            with output.open("w") as log:
+                command = [
+                    executable("torchrun"),
+                    "--nnodes=2:2",  # both agents in the world, however late one starts
+                    "--nproc-per-node=1",
+                    "--max-restarts=0",  # a failure shows, instead of a new round alone
+                    *launch,
+                    str(worker),
+                ]
+                agents.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        codes = [agent.wait(timeout=180) for agent in agents]
+    finally:
+        for process in (*agents, store):
+            process.kill()
+            process.wait()
+    for code, output in zip(codes, outputs, strict=True):
+        log = output.read_text()
+        assert code == 0, log
+        assert "world 2 sum 2" in log
+        assert "hosts the TCP store" not in log
+
+
+def test_a_fixed_size_job_stays_as_it_was(make_settings, monkeypatch) -> None:
+    import yaml
+
+    settings = make_settings(
+        "orchestration.runtime=kubernetes",
+        "kubernetes.train_nodes=3",
+        "kubernetes.train_min_nodes=3",
+    )
+    tasks = _train_group(settings, monkeypatch)
+    assert len(list(yaml.safe_load_all(tasks["create_rendezvous_service"].yaml_conf))) == 1
+    spec = tasks["job"].build_job_request_obj().spec
+    assert spec.backoff_limit == 0 and spec.completions == 3
+    assert spec.success_policy is None and spec.pod_failure_policy is None
+    assert spec.template.spec.init_containers in (None, [])
+    argv = spec.template.spec.containers[0].command
+    assert "--nnodes=3" in argv and "--node-rank=$(JOB_COMPLETION_INDEX)" in argv
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["kubernetes.train_min_nodes=5"], "kubernetes.train_min_nodes"),
+        (["kubernetes.queue_name=Team A!"], "kubernetes.queue_name"),
+        (["kubernetes.termination_grace_s=0"], "kubernetes.termination_grace_s"),
+        (["orchestration.train_priority=0"], "orchestration.train_priority"),
+        (["orchestration.gpu_pool_slots=0"], "orchestration.gpu_pool_slots"),
+    ],
+)
+def test_settings_refuse_bad_values_and_name_them(make_settings, overrides, named) -> None:
+    from pipeline_steps.core.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=named.replace(".", r"\.")):
+        make_settings("kubernetes.train_nodes=4", *overrides)
+
+
+def test_a_pod_killed_before_its_checkpoint_is_refused(make_settings) -> None:
+    """The pod's grace must leave the training its time to checkpoint after SIGTERM."""
+    from pipeline_steps.core.settings import SettingsError
+
+    settings = make_settings(
+        "orchestration.runtime=kubernetes",
+        "kubernetes.termination_grace_s=20",
+        "train.preemption_grace_s=25",
+    )
+    with pytest.raises(SettingsError, match=r"termination_grace_s \(20\).*preemption_grace_s"):
+        step_task("train", settings)
+    step_task("ingest", settings)  # other steps have nothing to checkpoint
+    longer = make_settings("orchestration.runtime=kubernetes", "kubernetes.termination_grace_s=26")
+    pod = step_task("train", longer).build_pod_request_obj(dry_run=True)
+    assert pod.spec.termination_grace_period_seconds == 26

@@ -133,8 +133,10 @@ def test_compose_gives_the_init_everything_it_reads(
 
     env = {key: str(value) for key, value in service["environment"].items()}
     assert airflow_init.main(env) == 0
-    migrate, passwords, bucket, user = calls
+    migrate, pool, passwords, bucket, user = calls
     assert migrate == ["airflow", "db", "migrate"]
+    # the GPU pool the training and tuning tasks take their slots from, before the scheduler
+    assert pool[:5] == ["airflow", "pools", "set", "gpu", "64"]
     assert passwords == (
         Path("/opt/airflow/auth/passwords.json"),
         {"admin": env["AIRFLOW_ADMIN_PASSWORD"]},

@@ -162,6 +162,8 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 batches += cfg.grad_accumulation
                 apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip, sharing.clip)
                 step += 1
+                if resumed_from is not None and step == resumed_from.step + 1 and procs.master:
+                    log.info("resumed: optimizer step %d done on %d processes", step, world_size)
                 if step % cfg.log_every == 0:
                     step_losses.append((step, float(loss.detach())))
                 at = LoopPosition(epoch=epoch, epoch_batches=batches, step=step)

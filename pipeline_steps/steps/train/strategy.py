@@ -133,8 +133,8 @@ class FullySharded:
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        state: dict[str, torch.Tensor] = get_model_state_dict(model, options=_full())
-        return state
+        state = get_model_state_dict(model, options=_full())
+        return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Any:
         """Keyed by parameter name (not position), so it loads on any sharding."""
@@ -156,7 +156,7 @@ class FullySharded:
         set_state_dict(
             model,
             optimizer,
-            model_state_dict=model_state,
+            model_state_dict=dict(model_state),
             optim_state_dict=optimizer_state,
             options=_full(),
         )
