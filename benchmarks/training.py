@@ -308,6 +308,7 @@ def bench_checkpoint(path: Path, model_name: str) -> dict[str, float]:
             scheduler=s["scheduler"].state_dict(),
             rng=[get_rng_state()],
             world_size=1,
+            layout_world_size=1,
             config_hash="bench",
         )
         started = time.perf_counter()
