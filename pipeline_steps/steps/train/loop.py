@@ -2,16 +2,18 @@
 
 Reads top to bottom: take tuned parameters when asked to, detect the processes from torchrun's
 environment, open the training set, stop early when this run already trained with the same
-settings and data, fit the preprocessing (rank 0) and share it, build the model, optimizer and
-schedule, resume from the newest checkpoint, run the epochs (accumulate, clip, step; checkpoint
-every N steps), validate, stop early or when a tuning trial is pruned, and (rank 0 only) finish
-the MLflow run and record the manifest.
+settings and data, find the newest checkpoint and the data layout it was written in, fit the
+preprocessing (rank 0) and share it, build the model (sharded or not), optimizer and schedule,
+resume, run the epochs (accumulate, clip, step; checkpoint every N steps, or at once on
+SIGTERM), validate, stop early or when a tuning trial is pruned, and (rank 0 only) finish the
+MLflow run and record the manifest.
 
 The pieces live beside it: ``step`` (one optimisation step, validation), ``distributed``
-(process group, collectives, RNG states), ``state`` (the training in memory and as a checkpoint
-holds it) and ``checkpoint`` (writing and resuming), ``hooks`` (tuning: tuned parameters, trial
-reports and pruning), ``mlflow_run`` (the MLflow run), ``record`` (rank 0's end: the packaged
-model and the manifest), ``data`` and ``models``.
+(process group, collectives, RNG states), ``layout`` (which rows make each step, on any number
+of processes), ``strategy`` (DDP or FSDP), ``preemption`` (SIGTERM), ``state`` (the training in
+memory and as a checkpoint holds it) and ``checkpoint`` (writing and resuming), ``hooks``
+(tuning: tuned parameters, trial reports and pruning), ``mlflow_run`` (the MLflow run),
+``record`` (rank 0's end: the packaged model and the manifest), ``data`` and ``models``.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ def train(ctx: RunContext) -> TrainManifest | None:
     (None on the other ranks).
 
     Raises ``StepError`` when the training set is missing, empty or too small for the ranks.
-    Resumes from the newest valid checkpoint of the same run, settings and world size, so a
-    restarted worker or a retried task recomputes no finished step.
+    Resumes from the newest valid checkpoint of the same run and settings, on any number of
+    processes, so a restarted worker or a retried task recomputes no finished step; raises
+    ``Preempted`` (transient) after checkpointing on SIGTERM.
     """
     ctx, tuned = hooks.tuned(ctx)
     cfg, lake = ctx.settings.train, ctx.lake

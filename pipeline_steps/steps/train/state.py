@@ -2,7 +2,8 @@
 
 ``TrainingState`` is the loop's position, the early-stopping state, the epoch history, the
 model, optimizer and schedule states (and the best epoch's weights), every rank's RNG states,
-and what the state is valid for (the config hash and the world size). ``checkpoint`` writes it
+the processes that wrote it and the data layout's world size, and what the state is valid for
+(the config hash). ``checkpoint`` writes it
 as a plain dict (``to_checkpoint``) marked with ``LAYOUT``, and reads it back
 (``from_checkpoint``), so a file of another layout is recognised instead of half-loaded.
 
