@@ -170,11 +170,12 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 if step % cfg.log_every == 0:
                     step_losses.append((step, float(loss.detach())))
                 at = LoopPosition(epoch=epoch, epoch_batches=batches, step=step)
-                if preemption.stop(step):
+                mid_epoch = batches < micro_batches[epoch]
+                due = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0 and mid_epoch
+                if preemption.stop(step, settle=due):
                     fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
                     _stop_preempted(checkpoints, fit, at, layout, preemption, run_id)
-                mid_epoch = batches < micro_batches[epoch]
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and mid_epoch:
+                if due:
                     fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
                     checkpoints.write(fit, at, layout.world_size)
             elapsed = time.perf_counter() - started

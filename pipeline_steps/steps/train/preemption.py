@@ -75,9 +75,12 @@ class Preemption:
         self._watchdog.daemon = True
         self._watchdog.start()
 
-    def stop(self, step: int) -> bool:
+    def stop(self, step: int, settle: bool = False) -> bool:
         """Whether every rank stops at this boundary, after optimizer step ``step``: some rank
-        took SIGTERM before the previous boundary (one process: before this one)."""
+        took SIGTERM before the previous boundary (one process: before this one). With
+        ``settle`` (every rank alike: a boundary that writes a checkpoint anyway, and so waits
+        for every rank), before this one: the checkpoint due here is the stop's, written
+        once."""
         self._boundary = step
         flag = self.signalled_at is not None
         if not self._processes.distributed:
@@ -90,6 +93,10 @@ class Preemption:
         value = torch.tensor([int(flag)], dtype=torch.int32)
         work = dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
         self._pending = (work, value)
+        if settle:
+            work.wait()
+            self._pending = None
+            agreed = agreed or bool(value.item())
         return agreed
 
     def seconds_since_signal(self) -> float:
