@@ -207,8 +207,10 @@ def train(ctx: RunContext) -> TrainManifest | None:
                 break
             if preemption.stop(step):  # taken during validation: the epoch's checkpoint stands
                 _stop_preempted(checkpoints, fit, fit.position, layout, preemption, run_id)
-    finally:
-        preemption.close()
+    except BaseException:
+        preemption.close(failed=True)
+        raise
+    preemption.close()
     hook.close()
 
     # -- the model of the best epoch, packaged and recorded ----------------------------------------

@@ -102,11 +102,13 @@ class Preemption:
     def seconds_since_signal(self) -> float:
         return 0.0 if self.signalled_at is None else time.monotonic() - self.signalled_at
 
-    def close(self) -> None:
-        """Wait for the last agreement in flight, stop the watchdog, restore the handler."""
-        if self._pending is not None:
+    def close(self, failed: bool = False) -> None:
+        """Wait for the last agreement in flight (not when the training ``failed``: a peer may
+        be gone, and its error would hide the training's own), stop the watchdog, restore the
+        handler."""
+        if self._pending is not None and not failed:
             self._pending[0].wait()
-            self._pending = None
+        self._pending = None
         if self._watchdog is not None:
             self._watchdog.cancel()
         signal.signal(signal.SIGTERM, self._previous)
