@@ -404,42 +404,37 @@ def table(records: list[dict[str, Any]]) -> str:
     """The figures per model as a markdown table of medians (min-max)."""
     names = list(dict.fromkeys(r["model"] for r in records))
 
-    def column(key: str, rows: list[dict[str, Any]], digits: int = 2, scale: float = 1.0) -> str:
-        values = [r[key] * scale for r in rows if r.get(key) is not None]
-        return spread(values, digits)
-
-    rows = [
-        ("parameters", lambda rs: column("parameters", rs, 0)),
-        ("checkpoint size (MB)", lambda rs: column("checkpoint_bytes", rs, 1, 1e-6)),
-        ("s per optimizer step", lambda rs: column("s_per_step", rs, 3)),
-        ("checkpoint interval: steps", lambda rs: column("interval_steps", rs, 0)),
-        ("checkpoint interval: s", lambda rs: column("interval_s", rs)),
-        ("signal at (fraction of the interval)", lambda rs: column("signal_fraction", rs)),
-        ("step interrupted X", lambda rs: column("interrupted_step", rs, 0)),
-        ("step checkpointed Y", lambda rs: column("stopped_after_step", rs, 0)),
-        ("SIGTERM → checkpoint on disk, seen (s)", lambda rs: column("checkpoint_s_seen", rs)),
-        ("same, rank 0's own figure (s)", lambda rs: column("checkpoint_s_reported", rs)),
-        ("  of which the file's write (s)", lambda rs: column("checkpoint_file_write_s", rs)),
-        ("SIGTERM → workers exited (s)", lambda rs: column("workers_exit_s", rs)),
-        ("SIGTERM → torchrun exit (s)", lambda rs: column("exit_s", rs)),
-        ("steps redone by the retry", lambda rs: column("steps_redone", rs, 0)),
-        ("lost without handling: steps", lambda rs: column("lost_steps_without_handling", rs, 0)),
-        ("lost without handling: s", lambda rs: column("newest_on_disk_age_s", rs)),
-        ("restart → first new step (s)", lambda rs: column("retry_first_step_s", rs)),
-        (
-            "  of which launch → checkpoint read (s)",
-            lambda rs: column("retry_to_checkpoint_read_s", rs),
-        ),
-        (
-            "  of which read → first new step (s)",
-            lambda rs: column("retry_read_to_first_step_s", rs),
-        ),
-        ("checkpoint read alone (s)", lambda rs: column("checkpoint_read_s", rs)),
+    # label, record key, digits, scale
+    rows: list[tuple[str, str, int, float]] = [
+        ("parameters", "parameters", 0, 1.0),
+        ("checkpoint size (MB)", "checkpoint_bytes", 1, 1e-6),
+        ("s per optimizer step", "s_per_step", 3, 1.0),
+        ("checkpoint interval: steps", "interval_steps", 0, 1.0),
+        ("checkpoint interval: s", "interval_s", 2, 1.0),
+        ("signal at (fraction of the interval)", "signal_fraction", 2, 1.0),
+        ("step interrupted X", "interrupted_step", 0, 1.0),
+        ("step checkpointed Y", "stopped_after_step", 0, 1.0),
+        ("SIGTERM → checkpoint on disk, seen (s)", "checkpoint_s_seen", 2, 1.0),
+        ("same, rank 0's own figure (s)", "checkpoint_s_reported", 2, 1.0),
+        ("  of which the file's write (s)", "checkpoint_file_write_s", 2, 1.0),
+        ("SIGTERM → workers exited (s)", "workers_exit_s", 2, 1.0),
+        ("SIGTERM → torchrun exit (s)", "exit_s", 2, 1.0),
+        ("steps redone by the retry", "steps_redone", 0, 1.0),
+        ("lost without handling: steps", "lost_steps_without_handling", 0, 1.0),
+        ("lost without handling: s", "newest_on_disk_age_s", 2, 1.0),
+        ("restart → first new step (s)", "retry_first_step_s", 2, 1.0),
+        ("  of which launch → checkpoint read (s)", "retry_to_checkpoint_read_s", 2, 1.0),
+        ("  of which read → first new step (s)", "retry_read_to_first_step_s", 2, 1.0),
+        ("checkpoint read alone (s)", "checkpoint_read_s", 2, 1.0),
     ]
     by_model = {n: [r for r in records if r["model"] == n] for n in names}
     lines = [f"| | {' | '.join(names)} |", f"|---|{'---:|' * len(names)}"]
-    for label, cell in rows:
-        lines.append(f"| {label} | {' | '.join(cell(by_model[n]) for n in names)} |")
+    for label, key, digits, scale in rows:
+        cells = [
+            spread([r[key] * scale for r in by_model[n] if r.get(key) is not None], digits)
+            for n in names
+        ]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
