@@ -120,7 +120,7 @@ def train(ctx: RunContext) -> TrainManifest | None:
     total_steps = sum(micro_batches) // cfg.grad_accumulation
     scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
     amp = procs.use_cuda and cfg.amp  # bfloat16: no loss scaling needed
-    validation_forwards = _validation_forwards(table, cfg, procs)
+    validation_forwards = _validation_forwards(table, cfg, procs, sharing)
 
     # -- resume -----------------------------------------------------------------------------------
     fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler, strategy=sharing)
@@ -270,7 +270,7 @@ def _final_model(
 ) -> torch.nn.Module | None:
     """The trained model as one plain module on rank 0 (None on the others): the model itself,
     or, sharded, a model of the same shape loaded with the gathered weights."""
-    if not (cfg.strategy == "fsdp" and procs.distributed):
+    if not sharing.sharded:
         return fit.model
     weights = sharing.model_state(fit.model)  # every rank takes part; rank 0 holds the result
     if not procs.master:
@@ -368,10 +368,12 @@ def _micro_batches(table: TrainingTable, cfg: TrainSettings, layout: Layout) -> 
     return micro_batches
 
 
-def _validation_forwards(table: TrainingTable, cfg: TrainSettings, procs: Processes) -> int:
+def _validation_forwards(
+    table: TrainingTable, cfg: TrainSettings, procs: Processes, sharing: Strategy
+) -> int:
     """Forward passes every rank makes in validation: a sharded model's forward is a
     collective, so as many as the rank with the most batches; 0 (no minimum) otherwise."""
-    if not (cfg.strategy == "fsdp" and procs.distributed):
+    if not sharing.sharded:
         return 0
     size = validation_batch_size(cfg.batch_size)
     return max(

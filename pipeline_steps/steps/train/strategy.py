@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 
 
 class Strategy(Protocol):
+    @property
+    def sharded(self) -> bool:
+        """Whether the model is split over the processes: its forward is then a collective,
+        and its whole state exists only when gathered."""
+        ...
+
     def wrap(self, model: nn.Module) -> nn.Module:
         """The module the loop runs forward and backward through (``model`` shared)."""
         ...
@@ -62,6 +68,8 @@ class Strategy(Protocol):
 
 class DataParallel:
     """``ddp``: DistributedDataParallel with several processes, the model itself with one."""
+
+    sharded = False
 
     def __init__(self, processes: Processes) -> None:
         self._processes = processes
@@ -98,17 +106,19 @@ class DataParallel:
         optimizer.load_state_dict(optimizer_state)
 
 
-class FullySharded:
-    """``fsdp``: FSDP2 over every process (one process: the model unsharded, as ``ddp``)."""
+class FullySharded(DataParallel):
+    """``fsdp``: FSDP2 over every process; one process trains the model unsharded, as ``ddp``,
+    its states taken and loaded the same way as sharded ones."""
 
-    def __init__(self, processes: Processes) -> None:
-        self._processes = processes
+    @property
+    def sharded(self) -> bool:  # type: ignore[override]
+        return self._processes.distributed
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import fully_shard
 
-        if not self._processes.distributed:
-            return model
+        if not self.sharded:
+            return super().wrap(model)
         blocks = _blocks(model)
         for block in blocks:
             fully_shard(block)
@@ -121,11 +131,11 @@ class FullySharded:
         return model
 
     def local_gradients(self, wrapped: nn.Module) -> ContextManager[Any]:
-        return _no_gradient_sync(wrapped) if self._processes.distributed else nullcontext()
+        return _no_gradient_sync(wrapped) if self.sharded else super().local_gradients(wrapped)
 
     def clip(self, parameters: list[nn.Parameter], max_norm: float) -> None:
-        if not self._processes.distributed:
-            clip_grad_norm(parameters, max_norm)
+        if not self.sharded:
+            super().clip(parameters, max_norm)
             return
         # sharded gradients: the library's clip all-reduces the norm over the shards
         torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=True)
