@@ -4,12 +4,24 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from pipeline_steps.core.context import RunContext
-from tests.conftest import FIRST_DAY
+from pipeline_steps.core.manifests import LoopPosition
+from pipeline_steps.steps.train import checkpoint
+from tests.conftest import FIRST_DAY, WINDOW
+
+SMALL_SET = (
+    f"features.window_days={WINDOW}",
+    "validation.data_docs=false",
+    "features.row_group_rows=256",  # row groups enough for several ranks
+    "train.dropout=0",  # the same loss whatever the ranks' generators
+)
+"""Settings of the distributed tests: a small training set in small row groups, no dropout."""
 
 
 def torchrun(
@@ -71,3 +83,29 @@ def rank_process(launcher_pid: int, rank: int) -> psutil.Process:
         except psutil.Error:
             continue
     raise AssertionError(f"no worker process of rank {rank}")
+
+
+def wait_for_checkpoint(
+    ctx: RunContext,
+    when: Callable[[LoopPosition], bool],
+    running: Callable[[], bool],
+    timeout_s: float = 300,
+) -> LoopPosition | None:
+    """The position of the first checkpoint of ``ctx``'s run that ``when`` accepts, each read
+    once as it appears, while ``running()``; None when none came in time."""
+    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
+    read: set[Path] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and running():
+        for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
+            if path in read:
+                continue
+            try:
+                at = checkpoint.read(ctx.lake, str(path)).position
+            except Exception:  # being renamed into place
+                continue
+            read.add(path)
+            if when(at):
+                return at
+        time.sleep(0.01)
+    return None

@@ -3,27 +3,18 @@ and survive a rank killed with SIGKILL mid-epoch."""
 
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import mlflow
 import pytest
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.steps.train import checkpoint, train
-from tests.conftest import WINDOW
+from pipeline_steps.steps.train import train
 from tests.model import launch
 from tests.model.conftest import assert_same_weights, final_weights, states_of
 from tests.model.launch import environment, manifest_of, rank_process
 
 pytestmark = pytest.mark.slow
-BASE = (
-    f"features.window_days={WINDOW}",
-    "validation.data_docs=false",
-    "features.row_group_rows=256",
-    "train.epochs=3",
-    "train.dropout=0",
-)
+BASE = (*launch.SMALL_SET, "train.epochs=3")
 
 
 @pytest.fixture
@@ -93,21 +84,14 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
         stderr=subprocess.PIPE,
         text=True,
     )
-    folder = Path(killed.lake.path(killed.run_dir, "checkpoints"))
+    at = launch.wait_for_checkpoint(
+        killed, lambda p: p.epoch == 1 and p.epoch_batches > 0, lambda: launcher.poll() is None
+    )
     victim = None
-    deadline = time.monotonic() + 300
-    while victim is None and time.monotonic() < deadline and launcher.poll() is None:
-        for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
-            try:
-                at = checkpoint.read(killed.lake, str(path)).position
-            except Exception:  # being renamed into place
-                continue
-            if at.epoch == 1 and at.epoch_batches > 0:
-                victim = rank_process(launcher.pid, rank=1)
-                victim.send_signal(signal.SIGKILL)
-                killed_at = at.step
-                break
-        time.sleep(0.01)
+    if at is not None:
+        victim = rank_process(launcher.pid, rank=1)
+        victim.send_signal(signal.SIGKILL)
+        killed_at = at.step
     stdout, stderr = launcher.communicate(timeout=600)
     assert victim is not None, "no mid-epoch checkpoint of epoch 1 appeared"
     assert launcher.returncode == 0, stderr[-3000:]

@@ -12,21 +12,22 @@ import psutil
 import pytest
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.manifests import LoopPosition
 from pipeline_steps.orchestration.elastic import STORE_SCRIPT
 from pipeline_steps.steps.registry import RENDEZVOUS_STORE, local_argv, step_argv
-from pipeline_steps.steps.train import checkpoint
-from tests.conftest import FIRST_DAY, WINDOW
+from tests.conftest import FIRST_DAY
 from tests.model.conftest import states_of
-from tests.model.launch import environment, manifest_of, run_torchrun
+from tests.model.launch import (
+    SMALL_SET,
+    environment,
+    manifest_of,
+    run_torchrun,
+    wait_for_checkpoint,
+)
 
 pytestmark = pytest.mark.slow
 BASE = (
-    f"features.window_days={WINDOW}",
-    "validation.data_docs=false",
-    "features.row_group_rows=256",
+    *SMALL_SET,
     "train.epochs=3",
-    "train.dropout=0",
     "train.batch_size=16",
     "train.model=ft_transformer",  # slow enough for the loss to land mid-training
     "train.checkpoint_every=2",
@@ -56,7 +57,12 @@ def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(prepare_run, make
             )
             for n in range(2)
         ]
-        at = _wait_for_checkpoint(elastic, nodes, lambda p: p.epoch == 0 and p.step >= 4)
+        at = wait_for_checkpoint(
+            elastic,
+            lambda p: p.epoch == 0 and p.step >= 4,
+            lambda: all(n.poll() is None for n in nodes),
+        )
+        assert at is not None, "no checkpoint at the wanted position appeared"
         _lose(nodes[1])
         assert nodes[0].wait(timeout=600) == 0, (logs / "node-0.err").read_text()[-4000:]
     finally:
@@ -100,21 +106,6 @@ def _agent_argv(ctx: RunContext, make_settings, port: int) -> list[str]:
     ]
     assert "--nnodes=1:2" in local and "--rdzv-conf=is_host=false" in local
     return local_argv(local)
-
-
-def _wait_for_checkpoint(ctx: RunContext, nodes, when) -> LoopPosition:
-    folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and all(n.poll() is None for n in nodes):
-        found = sorted(folder.glob("step-*.pt")) if folder.exists() else []
-        try:
-            at = checkpoint.read(ctx.lake, str(found[-1])).position if found else None
-        except Exception:  # being renamed into place
-            at = None
-        if at is not None and when(at):
-            return at
-        time.sleep(0.02)
-    raise AssertionError("no checkpoint at the wanted position appeared")
 
 
 def _free_port() -> int:

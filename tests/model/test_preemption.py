@@ -15,18 +15,20 @@ import torch
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.manifests import LoopPosition
-from pipeline_steps.steps.train import checkpoint
-from tests.conftest import WINDOW
 from tests.model.conftest import assert_same_weights, final_weights, states_of
-from tests.model.launch import environment, manifest_of, run_torchrun, torchrun
+from tests.model.launch import (
+    SMALL_SET,
+    environment,
+    manifest_of,
+    run_torchrun,
+    torchrun,
+    wait_for_checkpoint,
+)
 
 pytestmark = pytest.mark.slow
 BASE = (
-    f"features.window_days={WINDOW}",
-    "validation.data_docs=false",
-    "features.row_group_rows=256",
+    *SMALL_SET,
     "train.epochs=2",
-    "train.dropout=0",
     "train.batch_size=32",
     "train.checkpoint_every=2",
     "train.keep_checkpoints=100",
@@ -53,18 +55,10 @@ def preempt(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-        folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
-        signalled = False
-        while not signalled and launcher.poll() is None:
-            for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
-                try:
-                    at = checkpoint.read(ctx.lake, str(path)).position
-                except Exception:  # being renamed into place
-                    continue
-                if when(at):
-                    launcher.send_signal(signal.SIGTERM)
-                    signalled = True
-                    break
+        at = wait_for_checkpoint(ctx, when, lambda: launcher.poll() is None)
+        signalled = at is not None
+        if signalled:
+            launcher.send_signal(signal.SIGTERM)
         code = launcher.wait(timeout=300)
     output = log.read_text()
     assert signalled, "no checkpoint at the wanted position appeared:\n" + output[-3000:]
