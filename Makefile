@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast lint format airflow mlflow optuna prod-up prod-down clean
+.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast lint format airflow mlflow optuna prod-up prod-down images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ prod-up: $(STAMP) ## start the production profile here: Airflow + Celery, MLflow
 
 prod-down: ## stop the production profile (PURGE=1 also drops its databases and .trainyard-prod/)
 	@$(BIN)/trainyard services down $(if $(PURGE),--purge)
+
+images: ## build the step, Airflow and service images without a registry (needs a Docker engine)
+	@scripts/offline-images.sh
 
 clean: ## remove the demo state (.trainyard/); keeps .venv
 	rm -rf $(TRAINYARD_HOME)

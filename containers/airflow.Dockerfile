@@ -5,25 +5,42 @@
 #   docker build -f containers/airflow.Dockerfile -t trainyard-airflow:0.1.0 .
 #
 # Without a registry: BASE_IMAGE=trainyard-airflow-base:3.3.2 (containers/airflow-base.Dockerfile)
-# and a torch wheel in containers/wheels/, installed instead of downloading one.
+# and a torch wheel in containers/wheels/, installed instead of downloading one
+# (scripts/offline-images.sh builds both).
 ARG BASE_IMAGE=apache/airflow:3.3.2-python3.11
 FROM ${BASE_IMAGE}
 
+# The dependencies first, from pyproject.toml alone (an empty package stands in for the code), so
+# that a change to the code rebuilds only the last layer.
 USER root
-COPY --chown=airflow:0 . /opt/trainyard
+RUN mkdir -p /opt/trainyard/pipeline_steps /tmp/wheels \
+ && touch /opt/trainyard/pipeline_steps/__init__.py \
+ && chown -R airflow:0 /opt/trainyard
+COPY --chown=airflow:0 pyproject.toml README.md /opt/trainyard/
+COPY containers/wheels/ /tmp/wheels/
 USER airflow
 # apache-airflow pinned to the image's own version (AIRFLOW_VERSION) so that installing trainyard
 # never moves it; the Celery provider runs the workers; [production] brings the PostgreSQL,
-# Redis and object-store clients.
-# The torch installed first stays: the dependencies would otherwise swap a CPU build for PyPI's
-# CUDA one.
-RUN if ls /opt/trainyard/containers/wheels/torch-*.whl > /dev/null 2>&1; \
-      then pip install --no-cache-dir /opt/trainyard/containers/wheels/torch-*.whl; \
+# Redis and object-store clients. The torch installed first stays: the dependencies would
+# otherwise swap a CPU build for PyPI's CUDA one. trainyard is installed editable, so the code
+# copied below is what runs.
+RUN if ls /tmp/wheels/torch-*.whl > /dev/null 2>&1; \
+      then pip install --no-cache-dir /tmp/wheels/torch-*.whl; \
       else pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu; fi \
  && python -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
       > /tmp/torch.txt \
  && pip install --no-cache-dir --constraint /tmp/torch.txt "apache-airflow==${AIRFLOW_VERSION}" \
       apache-airflow-providers-celery -e "/opt/trainyard[production]" \
+ && rm -rf /tmp/torch.txt /opt/trainyard/pipeline_steps/__init__.py \
  && mkdir -p -m 700 /opt/airflow/auth
+COPY --chown=airflow:0 pipeline_steps /opt/trainyard/pipeline_steps
+COPY --chown=airflow:0 dags /opt/trainyard/dags
+COPY --chown=airflow:0 expectations /opt/trainyard/expectations
+COPY --chown=airflow:0 feature_repo /opt/trainyard/feature_repo
+COPY --chown=airflow:0 tuning /opt/trainyard/tuning
+COPY --chown=airflow:0 examples /opt/trainyard/examples
+# the second example's domain package, installed as a team installs its own
+RUN pip install --no-cache-dir --no-deps -e /opt/trainyard/examples/hotel_rates
+COPY --chown=airflow:0 containers/airflow_init.py /opt/trainyard/containers/
 ENV TRAINYARD_VALIDATION__EXPECTATIONS_DIR=/opt/trainyard/expectations \
     TRAINYARD_FEATURES__FEATURE_REPO=/opt/trainyard/feature_repo

@@ -1,0 +1,13 @@
+# Stands in for `redis:7` where no image registry is reachable: Debian's Redis 7 with the official
+# image's layout that docker-compose.yaml uses (the `redis` user, data in /data, `redis-cli`).
+ARG BASE_IMAGE=trainyard-base:bookworm
+FROM ${BASE_IMAGE}
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends redis-server \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir /data && chown redis:redis /data
+WORKDIR /data
+USER redis
+EXPOSE 6379
+CMD ["redis-server"]

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every image the production profile runs, built where no image registry is reachable: the
+# Debian base (scripts/base-image.sh), the step and Airflow images on it, and the stand-ins for
+# postgres, redis and MinIO that containers/offline/compose.yaml names. Docker's layer cache
+# keeps what has not changed, so a second run rebuilds only the code layers.
+#
+#   scripts/offline-images.sh          # then: docker compose -f docker-compose.yaml \
+#                                      #   -f containers/offline/compose.yaml up -d --no-build
+#
+# The step and Airflow images install the torch wheel in containers/wheels/; when there is none,
+# the one pip finds for torch==2.13.0 (a CPU build in this machine's --find-links) is copied
+# there first. Needs a running engine (scripts/container-engine.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=trainyard-base:bookworm
+AIRFLOW_BASE=trainyard-airflow-base:3.3.2
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+
+scripts/base-image.sh
+if ! compgen -G "containers/wheels/torch-*.whl" > /dev/null; then
+  echo "==> torch wheel into containers/wheels/"
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --dest containers/wheels \
+    "torch==2.13.0"
+fi
+
+build() { # tag, dockerfile, context, extra arguments
+  local tag="$1" file="$2" context="$3"
+  shift 3
+  local started=$SECONDS
+  echo "==> $tag"
+  local log
+  log="$(mktemp)"
+  docker build --build-arg "BASE_IMAGE=${BASE_FOR:-$BASE}" -f "$file" -t "$tag" "$@" \
+    "$context" > "$log" 2>&1 || { tail -40 "$log"; rm -f "$log"; return 1; }
+  rm -f "$log"
+  echo "    $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'), $((SECONDS - started)) s"
+}
+
+build trainyard-offline-postgres:15 containers/offline/postgres.Dockerfile containers/offline
+build trainyard-offline-redis:7 containers/offline/redis.Dockerfile containers/offline
+build trainyard-offline-s3:5 containers/offline/s3.Dockerfile containers/offline
+build "$AIRFLOW_BASE" containers/airflow-base.Dockerfile containers
+build trainyard-step:0.1.0 containers/Dockerfile .
+BASE_FOR="$AIRFLOW_BASE" build trainyard-airflow:0.1.0 containers/airflow.Dockerfile .
