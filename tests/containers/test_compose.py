@@ -106,9 +106,7 @@ class Compose:
         ]
 
     def __call__(self, *args: str, timeout: float = 600, check: bool = True) -> str:
-        done = subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, timeout=timeout
-        )
+        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout)
         if check:
             assert done.returncode == 0, f"compose {' '.join(args)}:\n{done.stderr[-4000:]}"
         return done.stdout
@@ -130,13 +128,13 @@ def _wait_until_healthy(compose: Compose) -> dict[str, Any]:
     states: dict[str, Any] = {}
     while time.monotonic() < deadline:
         containers = compose.containers()
-        states = {c["Name"]: (c["Service"], c["State"], c.get("Health"), c["ExitCode"]) for c in containers}
-        failed = [n for n, (s, st, _, code) in states.items() if st == "exited" and code != 0]
+        states = {c["Name"]: c for c in containers}
+        failed = [n for n, c in states.items() if c["State"] == "exited" and c["ExitCode"] != 0]
         assert not failed, f"{failed} exited: {states}\n{compose.logs()}"
         healthy = [
-            n for n, (s, st, health, _) in states.items() if s in LONG_RUNNING and health == "healthy"
+            c for c in containers if c["Service"] in LONG_RUNNING and c["Health"] == "healthy"
         ]
-        done = [n for n, (s, st, _, code) in states.items() if s in ONE_SHOT and st == "exited"]
+        done = [c for c in containers if c["Service"] in ONE_SHOT and c["State"] == "exited"]
         if len(healthy) == len(LONG_RUNNING) - 1 + WORKERS and len(done) == len(ONE_SHOT):
             return states
         time.sleep(5)
@@ -144,7 +142,9 @@ def _wait_until_healthy(compose: Compose) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def profile(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Compose, dict[str, str]]]:
+def profile(
+    images: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Compose, dict[str, str]]]:
     folder = tmp_path_factory.mktemp("compose")
     values = _env_file(folder / ".env")
     compose = Compose(f"trainyard-test-{os.getpid()}", folder / ".env")
@@ -158,12 +158,16 @@ def profile(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         compose("down", "--volumes", "--remove-orphans", "--timeout", "30", check=False)
 
 
-def test_compose_profile_trains_a_demo_date_through_the_rest_api(profile) -> None:
+def test_compose_profile_trains_a_demo_date_through_the_rest_api(
+    profile: tuple[Compose, dict[str, str]],
+) -> None:
     compose, values = profile
     # the history the window needs, as the compose file's header says
-    compose("exec", "-T", "airflow-worker", "trainyard", "seed", "--start", HISTORY[0], "--end", HISTORY[1])
+    start, end = HISTORY
+    compose("exec", "-T", "airflow-worker", "trainyard", "seed", "--start", start, "--end", end)
 
-    api = AirflowApi(f"http://127.0.0.1:{values['AIRFLOW_PORT']}", "admin", values["AIRFLOW_ADMIN_PASSWORD"])
+    url = f"http://127.0.0.1:{values['AIRFLOW_PORT']}"
+    api = AirflowApi(url, "admin", values["AIRFLOW_ADMIN_PASSWORD"])
     with pytest.raises(Exception, match="401"):
         AirflowApi(api.url, "admin", "wrong").get("/api/v2/dags")
     api.unpause(DAG)

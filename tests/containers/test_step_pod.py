@@ -97,7 +97,8 @@ def pods(images: None, tmp_path_factory: pytest.TempPathFactory) -> Pods:
 def test_the_pod_spec_is_enforced(pods: Pods) -> None:
     """The constraints are real: the step's user, no writable root, no capabilities."""
     pod = pods.pod("ingest", "probe", DAYS[0])
-    pod["cmds"] = ["sh", "-c", "id -u; id -G; touch /opt/trainyard/x; grep CapEff /proc/self/status"]
+    probe = "id -u; id -G; touch /opt/trainyard/x; grep CapEff /proc/self/status"
+    pod["cmds"] = ["sh", "-c", probe]
     argv, _, _ = pods.command(pod, "--rm")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     lines = done.stdout.splitlines()
