@@ -1,7 +1,8 @@
 # Airflow from PyPI on the Debian base of scripts/base-image.sh, for machines that reach no image
 # registry (the compose profile's default is the public apache/airflow image). Laid out where
 # containers/airflow.Dockerfile and docker-compose.yaml rely on that image: the `airflow` user
-# (uid 50000, group 0), AIRFLOW_HOME=/opt/airflow, AIRFLOW_VERSION set, `airflow` and `python`
+# (uid 50000, group 0), AIRFLOW_HOME=/opt/airflow with its logs/ (a fresh named volume mounted
+# there takes its owner from the image), AIRFLOW_VERSION set, `airflow` and `python`
 # on PATH, pip installing as that user.
 #
 #   scripts/base-image.sh
@@ -20,9 +21,9 @@ ENV AIRFLOW_VERSION=${AIRFLOW_VERSION} \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 RUN useradd --uid 50000 --gid 0 --create-home --home-dir /home/airflow airflow \
-    && mkdir -p /opt/airflow \
-    && chown 50000:0 /opt/airflow \
-    && chmod 775 /opt/airflow
+    && mkdir -p /opt/airflow/logs /opt/airflow/dags /opt/airflow/plugins /opt/airflow/config \
+    && chown -R 50000:0 /opt/airflow \
+    && chmod -R 775 /opt/airflow
 USER airflow
 WORKDIR /opt/airflow
 RUN python3 -m venv /home/airflow/venv \

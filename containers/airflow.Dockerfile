@@ -10,13 +10,13 @@
 ARG BASE_IMAGE=apache/airflow:3.3.2-python3.11
 FROM ${BASE_IMAGE}
 
-# The dependencies first, from pyproject.toml alone (an empty package stands in for the code), so
-# that a change to the code rebuilds only the last layer.
+# The dependencies first, from pyproject.toml alone (an empty package and README stand in for
+# the code and the docs), so that a change to either rebuilds only the last layers.
 USER root
 RUN mkdir -p /opt/trainyard/pipeline_steps /tmp/wheels \
- && touch /opt/trainyard/pipeline_steps/__init__.py \
+ && touch /opt/trainyard/pipeline_steps/__init__.py /opt/trainyard/README.md \
  && chown -R airflow:0 /opt/trainyard
-COPY --chown=airflow:0 pyproject.toml README.md /opt/trainyard/
+COPY --chown=airflow:0 pyproject.toml /opt/trainyard/
 COPY containers/wheels/ /tmp/wheels/
 USER airflow
 # apache-airflow pinned to the image's own version (AIRFLOW_VERSION) so that installing trainyard
@@ -33,6 +33,7 @@ RUN if ls /tmp/wheels/torch-*.whl > /dev/null 2>&1; \
       apache-airflow-providers-celery -e "/opt/trainyard[production]" \
  && rm -rf /tmp/torch.txt /opt/trainyard/pipeline_steps/__init__.py \
  && mkdir -p -m 700 /opt/airflow/auth
+COPY --chown=airflow:0 README.md /opt/trainyard/
 COPY --chown=airflow:0 pipeline_steps /opt/trainyard/pipeline_steps
 COPY --chown=airflow:0 dags /opt/trainyard/dags
 COPY --chown=airflow:0 expectations /opt/trainyard/expectations

@@ -9,10 +9,15 @@ message file and the XCom sidecar's volume.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import secrets
 import shutil
+import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATION_LOG = "/dev/termination-log"
+LONG_RUNNING = (
+    "postgres",
+    "redis",
+    "s3",
+    "mlflow",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker",
+)
+"""The profile's services that run until stopped, each with a health check."""
+ONE_SHOT = ("volume-init", "airflow-init")
+"""The profile's services that run once on each ``up`` and exit."""
 XCOM_DIR = "/airflow/xcom"
 
 
@@ -108,3 +127,100 @@ def claim_folder(path: Path, fs_group: int) -> Path:
     os.chown(path, 0, fs_group)
     path.chmod(0o2775)
     return path
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """A filled-in .env.example: fresh secrets, free ports, limits this machine can give."""
+    values = {
+        "TRAINYARD_DB_PASSWORD": secrets.token_urlsafe(24),
+        "REDIS_PASSWORD": secrets.token_urlsafe(24),
+        "S3_ACCESS_KEY_ID": "trainyard",
+        "S3_SECRET_ACCESS_KEY": secrets.token_urlsafe(24),
+        "AIRFLOW_ADMIN_PASSWORD": secrets.token_urlsafe(24),
+        "AIRFLOW_JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32),
+        "AIRFLOW_FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        "MLFLOW_ADMIN_PASSWORD": secrets.token_urlsafe(24),
+        "MLFLOW_TRACKING_USERNAME": "trainyard",
+        "MLFLOW_TRACKING_PASSWORD": secrets.token_urlsafe(24),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_urlsafe(32),
+        "PUBLISH_ADDRESS": "127.0.0.1",
+        "AIRFLOW_PORT": _free_port(),
+        "MLFLOW_PORT": _free_port(),
+        "S3_PORT": _free_port(),
+        "S3_CONSOLE_PORT": _free_port(),
+        "AIRFLOW_WORKER_CONCURRENCY": "2",
+        "AIRFLOW_WORKER_CPUS": str(min(4, os.cpu_count() or 1)),
+        "AIRFLOW_WORKER_MEMORY": "6G",
+    }
+    expected = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    }
+    assert set(values) == expected, "the test's .env and .env.example name different keys"
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    path.chmod(0o600)
+    return values
+
+
+class Compose:
+    def __init__(self, project: str, env_file: Path) -> None:
+        self.base = [
+            "docker",
+            "compose",
+            "--project-name",
+            project,
+            "--project-directory",
+            str(ROOT),
+            "--env-file",
+            str(env_file),
+            "-f",
+            str(ROOT / "docker-compose.yaml"),
+            "-f",
+            str(ROOT / "containers" / "offline" / "compose.yaml"),
+        ]
+
+    def __call__(self, *args: str, timeout: float = 600, check: bool = True) -> str:
+        done = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert done.returncode == 0, f"compose {' '.join(args)}:\n{done.stderr[-4000:]}"
+        return done.stdout
+
+    def containers(self) -> list[dict[str, Any]]:
+        out = self("ps", "--all", "--format", "json")
+        text = out.strip()
+        if text.startswith("["):
+            return list(json.loads(text))
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def logs(self) -> str:
+        return self("logs", "--no-color", "--tail", "60", check=False)
+
+    def wait_until_healthy(self, workers: int, timeout_s: float) -> dict[str, float]:
+        """Wait until every long-running container is healthy (``workers`` Celery workers) and
+        every one-shot one exited 0; the seconds each container took to get there, from now."""
+        started = time.monotonic()
+        ready: dict[str, float] = {}
+        containers: list[dict[str, Any]] = []
+        while time.monotonic() < started + timeout_s:
+            containers = self.containers()
+            failed = [c["Name"] for c in containers if c["State"] == "exited" and c["ExitCode"]]
+            assert not failed, f"{failed} exited:\n{self.logs()}"
+            for c in containers:
+                healthy = c["Service"] in LONG_RUNNING and c["Health"] == "healthy"
+                if c["Name"] not in ready and (
+                    healthy or (c["Service"] in ONE_SHOT and c["State"] == "exited")
+                ):
+                    ready[c["Name"]] = time.monotonic() - started
+            if len(ready) == len(LONG_RUNNING) - 1 + workers + len(ONE_SHOT):
+                return ready
+            time.sleep(2)
+        states = {c["Name"]: (c["State"], c["Health"]) for c in containers}
+        raise AssertionError(f"not healthy after {timeout_s:.0f} s: {states}\n{self.logs()}")
