@@ -9,6 +9,7 @@ Only the standard library and PyYAML are imported: DAG files load settings while
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -1177,6 +1178,19 @@ def _forget_other_models(train: dict[str, Any], model: str, recorded: bool = Fal
     fields = {f.name for f in dataclasses.fields(TrainSettings)}
     for key in [k for k in train if k not in fields and spec.hyperparameter(k) is None]:
         del train[key]
+
+
+def settings_environment(settings: Settings, baseline: Settings) -> dict[str, str]:
+    """``TRAINYARD_<SECTION>__<KEY>`` for every setting of ``settings`` that differs from
+    ``baseline``, its value as JSON (which the loader reads back as YAML): what a process started
+    elsewhere (a step's pod) needs in its environment to load the same settings."""
+    env: dict[str, str] = {}
+    base = baseline.to_dict()
+    for section, values in settings.to_dict().items():
+        for key, value in values.items():
+            if value != base[section].get(key):
+                env[f"{ENV_PREFIX}{section.upper()}__{key.upper()}"] = json.dumps(value)
+    return env
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -29,7 +29,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from pipeline_steps.core.settings import Settings, SettingsError
+from pipeline_steps.core.settings import (
+    Settings,
+    SettingsError,
+    load_settings,
+    settings_environment,
+)
 from pipeline_steps.orchestration.elastic import (
     ELASTIC_POD_LABELS,
     disruption_budget,
@@ -127,10 +132,14 @@ def retry_args(settings: Settings) -> dict[str, Any]:
 
 
 def pod_environment(settings: Settings) -> dict[str, str]:
-    """Settings a pod needs to find the same lake and MLflow as the scheduler's config."""
+    """The settings in a pod's environment: every one the DAG's settings change from the
+    defaults (its config file, its environment), so the step in the pod loads what the DAG
+    loaded; and where the pod finds the lake and MLflow."""
     k8s = settings.kubernetes
     lake_root = k8s.lake_mount_path if k8s.lake_pvc else settings.lake.root
+    home = {k: v for k, v in os.environ.items() if k == "TRAINYARD_HOME"}
     env = {
+        **settings_environment(settings, load_settings(environ=home)),
         "TRAINYARD_LAKE__ROOT": lake_root,
         "TRAINYARD_MLFLOW__TRACKING_URI": settings.mlflow.tracking_uri,
         "TRAINYARD_MLFLOW__ARTIFACT_ROOT": settings.mlflow.artifact_root,

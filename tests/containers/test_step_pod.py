@@ -9,6 +9,7 @@ training pod is stopped as the kubelet stops a preempted pod and its retry resum
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -36,9 +37,11 @@ SETTINGS = (
     "mlflow.tracking_uri=sqlite:////lake/mlflow.db",
     "mlflow.artifact_root=/lake/mlartifacts",
     "tuning.storage=sqlite:////lake/optuna.db",
+    # the DAG's own settings, which reach the steps through the pods' environment
+    "features.window_days=3",
+    "validation.data_docs=false",
+    "train.epochs=1",
 )
-# what the trigger form passes to every step of a run (`--set`)
-RUN_SETTINGS = ("features.window_days=3", "validation.data_docs=false", "train.epochs=1")
 STOPPED = re.compile(r"SIGTERM during optimizer step (\d+): stopped after step (\d+)")
 
 
@@ -51,13 +54,14 @@ class Pods:
         self.count = 0
 
     def settings(self, *overrides: str) -> Settings:
-        return load_settings(overrides=[*SETTINGS, *overrides], environ={})
+        """The settings the DAG loads (its home, ``SETTINGS`` and ``overrides``)."""
+        home = {"TRAINYARD_HOME": os.environ["TRAINYARD_HOME"]}
+        return load_settings(overrides=[*SETTINGS, *overrides], environ=home)
 
-    def pod(self, step: str, run_id: str, day: str, *run_settings: str) -> dict[str, Any]:
+    def pod(self, step: str, run_id: str, day: str, *overrides: str) -> dict[str, Any]:
+        """The step's pod as the DAG renders it; its command has no ``--set``."""
         run_args = ["--run-id", run_id, "--logical-date", day]
-        for pair in (*RUN_SETTINGS, *run_settings):
-            run_args += ["--set", pair]
-        return pod_arguments(step, self.settings(*run_settings), run_args)
+        return pod_arguments(step, self.settings(*overrides), run_args)
 
     def command(self, pod: dict[str, Any], *extra: str) -> tuple[list[str], Path, Path]:
         """``docker run`` for ``pod``, with a fresh termination log and XCom folder."""
@@ -72,9 +76,9 @@ class Pods:
         options = docker_run(pod, {CLAIM: self.lake}, termination, xcom)
         return ["docker", "run", *extra, *options], termination, xcom / "return.json"
 
-    def run(self, step: str, run_id: str, day: str, *run_settings: str) -> dict[str, Any]:
+    def run(self, step: str, run_id: str, day: str, *overrides: str) -> dict[str, Any]:
         """Run the step's pod to the end; its manifest, from the XCom file."""
-        argv, termination, result = self.command(self.pod(step, run_id, day, *run_settings), "--rm")
+        argv, termination, result = self.command(self.pod(step, run_id, day, *overrides), "--rm")
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         output = (done.stdout + done.stderr)[-4000:]
         assert done.returncode == 0, f"{step} for {day}: exit {done.returncode}\n{output}"
@@ -110,6 +114,7 @@ def test_the_pod_spec_is_enforced(pods: Pods) -> None:
 def test_steps_run_in_the_image_under_the_pod_constraints(pods: Pods) -> None:
     day = DAYS[-1]
     run_id = f"manual__{day}"
+    assert "--set" not in pods.pod("train", run_id, day)["cmds"]
     features = pods.run("features", run_id, day)
     trained = pods.run("train", run_id, day)
     assert features["step"] == "features" and trained["step"] == "train"
@@ -123,6 +128,10 @@ def test_steps_run_in_the_image_under_the_pod_constraints(pods: Pods) -> None:
     mlflow.set_tracking_uri(f"sqlite:///{pods.lake / 'mlflow.db'}")
     runs = mlflow.search_runs(search_all_experiments=True, filter_string="status = 'FINISHED'")
     assert len(runs) >= 1 and runs["metrics.val_loss"].notna().all(), runs
+    # the DAG's settings reached the step through the pod's environment alone
+    trained_run = runs[runs["tags.trainyard.run_id"] == run_id].iloc[0]
+    assert trained_run["params.train.epochs"] == "1"
+    assert trained_run["params.features.window_days"] == "3"
 
 
 def test_a_stopped_training_pod_checkpoints_and_its_retry_resumes(pods: Pods) -> None:

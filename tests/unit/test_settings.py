@@ -130,3 +130,27 @@ def test_a_recorded_settings_document_loads_without_its_retired_keys(tmp_path: P
     assert (
         load_settings(config, environ=environ).to_dict() == load_settings(environ=environ).to_dict()
     )
+
+
+def test_the_settings_a_config_changes_travel_through_the_environment(tmp_path: Path) -> None:
+    """What a pod gets: each changed setting as TRAINYARD_<SECTION>__<KEY>, and the loader
+    reads them back to the same settings (numbers, booleans, strings that look like numbers,
+    lists, mappings)."""
+    from pipeline_steps.core.settings import settings_environment
+
+    config = tmp_path / "settings.yaml"
+    config.write_text(
+        "train:\n  epochs: 7\n  model: ft_transformer\n  device: cpu\n"
+        "validation:\n  data_docs: false\n"
+        "kubernetes:\n  namespace: '0123'\n  node_selector: {pool: gpu}\n"
+        "  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n"
+    )
+    home = {"TRAINYARD_HOME": str(tmp_path / "home")}
+    baseline = load_settings(environ=home)
+    settings = load_settings(config, environ=home)
+    env = settings_environment(settings, baseline)
+    assert env["TRAINYARD_TRAIN__EPOCHS"] == "7"
+    assert env["TRAINYARD_KUBERNETES__NAMESPACE"] == '"0123"'
+    assert "TRAINYARD_LAKE__ROOT" not in env  # the same home: nothing of it differs
+    assert load_settings(environ={**home, **env}) == settings
+    assert settings_environment(baseline, baseline) == {}
