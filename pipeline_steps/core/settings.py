@@ -1189,8 +1189,17 @@ def settings_environment(settings: Settings, baseline: Settings) -> dict[str, st
     for section, values in settings.to_dict().items():
         for key, value in values.items():
             if value != base[section].get(key):
-                env[f"{ENV_PREFIX}{section.upper()}__{key.upper()}"] = json.dumps(value)
+                env[f"{ENV_PREFIX}{section.upper()}__{key.upper()}"] = env_value(value)
     return env
+
+
+def env_value(value: Any) -> str:
+    """A setting's value as ``TRAINYARD_<SECTION>__<KEY>`` holds it: a string as it is where
+    the loader reads it back unchanged (``/lake``), else JSON (``""``, ``"0123"``, ``[32, 16]``),
+    which the loader reads as YAML."""
+    if isinstance(value, str) and _parse_scalar(value) == value:
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -32,6 +32,7 @@ from airflow.sdk import BaseOperator
 from pipeline_steps.core.settings import (
     Settings,
     SettingsError,
+    env_value,
     load_settings,
     settings_environment,
 )
@@ -138,14 +139,17 @@ def pod_environment(settings: Settings) -> dict[str, str]:
     k8s = settings.kubernetes
     lake_root = k8s.lake_mount_path if k8s.lake_pvc else settings.lake.root
     home = {k: v for k, v in os.environ.items() if k == "TRAINYARD_HOME"}
-    env = {
-        **settings_environment(settings, load_settings(environ=home)),
+    always = {  # whether changed or not: the pod's own home would give other defaults
         "TRAINYARD_LAKE__ROOT": lake_root,
         "TRAINYARD_MLFLOW__TRACKING_URI": settings.mlflow.tracking_uri,
         "TRAINYARD_MLFLOW__ARTIFACT_ROOT": settings.mlflow.artifact_root,
         "TRAINYARD_TUNING__STORAGE": settings.tuning.storage,  # a trial reports to its study
-        "TRAINYARD_TRAIN__NPROC_PER_NODE": str(settings.train.nproc_per_node),
-        "TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S": str(settings.train.collective_timeout_s),
+        "TRAINYARD_TRAIN__NPROC_PER_NODE": settings.train.nproc_per_node,
+        "TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S": settings.train.collective_timeout_s,
+    }
+    env = {
+        **settings_environment(settings, load_settings(environ=home)),
+        **{key: env_value(value) for key, value in always.items()},
         # A failed NCCL collective aborts the process instead of leaving peers waiting.
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "PYTHONUNBUFFERED": "1",

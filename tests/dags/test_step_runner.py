@@ -370,3 +370,31 @@ def test_a_pod_killed_before_its_checkpoint_is_refused(make_settings) -> None:
     longer = make_settings("orchestration.runtime=kubernetes", "kubernetes.termination_grace_s=26")
     pod = step_task("train", longer).build_pod_request_obj(dry_run=True)
     assert pod.spec.termination_grace_period_seconds == 26
+
+
+def test_a_step_pod_loads_the_settings_the_dag_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod's environment alone (its own home, no config file) gives the DAG's settings:
+    what the DAG's config changed, and an empty MLflow artifact root stays empty."""
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.orchestration.runners import pod_environment
+
+    scheduler = {"TRAINYARD_HOME": str(tmp_path / "scheduler")}
+    monkeypatch.setenv("TRAINYARD_HOME", scheduler["TRAINYARD_HOME"])
+    settings = load_settings(
+        overrides=[
+            "orchestration.runtime=kubernetes",
+            "kubernetes.lake_pvc=lake",
+            "mlflow.tracking_uri=http://mlflow:5000",
+            "train.epochs=3",
+            "train.hidden_dims=[32, 16]",
+            "validation.data_docs=false",
+        ],
+        environ=scheduler,
+    )
+    assert settings.mlflow.artifact_root == ""  # the server decides
+    pod = load_settings(environ={"TRAINYARD_HOME": "/tmp/trainyard", **pod_environment(settings)})
+    assert pod.lake.root == "/lake" and pod.mlflow.artifact_root == ""
+    assert pod.train == settings.train and pod.validation == settings.validation
+    assert pod.kubernetes == settings.kubernetes and pod.mlflow == settings.mlflow

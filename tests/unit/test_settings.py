@@ -150,7 +150,7 @@ def test_the_settings_a_config_changes_travel_through_the_environment(tmp_path: 
     settings = load_settings(config, environ=home)
     env = settings_environment(settings, baseline)
     assert env["TRAINYARD_TRAIN__EPOCHS"] == "7"
-    assert env["TRAINYARD_KUBERNETES__NAMESPACE"] == '"0123"'
+    assert env["TRAINYARD_KUBERNETES__NAMESPACE"] == '"0123"'  # digits, a string
     assert "TRAINYARD_LAKE__ROOT" not in env  # the same home: nothing of it differs
     assert load_settings(environ={**home, **env}) == settings
     assert settings_environment(baseline, baseline) == {}
