@@ -20,7 +20,12 @@ ENV AIRFLOW_VERSION=${AIRFLOW_VERSION} \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-RUN useradd --uid 50000 --gid 0 --create-home --home-dir /home/airflow airflow \
+# dumb-init as the first process, as in the public image: it forwards signals and reaps the
+# steps' orphaned processes (DUMB_INIT_SETSID=0 lets Celery finish its tasks on stop)
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends dumb-init \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --uid 50000 --gid 0 --create-home --home-dir /home/airflow airflow \
     && mkdir -p /opt/airflow/logs /opt/airflow/dags /opt/airflow/plugins /opt/airflow/config \
     && chown -R 50000:0 /opt/airflow \
     && chmod -R 775 /opt/airflow
@@ -29,3 +34,5 @@ WORKDIR /opt/airflow
 RUN python3 -m venv /home/airflow/venv \
     && pip install --upgrade pip \
     && pip install "apache-airflow==${AIRFLOW_VERSION}"
+ENTRYPOINT ["/usr/bin/dumb-init", "--"]
+CMD ["airflow", "--help"]

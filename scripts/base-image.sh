@@ -17,8 +17,12 @@ if [[ "${1:-}" != "--rebuild" ]] && docker image inspect "$IMAGE" > /dev/null 2>
   exit 0
 fi
 
+if [[ "$(id -u)" != 0 ]]; then
+  echo "building $IMAGE needs root (debootstrap, chroot): sudo $0" >&2
+  exit 1
+fi
 root="$(mktemp -d)"
-trap 'rm -rf "$root"' EXIT
+trap 'rm -rf "$root" "$root.log"' EXIT
 echo "==> debootstrap bookworm into $root"
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
   bookworm "$root" "$MIRROR" > "$root.log" 2>&1 || { tail -20 "$root.log"; exit 1; }

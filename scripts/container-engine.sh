@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
-# A Docker engine on a Debian bookworm machine without one, from Debian's packages alone: the
-# engine (`docker.io`), `debootstrap` for scripts/base-image.sh, and Compose v2 (`docker compose`),
-# which bookworm lacks, as the plugin binary of Debian trixie's `docker-compose` package. Starts
-# `dockerd` when no engine answers. Needs root; does nothing that is already done.
+# A Docker engine with Compose v2 for the container tests and the compose profile. Nothing to do
+# when an engine already answers with `docker compose` (Docker Desktop, a rootless or remote
+# engine). Otherwise, on Debian bookworm and as root, from Debian's packages alone: the engine
+# (`docker.io`), `debootstrap` for scripts/base-image.sh, and Compose v2, which bookworm lacks, as
+# the plugin binary of Debian trixie's `docker-compose` package (its signature checked with the
+# Debian archive keyring); then `dockerd` started in the background.
 #
 #   sudo scripts/container-engine.sh && docker compose version
 set -euo pipefail
 
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 PLUGINS=/usr/libexec/docker/cli-plugins
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+
+ready() { docker info > /dev/null 2>&1 && docker compose version > /dev/null 2>&1; }
+if ready && command -v debootstrap > /dev/null; then
+  echo "engine $(docker version --format '{{.Server.Version}}'), $(docker compose version)"
+  exit 0
+fi
+if [[ "$(id -u)" != 0 ]]; then
+  echo "no Docker engine with Compose v2 answers; run this as root to install and start one" >&2
+  exit 1
+fi
 
 missing=()
 command -v dockerd > /dev/null || missing+=(docker.io)
 command -v debootstrap > /dev/null || missing+=(debootstrap)
+command -v curl > /dev/null || missing+=(curl)
+command -v xz > /dev/null || missing+=(xz-utils)
+command -v gpgv > /dev/null || missing+=(gpgv)
+[[ -f "$KEYRING" ]] || missing+=(debian-archive-keyring)
 if ((${#missing[@]})); then
   echo "==> apt-get install ${missing[*]}"
   apt-get update -q > /dev/null
@@ -22,12 +39,24 @@ fi
 
 if ! docker compose version > /dev/null 2>&1; then
   echo "==> Compose v2 from Debian trixie's docker-compose package"
-  packages="$(curl -fsSL "$MIRROR/dists/trixie/main/binary-amd64/Packages.xz" | xz -d)"
-  entry="$(awk '/^Package: docker-compose$/{p=1} p&&/^$/{exit} p' <<< "$packages")"
-  file="$(awk '/^Filename:/{print $2}' <<< "$entry")"
-  sha="$(awk '/^SHA256:/{print $2}' <<< "$entry")"
+  arch="$(dpkg --print-architecture)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
+  # the chain of trust apt follows: the signed release file, the package index's hash in it,
+  # the package's hash in the index
+  curl -fsSL -o "$work/InRelease" "$MIRROR/dists/trixie/InRelease"
+  gpgv --keyring "$KEYRING" --output "$work/Release" "$work/InRelease" 2> /dev/null \
+    || { echo "trixie's InRelease does not verify against $KEYRING" >&2; exit 1; }
+  index="main/binary-$arch/Packages.xz"
+  index_sha="$(awk -v f="$index" '/^SHA256:/{s=1; next} /^[A-Za-z]/{s=0} s && $3 == f {print $1}' \
+    "$work/Release")"
+  curl -fsSL -o "$work/Packages.xz" "$MIRROR/dists/trixie/$index"
+  echo "$index_sha  $work/Packages.xz" | sha256sum --check --quiet
+  xz -d "$work/Packages.xz"
+  entry="$(awk '/^Package: docker-compose$/{p=1} p&&/^$/{exit} p' "$work/Packages")"
+  file="$(awk '/^Filename:/{print $2}' <<< "$entry")"
+  sha="$(awk '/^SHA256:/{print $2}' <<< "$entry")"
+  [[ -n "$file" && -n "$sha" ]] || { echo "no docker-compose in trixie's $index" >&2; exit 1; }
   curl -fsSL -o "$work/compose.deb" "$MIRROR/$file"
   echo "$sha  $work/compose.deb" | sha256sum --check --quiet
   dpkg-deb -x "$work/compose.deb" "$work/root"

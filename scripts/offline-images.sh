@@ -7,21 +7,24 @@
 #   scripts/offline-images.sh          # then: docker compose -f docker-compose.yaml \
 #                                      #   -f containers/offline/compose.yaml up -d --no-build
 #
-# The step and Airflow images install the torch wheel in containers/wheels/; when there is none,
-# the one pip finds for torch==2.13.0 (a CPU build in this machine's --find-links) is copied
-# there first. Needs a running engine (scripts/container-engine.sh).
+# The step and Airflow images install a torch wheel put in containers/wheels/. When there is
+# none, a CPU wheel of torch 2.13.0 for Python 3.11 that pip's configured --find-links hold is
+# copied there (pip download --no-index); with none there either, the images download torch from
+# the PyTorch CPU index as they build. Needs a running engine (scripts/container-engine.sh) and,
+# for the base image's debootstrap, root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASE=trainyard-base:bookworm
 AIRFLOW_BASE=trainyard-airflow-base:3.3.2
-PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+PYTHON="${PYTHON:-$(command -v .venv/bin/python || command -v python3.11 || command -v python3)}"
 
 scripts/base-image.sh
-if ! compgen -G "containers/wheels/torch-*.whl" > /dev/null; then
-  echo "==> torch wheel into containers/wheels/"
-  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --dest containers/wheels \
-    "torch==2.13.0"
+if ! compgen -G "containers/wheels/torch-*.whl" > /dev/null \
+  && "$PYTHON" -m pip download --quiet --no-index --no-deps --only-binary=:all: \
+    --python-version 3.11 --implementation cp --abi cp311 --platform manylinux_2_28_x86_64 \
+    --dest containers/wheels "torch==2.13.0+cpu" 2> /dev/null; then
+  echo "==> $(basename containers/wheels/torch-*.whl) into containers/wheels/"
 fi
 
 build() { # tag, dockerfile, context, extra arguments
@@ -40,6 +43,6 @@ build() { # tag, dockerfile, context, extra arguments
 build trainyard-offline-postgres:15 containers/offline/postgres.Dockerfile containers/offline
 build trainyard-offline-redis:7 containers/offline/redis.Dockerfile containers/offline
 build trainyard-offline-s3:5 containers/offline/s3.Dockerfile containers/offline
-build "$AIRFLOW_BASE" containers/airflow-base.Dockerfile containers
+build "$AIRFLOW_BASE" containers/airflow-base.Dockerfile containers/offline # copies nothing
 build trainyard-step:0.1.0 containers/Dockerfile .
 BASE_FOR="$AIRFLOW_BASE" build trainyard-airflow:0.1.0 containers/airflow.Dockerfile .

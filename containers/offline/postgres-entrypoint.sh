@@ -8,6 +8,7 @@ set -eu
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   password_file="$(mktemp)"
+  trap 'rm -f "$password_file"' EXIT
   printf '%s\n' "$POSTGRES_PASSWORD" > "$password_file"
   initdb --username="$POSTGRES_USER" --pwfile="$password_file" \
     --auth-local=trust --auth-host=scram-sha-256 --encoding=UTF8 > /dev/null

@@ -5,8 +5,12 @@
 ARG BASE_IMAGE=trainyard-base:bookworm
 FROM ${BASE_IMAGE}
 
-# no cluster of the package's own: the entrypoint makes one in the volume
-RUN mkdir -p /etc/postgresql-common/createcluster.d \
+# the official image's uid and gid (999), so a volume keeps its owner across rebuilds; no cluster
+# of the package's own: the entrypoint makes one in the volume
+RUN groupadd --system --gid 999 postgres \
+    && useradd --system --uid 999 --gid 999 --home-dir /var/lib/postgresql --shell /bin/bash \
+       postgres \
+    && mkdir -p /etc/postgresql-common/createcluster.d \
     && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/no-main.conf \
     && apt-get update \
     && apt-get install -y --no-install-recommends postgresql-15 \

@@ -3,7 +3,11 @@
 ARG BASE_IMAGE=trainyard-base:bookworm
 FROM ${BASE_IMAGE}
 
-RUN apt-get update \
+# the official image's uid and gid (999), so a volume keeps its owner across rebuilds
+RUN groupadd --system --gid 999 redis \
+    && useradd --system --uid 999 --gid 999 --home-dir /var/lib/redis --shell /usr/sbin/nologin \
+       redis \
+    && apt-get update \
     && apt-get install -y --no-install-recommends redis-server \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir /data && chown redis:redis /data

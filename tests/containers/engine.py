@@ -56,6 +56,8 @@ def require_engine() -> None:
         compose = subprocess.run(["docker", "compose", "version"], capture_output=True)
         if compose.returncode != 0:
             problem = "no `docker compose` (scripts/container-engine.sh installs Compose v2)"
+    if problem is None and os.geteuid() != 0:
+        problem = "the container tests run as root (the base image's debootstrap, volume owners)"
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the container tests must run in CI: {problem}")
@@ -224,3 +226,19 @@ class Compose:
             time.sleep(2)
         states = {c["Name"]: (c["State"], c["Health"]) for c in containers}
         raise AssertionError(f"not healthy after {timeout_s:.0f} s: {states}\n{self.logs()}")
+
+
+def remove_stale_projects(prefix: str = "trainyard-test-") -> None:
+    """Take down the compose projects (``<prefix><pid>``) that an interrupted test run left
+    behind, volumes included; a project whose process still runs is left alone."""
+    listed = subprocess.run(
+        ["docker", "compose", "ls", "--all", "--format", "json"], capture_output=True, text=True
+    )
+    for project in json.loads(listed.stdout or "[]"):
+        pid = project["Name"].removeprefix(prefix)
+        if pid != project["Name"] and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            subprocess.run(
+                ["docker", "compose", "--project-name", project["Name"], "down", "--volumes"],
+                capture_output=True,
+                timeout=300,
+            )

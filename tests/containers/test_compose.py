@@ -10,12 +10,13 @@ The project runs under a name and ports of its own, so a profile a user started 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from pipeline_steps.services.airflow_api import AirflowApi
-from tests.containers.engine import Compose, env_file
+from tests.containers.engine import Compose, env_file, remove_stale_projects
 
 pytestmark = [pytest.mark.containers, pytest.mark.slow]
 
@@ -31,13 +32,14 @@ RUN_TIMEOUT_S = 1200
 def profile(
     images: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Compose, dict[str, str]]]:
+    remove_stale_projects()
     folder = tmp_path_factory.mktemp("compose")
     values = env_file(folder / ".env")
     compose = Compose(f"trainyard-test-{os.getpid()}", folder / ".env")
     try:
         try:
             compose("up", "--detach", "--no-build", "--scale", f"airflow-worker={WORKERS}")
-        except AssertionError as exc:
+        except (AssertionError, subprocess.TimeoutExpired) as exc:
             raise AssertionError(f"{exc}\n{compose.logs()}") from None
         compose.wait_until_healthy(WORKERS, UP_TIMEOUT_S)
         yield compose, values
