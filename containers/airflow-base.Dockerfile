@@ -24,7 +24,7 @@ ENV AIRFLOW_VERSION=${AIRFLOW_VERSION} \
 # steps' orphaned processes (DUMB_INIT_SETSID=0 lets Celery finish its tasks on stop)
 RUN apt-get update \
     && apt-get install -y --no-install-recommends dumb-init \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && useradd --uid 50000 --gid 0 --create-home --home-dir /home/airflow airflow \
     && mkdir -p /opt/airflow/logs /opt/airflow/dags /opt/airflow/plugins /opt/airflow/config \
     && chown -R 50000:0 /opt/airflow \

@@ -14,7 +14,7 @@ RUN groupadd --system --gid 999 postgres \
     && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/no-main.conf \
     && apt-get update \
     && apt-get install -y --no-install-recommends postgresql-15 \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && mkdir -p /var/lib/postgresql/data /docker-entrypoint-initdb.d /run/postgresql \
     && chown postgres:postgres /var/lib/postgresql/data /run/postgresql \
     && chmod 700 /var/lib/postgresql/data

@@ -9,7 +9,7 @@ RUN groupadd --system --gid 999 redis \
        redis \
     && apt-get update \
     && apt-get install -y --no-install-recommends redis-server \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && mkdir /data && chown redis:redis /data
 WORKDIR /data
 USER redis
