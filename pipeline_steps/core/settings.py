@@ -1182,8 +1182,8 @@ def _forget_other_models(train: dict[str, Any], model: str, recorded: bool = Fal
 
 def settings_environment(settings: Settings, baseline: Settings) -> dict[str, str]:
     """``TRAINYARD_<SECTION>__<KEY>`` for every setting of ``settings`` that differs from
-    ``baseline``, its value as JSON (which the loader reads back as YAML): what a process started
-    elsewhere (a step's pod) needs in its environment to load the same settings."""
+    ``baseline``, its value as :func:`env_value` writes it: what a process started elsewhere (a
+    step's pod) needs in its environment to load the same settings."""
     env: dict[str, str] = {}
     base = baseline.to_dict()
     for section, values in settings.to_dict().items():

@@ -24,20 +24,13 @@ from typing import Any
 
 import pytest
 
+from pipeline_steps.services.profile import PROCESSES, SERVICES
+
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATION_LOG = "/dev/termination-log"
-LONG_RUNNING = (
-    "postgres",
-    "redis",
-    "s3",
-    "mlflow",
-    "airflow-apiserver",
-    "airflow-scheduler",
-    "airflow-dag-processor",
-    "airflow-triggerer",
-    "airflow-worker",
-)
-"""The profile's services that run until stopped, each with a health check."""
+LONG_RUNNING = (*SERVICES, *PROCESSES)
+"""The profile's services that run until stopped, each with a health check: the ones
+``trainyard services up`` starts and the ones it uses (a test holds the two files together)."""
 ONE_SHOT = ("volume-init", "airflow-init")
 """The profile's services that run once on each ``up`` and exit."""
 XCOM_DIR = "/airflow/xcom"
