@@ -15,7 +15,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast lint format airflow mlflow optuna prod-up prod-down images clean
+.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast test-containers test-profile lint format airflow mlflow optuna prod-up prod-down images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -48,15 +48,27 @@ demo-hotel-rates: airflow-db ## run the second example (hotel rates, a regressio
 tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print the study
 	@scripts/tune.sh
 
-test: $(STAMP) ## lint, type-check and run the whole test suite
+# The tiers: `fast` has no service, DAG run, training or container; `containers` is the image
+# tier alone; `test` is everything, as CI runs it. `make test-profile` prints where the time goes.
+FAST := not slow and not services and not containers
+PYTEST_PROFILE := --profile-json $(TRAINYARD_HOME)/test-profile.json
+
+test: $(STAMP) ## lint, type-check and run the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy pipeline_steps
-	$(BIN)/pytest --durations=30
+	$(BIN)/pytest --durations=30 --profile-tiers
 
-test-fast: $(STAMP) ## ruff + the tests not marked slow: the inner loop (under 5 minutes)
+test-fast: $(STAMP) ## ruff + the tests with no service, DAG run, training or container (< 5 min)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -m "not slow" --durations=10
+	$(BIN)/pytest -m "$(FAST)" --durations=10
+
+test-containers: $(STAMP) ## the container tier alone: builds the images (when their inputs changed) and runs them
+	$(BIN)/pytest -m containers --durations=10 --profile-tiers
+
+test-profile: $(STAMP) ## the whole suite, then wall seconds per test module and per tier (TIER="not slow" picks one)
+	@mkdir -p $(TRAINYARD_HOME)
+	$(BIN)/pytest $(if $(TIER),-m "$(TIER)") --profile-tiers $(PYTEST_PROFILE) -q
 
 lint: $(STAMP) ## ruff + mypy only
 	$(BIN)/ruff check .

@@ -6,11 +6,13 @@
 #   scripts/base-image.sh --rebuild
 #   docker build -f containers/Dockerfile --build-arg BASE_IMAGE=trainyard-base:bookworm ...
 #
-# Needs root, debootstrap and a running Docker engine. MIRROR overrides the Debian mirror.
+# Needs root, debootstrap and a running Docker engine. Debian's packages come from the archive apt
+# uses on this machine (scripts/debian-mirror.sh), through apt's proxy; MIRROR overrides it.
 set -euo pipefail
 
 IMAGE="${IMAGE:-trainyard-base:bookworm}"
-MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+# shellcheck source=scripts/debian-mirror.sh
+source "$(dirname "$0")/debian-mirror.sh"
 
 if [[ "${1:-}" != "--rebuild" ]] && docker image inspect "$IMAGE" > /dev/null 2>&1; then
   echo "$IMAGE is already built (--rebuild to make it again)"
@@ -21,9 +23,11 @@ if [[ "$(id -u)" != 0 ]]; then
   echo "building $IMAGE needs root (debootstrap, chroot): sudo $0" >&2
   exit 1
 fi
+MIRROR="$(debian_mirror)"
+apt_proxy
 root="$(mktemp -d)"
 trap 'rm -rf "$root" "$root.log"' EXIT
-echo "==> debootstrap bookworm into $root"
+echo "==> debootstrap bookworm from $MIRROR into $root"
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
   bookworm "$root" "$MIRROR" > "$root.log" 2>&1 || { tail -20 "$root.log"; exit 1; }
 # what python:3.11-slim offers that the images use: `python` on PATH, no package caches

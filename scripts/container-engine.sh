@@ -4,12 +4,14 @@
 # engine). Otherwise, on Debian bookworm and as root, from Debian's packages alone: the engine
 # (`docker.io`), `debootstrap` for scripts/base-image.sh, and Compose v2, which bookworm lacks, as
 # the plugin binary of Debian trixie's `docker-compose` package (its signature checked with the
-# Debian archive keyring); then `dockerd` started in the background.
+# Debian archive keyring); then `dockerd` started in the background. Compose comes from the Debian
+# archive apt uses here (scripts/debian-mirror.sh; MIRROR overrides it), through apt's proxy.
 #
 #   sudo scripts/container-engine.sh && docker compose version
 set -euo pipefail
 
-MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+# shellcheck source=scripts/debian-mirror.sh
+source "$(dirname "$0")/debian-mirror.sh"
 PLUGINS=/usr/libexec/docker/cli-plugins
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
@@ -38,7 +40,9 @@ if ((${#missing[@]})); then
 fi
 
 if ! docker compose version > /dev/null 2>&1; then
-  echo "==> Compose v2 from Debian trixie's docker-compose package"
+  MIRROR="$(debian_mirror)"
+  apt_proxy
+  echo "==> Compose v2 from Debian trixie's docker-compose package ($MIRROR)"
   arch="$(dpkg --print-architecture)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT

@@ -2,7 +2,9 @@
 # Every image the production profile runs, built where no image registry is reachable: the
 # Debian base (scripts/base-image.sh), the step and Airflow images on it, and the stand-ins for
 # postgres, redis and MinIO that containers/offline/compose.yaml names. Docker's layer cache
-# keeps what has not changed, so a second run rebuilds only the code layers.
+# keeps what has not changed, so a second run rebuilds only the code layers; an image whose inputs
+# (its Dockerfile, build arguments, base image and the files it copies) hash as they did when the
+# engine's image was built, labelled org.trainyard.inputs, is not rebuilt at all.
 #
 #   scripts/offline-images.sh          # then: docker compose -f docker-compose.yaml \
 #                                      #   -f containers/offline/compose.yaml up -d --no-build
@@ -27,14 +29,48 @@ if ! compgen -G "containers/wheels/torch-*.whl" > /dev/null \
   echo "==> $(basename containers/wheels/torch-*.whl) into containers/wheels/"
 fi
 
+LABEL=org.trainyard.inputs
+
+copied() { # the context paths a Dockerfile's COPY instructions take (not those --from a stage)
+  awk 'toupper($1) == "COPY" && !/--from=/ {
+         n = 0; for (i = 2; i <= NF; i++) if ($i !~ /^--/) args[++n] = $i
+         for (i = 1; i < n; i++) print args[i]
+       }' "$1"
+}
+
+inputs() { # the hash of what an image is made of: its Dockerfile, build arguments, base image
+  # and every file its COPY instructions take from the context (as .dockerignore leaves them)
+  local file="$1" context="$2" base="$3"
+  shift 3
+  {
+    printf '%s\n' "$file" "$@"
+    docker image inspect --format '{{.Id}}' "$base" 2> /dev/null || echo "no $base"
+    cat "$file"
+    local src
+    for src in $(copied "$file"); do
+      find "$context/$src" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+        ! -path '*.egg-info/*' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum
+    done
+  } | sha256sum | cut -c1-16
+}
+
 build() { # tag, dockerfile, context, extra arguments
   local tag="$1" file="$2" context="$3"
   shift 3
+  local base="${BASE_FOR:-$BASE}"
+  local hash
+  hash="$(inputs "$file" "$context" "$base" "$@")"
+  # Nothing to do when the engine holds an image built from exactly these inputs.
+  if [[ "$(docker image inspect --format "{{ index .Config.Labels \"$LABEL\" }}" "$tag" \
+    2> /dev/null)" == "$hash" ]]; then
+    echo "==> $tag: inputs unchanged ($LABEL=$hash), kept"
+    return 0
+  fi
   local started=$SECONDS
-  echo "==> $tag"
+  echo "==> $tag ($LABEL=$hash)"
   local log
   log="$(mktemp)"
-  docker build --build-arg "BASE_IMAGE=${BASE_FOR:-$BASE}" -f "$file" -t "$tag" "$@" \
+  docker build --build-arg "BASE_IMAGE=$base" --label "$LABEL=$hash" -f "$file" -t "$tag" "$@" \
     "$context" > "$log" 2>&1 || { tail -40 "$log"; rm -f "$log"; return 1; }
   rm -f "$log"
   echo "    $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'), $((SECONDS - started)) s"
