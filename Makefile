@@ -51,24 +51,26 @@ tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print
 # The tiers: `fast` has no service, DAG run, training or container; `containers` is the image
 # tier alone; `test` is everything, as CI runs it. `make test-profile` prints where the time goes.
 FAST := not slow and not services and not containers
-PYTEST_PROFILE := --profile-json $(TRAINYARD_HOME)/test-profile.json
+# One pytest-xdist worker per core; tests/scheduling.py hands out whole modules, longest first.
+WORKERS ?= auto
+PARALLEL := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_PROFILE := --profile-json tests/durations.json
 
 test: $(STAMP) ## lint, type-check and run the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy pipeline_steps
-	$(BIN)/pytest --durations=30 --profile-tiers
+	$(BIN)/pytest $(PARALLEL) --durations=30 --profile-tiers
 
 test-fast: $(STAMP) ## ruff + the tests with no service, DAG run, training or container (< 5 min)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -m "$(FAST)" --durations=10
+	$(BIN)/pytest $(PARALLEL) -m "$(FAST)" --durations=10
 
 test-containers: $(STAMP) ## the container tier alone: builds the images (when their inputs changed) and runs them
 	$(BIN)/pytest -m containers --durations=10 --profile-tiers
 
 test-profile: $(STAMP) ## the whole suite, then wall seconds per test module and per tier (TIER="not slow" picks one)
-	@mkdir -p $(TRAINYARD_HOME)
-	$(BIN)/pytest $(if $(TIER),-m "$(TIER)") --profile-tiers $(PYTEST_PROFILE) -q
+	$(BIN)/pytest $(PARALLEL) $(if $(TIER),-m "$(TIER)") --profile-tiers $(PYTEST_PROFILE) -q
 
 lint: $(STAMP) ## ruff + mypy only
 	$(BIN)/ruff check .

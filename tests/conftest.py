@@ -84,6 +84,18 @@ def lake_home(seeded_home: Path, tmp_path: Path) -> Iterator[Path]:
     yield home
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The run's one local Spark session (``local[2]``): every Spark test and every step a test
+    runs on the Spark engine uses it (``spark_session`` takes a running session as it is)."""
+    pytest.importorskip("pyspark")
+    from pipeline_steps.core.settings import EngineSettings
+    from pipeline_steps.engines.spark import spark_session
+
+    with spark_session(EngineSettings(name="spark", spark_master="local[2]")) as session:
+        yield session
+
+
 @pytest.fixture
 def postgres_url() -> str:
     """The local PostgreSQL (``TRAINYARD_TEST_POSTGRES``); required when ``CI=true``."""

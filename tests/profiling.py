@@ -36,10 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def tier_of(item: pytest.Item) -> str:
-    """The heaviest tier among the test's markers."""
-    names = {mark.name for mark in item.iter_markers()}
-    return next((tier for tier in TIERS if tier in names), "fast")
+def tier_of(keywords: Any) -> str:
+    """The heaviest tier among a test's markers (its item's or its report's keywords)."""
+    return next((tier for tier in TIERS if tier in keywords), "fast")
 
 
 class Profile:
@@ -51,11 +50,9 @@ class Profile:
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcomes: dict[str, str] = {}
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.tiers = {item.nodeid: tier_of(item) for item in items}
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # under pytest-xdist the reports come from the workers, with the markers in keywords
+        self.tiers.setdefault(report.nodeid, tier_of(report.keywords))
         self.seconds[report.nodeid] += report.duration
         if report.when == "call" or report.outcome != "passed":
             self.outcomes[report.nodeid] = report.outcome
@@ -66,7 +63,7 @@ class Profile:
         modules: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
         tiers: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
         for nodeid, seconds in self.seconds.items():
-            module = nodeid.split("::", 1)[0]
+            module = nodeid.split("::", 1)[0]  # xdist's loadgroup appends @group to the id
             tier = self.tiers.get(nodeid, "fast")
             for row in (modules[module], tiers[tier]):
                 row["tests"] += 1
@@ -91,10 +88,36 @@ class Profile:
             write(f"{row['seconds']:>9.1f} s {row['tests']:>5}  {module}")
         path = config.getoption("profile_json")
         if path:
-            Path(path).write_text(json.dumps(table, indent=2) + "\n")
-            write(f"written to {path}")
+            write(f"written to {save(table, Path(path))}")
+
+
+def save(table: dict[str, Any], path: Path) -> Path:
+    """Write ``table`` to ``path``, keeping the modules this run did not measure from the file
+    already there (a run of one tier updates that tier's modules only)."""
+    try:
+        modules = dict(json.loads(path.read_text()).get("modules", {}))
+    except (OSError, ValueError, AttributeError):
+        modules = {}
+    modules.update(
+        {
+            m: {"tests": r["tests"], "seconds": round(r["seconds"], 1)}
+            for m, r in table["modules"].items()
+        }
+    )
+    merged = {
+        "wall_s": round(table["wall_s"], 1),
+        "tiers": {
+            t: {"tests": r["tests"], "seconds": round(r["seconds"], 1)}
+            for t, r in table["tiers"].items()
+        },
+        "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]["seconds"])),
+    }
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    return path
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller sums the reports
+        return
     if config.getoption("profile_tiers") or config.getoption("profile_json"):
         config.pluginmanager.register(Profile(), "trainyard-profile")

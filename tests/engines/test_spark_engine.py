@@ -22,7 +22,8 @@ SMALL = ("train.epochs=1", "train.batch_size=256", "features.row_group_rows=256"
 
 
 def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -> None:
-    """(First: no session runs in the process yet.) Nothing is validated or frozen."""
+    """Nothing is validated or frozen. (It runs before the tests that start the session of the
+    run: ``tests/scheduling.py`` puts a Spark test that does not ask for it first.)"""
     from pipeline_steps.core.errors import StepError
     from pipeline_steps.core.lake import Lake
 
@@ -40,18 +41,8 @@ def test_a_spark_that_cannot_start_names_the_setting(lake_home, make_settings) -
     assert not ctx.lake.exists("training_sets/bad")
 
 
-@pytest.fixture(scope="module")
-def spark_running():
-    """One Spark session for the module: each step uses it instead of starting its own."""
-    from pipeline_steps.core.settings import EngineSettings
-    from pipeline_steps.engines.spark import spark_session
-
-    with spark_session(EngineSettings(name="spark", spark_master="local[2]")) as session:
-        yield session
-
-
 def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
-    spark_running, lake_home, make_settings
+    spark, lake_home, make_settings
 ) -> None:
     local = RunContext(
         run_id="local", logical_date=FIRST_DAY, settings=make_settings(*SMALL, home=lake_home)
@@ -110,7 +101,7 @@ def test_both_engines_freeze_the_same_sets_and_train_the_same_model(
 
 
 def test_both_engines_give_the_same_verdicts_on_a_real_day(
-    spark_running, lake_home, make_settings, tmp_path
+    spark, lake_home, make_settings, tmp_path
 ) -> None:
     """The validate step on Spark (GX's Spark datasource) judges each dataset of the day as the
     local engine does: same expectations evaluated, failed and warned on."""

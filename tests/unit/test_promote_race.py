@@ -136,7 +136,13 @@ def test_one_promotion_at_a_time(settings, model_uri, monkeypatch) -> None:
 def test_without_the_lock_both_promote(settings, model_uri, monkeypatch) -> None:
     _slow_reader(monkeypatch)
     monkeypatch.setattr(promote_step, "exclusive", lambda *a, **k: contextlib.nullcontext())
-    outcomes = _rounds(settings, model_uri, 3)
+    try:
+        outcomes = _rounds(settings, model_uri, 3)
+    except mlflow.exceptions.MlflowException as exc:
+        # Both moved the alias at the same instant and the store's own unique key refused the
+        # second insert: the race showed, as an error instead of a lost promotion.
+        assert "UNIQUE constraint failed: registered_model_aliases" in str(exc), exc
+        return
     lost = [pair for pair in outcomes if [m.decision for m in pair] == ["promoted", "promoted"]]
     assert lost, "the race did not show: this test no longer proves the lock is needed"
 
