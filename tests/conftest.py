@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,15 +36,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
+def settings_in(home: Path, *overrides: str) -> Any:
+    """The tests' settings rooted in ``home``: the short window, two epochs, no Data Docs, then
+    ``overrides`` (``section.key=value``)."""
+    from pipeline_steps.core.settings import load_settings
+
+    base = [f"features.window_days={WINDOW}", "train.epochs=2", "validation.data_docs=false"]
+    return load_settings(overrides=[*base, *overrides], environ={"TRAINYARD_HOME": str(home)})
+
+
 @pytest.fixture
 def make_settings(tmp_path: Path) -> Callable[..., object]:
     """Settings rooted in this test's tmp_path, with optional ``section.key=value`` overrides."""
-    from pipeline_steps.core.settings import load_settings
 
     def make(*overrides: str, home: Path | None = None) -> object:
-        environ = {"TRAINYARD_HOME": str(home or tmp_path / "home")}
-        base = [f"features.window_days={WINDOW}", "train.epochs=2", "validation.data_docs=false"]
-        return load_settings(overrides=[*base, *overrides], environ=environ)
+        return settings_in(home or tmp_path / "home", *overrides)
 
     return make
 

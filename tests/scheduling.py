@@ -16,6 +16,7 @@ but for running the long modules first.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
         for item in items:
             item.add_marker(pytest.mark.xdist_group(unit_of(item)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker's __main__ has neither a spec nor a file, which pyspark's connect
+        # package (imported by Great Expectations) takes for a doctest run and exits from.
+        main = sys.modules["__main__"]
+        if getattr(main, "__spec__", None) is None and not hasattr(main, "__file__"):
+            main.__file__ = "<pytest-xdist worker>"

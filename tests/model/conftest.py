@@ -1,5 +1,6 @@
 """Runs whose training sets are built, for the training tests."""
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,22 +13,31 @@ from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.state import TrainingState
 from pipeline_steps.steps.validate import validate
-from tests.conftest import FIRST_DAY
+from tests.conftest import FIRST_DAY, settings_in
+
+
+def prepare(home: Path, run_id: str, *overrides: str) -> RunContext:
+    """A run of FIRST_DAY in ``home`` (a copy of the seeded lake) whose ingest, validate and
+    features are done, with the tests' settings and ``overrides``."""
+    ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings_in(home, *overrides))
+    ingest(ctx)
+    validate(ctx)
+    build_features(ctx)
+    return ctx
 
 
 @pytest.fixture
-def prepare_run(lake_home, make_settings) -> Callable[..., RunContext]:
+def prepare_run(lake_home) -> Callable[..., RunContext]:
     """Call with a run id and setting overrides: ingest, validate and features done."""
+    return lambda run_id, *overrides: prepare(lake_home, run_id, *overrides)
 
-    def prepare(run_id: str, *overrides: str) -> RunContext:
-        settings = make_settings(*overrides, home=lake_home)
-        ctx = RunContext(run_id=run_id, logical_date=FIRST_DAY, settings=settings)
-        ingest(ctx)
-        validate(ctx)
-        build_features(ctx)
-        return ctx
 
-    return prepare
+@pytest.fixture(scope="module")
+def module_home(seeded_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the seeded lake for the module: a run trained once there serves its tests."""
+    home = tmp_path_factory.mktemp("module") / "home"
+    shutil.copytree(seeded_home, home)
+    return home
 
 
 def states_of(ctx: RunContext) -> dict[Path, TrainingState]:

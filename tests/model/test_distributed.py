@@ -3,6 +3,7 @@ and survive a rank killed with SIGKILL mid-epoch."""
 
 import signal
 import subprocess
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.train import train
 from tests.model import launch
-from tests.model.conftest import assert_same_weights, final_weights, states_of
+from tests.model.conftest import assert_same_weights, final_weights, prepare, states_of
 from tests.model.launch import environment, manifest_of, rank_process
 
 pytestmark = pytest.mark.slow
@@ -34,9 +35,15 @@ def history(ctx: RunContext) -> list[dict]:
     return list(states_of(ctx).values())[-1].history
 
 
-def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
-    ctx = prepared("ddp", "train.batch_size=64")
-    stdout = run_torchrun(ctx, 2, "train.batch_size=64")
+@pytest.fixture(scope="module")
+def two_ranks(module_home: Path) -> tuple[RunContext, str]:
+    """Two ranks of 64 rows a batch, trained once for the module: the run and its stdout."""
+    ctx = prepare(module_home, "two-ranks", *BASE, "train.batch_size=64")
+    return ctx, run_torchrun(ctx, 2, "train.batch_size=64")
+
+
+def test_two_ranks_train_and_rank_zero_alone_logs(two_ranks) -> None:
+    ctx, stdout = two_ranks
     manifests = [ln for ln in stdout.splitlines() if ln.startswith("{") and '"step"' in ln]
     assert len(manifests) == 1  # rank 0 alone speaks for the step
     manifest = manifest_of(stdout)
@@ -51,12 +58,11 @@ def test_two_ranks_train_and_rank_zero_alone_logs(prepared) -> None:
     assert mlflow.pyfunc.load_model(manifest["model_uri"]) is not None
 
 
-def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared) -> None:
+def test_two_ranks_follow_one_rank_with_twice_the_batch(prepared, two_ranks) -> None:
     one = prepared("one-rank", "train.batch_size=128")
-    two = prepared("two-ranks", "train.batch_size=64")
+    two, stdout = two_ranks
     single = train(one)
     assert single is not None
-    stdout = run_torchrun(two, 2, "train.batch_size=64")
     # about as many optimizer steps (a rank dealt fewer rows tops up from its own shard) ...
     assert abs(single.steps - manifest_of(stdout)["steps"]) <= 0.15 * single.steps
     # ... and the same loss curve, up to the different order of the same rows

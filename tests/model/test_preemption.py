@@ -15,7 +15,7 @@ import torch
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.manifests import LoopPosition
-from tests.model.conftest import assert_same_weights, final_weights, states_of
+from tests.model.conftest import assert_same_weights, final_weights, prepare, states_of
 from tests.model.launch import (
     SMALL_SET,
     environment,
@@ -39,6 +39,15 @@ STOPPED = re.compile(r"SIGTERM during optimizer step (\d+): stopped after step (
 @pytest.fixture
 def prepared(prepare_run):
     return lambda run_id, *overrides: prepare_run(run_id, *BASE, *overrides)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(module_home: Path) -> RunContext:
+    """The uninterrupted two-rank DDP run: what a preempted two-rank run must end like, and
+    what FSDP must follow (trained once for the module)."""
+    ctx = prepare(module_home, "steady", *BASE)
+    run_torchrun(ctx, 2, BASE)
+    return ctx
 
 
 def preempt(
@@ -71,10 +80,9 @@ def preempt(
 
 
 def test_sigterm_checkpoints_at_the_next_boundary_and_the_retry_ends_as_if_uninterrupted(
-    prepared,
+    prepared, two_ranks
 ) -> None:
-    reference, preempted = prepared("steady"), prepared("spot")
-    run_torchrun(reference, 2, BASE)
+    reference, preempted = two_ranks, prepared("spot")
 
     interrupted, stopped, _ = preempt(preempted, 2, lambda at: at.epoch == 1 and at.step > 0)
     # the ranks agree within a step of the signal, and the checkpoint holds that step
@@ -116,10 +124,9 @@ def test_a_checkpoint_resumes_on_two_then_four_processes_along_the_same_loss_cur
         assert torch.allclose(tensor, final_weights(elastic)[name], rtol=1e-3, atol=1e-4), name
 
 
-def test_fsdp_follows_ddp_and_resumes_exactly(prepared) -> None:
-    ddp, fsdp, preempted = prepared("ddp"), prepared("fsdp"), prepared("fsdp-spot")
+def test_fsdp_follows_ddp_and_resumes_exactly(prepared, two_ranks) -> None:
+    ddp, fsdp, preempted = two_ranks, prepared("fsdp"), prepared("fsdp-spot")
     sharded = ("train.strategy=fsdp",)
-    run_torchrun(ddp, 2, BASE)
     run_torchrun(fsdp, 2, (*BASE, *sharded))
     for a, b in zip(_history(ddp), _history(fsdp), strict=True):
         for metric in ("train_loss", "val_loss"):
