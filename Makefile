@@ -54,20 +54,22 @@ FAST := not slow and not services and not containers
 # One pytest-xdist worker per core; tests/scheduling.py hands out whole modules, longest first.
 WORKERS ?= auto
 PARALLEL := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+# more pytest options for the test targets, e.g. PYTEST_ARGS="-x" or "--profile-json FILE"
+PYTEST_ARGS ?=
 PYTEST_PROFILE := --profile-json tests/durations.json
 
 test: $(STAMP) ## lint, type-check and run the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy pipeline_steps
-	$(BIN)/pytest $(PARALLEL) --durations=30 --profile-tiers
+	$(BIN)/pytest $(PARALLEL) --durations=30 --profile-tiers $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## ruff + the tests with no service, DAG run, training or container (< 5 min)
 	$(BIN)/ruff check .
-	$(BIN)/pytest $(PARALLEL) -m "$(FAST)" --durations=10
+	$(BIN)/pytest $(PARALLEL) -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
 
 test-containers: $(STAMP) ## the container tier alone: builds the images (when their inputs changed) and runs them
-	$(BIN)/pytest -m containers --durations=10 --profile-tiers
+	$(BIN)/pytest -m containers --durations=10 --profile-tiers $(PYTEST_ARGS)
 
 test-profile: $(STAMP) ## the whole suite, then wall seconds per test module and per tier (TIER="not slow" picks one)
 	$(BIN)/pytest $(PARALLEL) $(if $(TIER),-m "$(TIER)") --profile-tiers $(PYTEST_PROFILE) -q

@@ -1,9 +1,9 @@
 """The suite on both cores: the order and grouping pytest-xdist's ``loadgroup`` works with.
 
 Each test module is one unit of work, so a module's fixtures are built once, on one worker; the
-container tier is one unit, so its images are built once and its compose profile never
-competes with the step pods; the Spark tests are one unit around the run's one Spark session
-(the tests that do not use it first: a Spark that cannot start is tested where none runs yet).
+deployments (the container tier and the production profile's processes) are one unit, run one
+after the other, and so are the Spark tests, around the run's one Spark session (the tests that
+do not use it first: a Spark that cannot start is tested where none runs yet).
 The units go out longest first (their seconds as last measured,
 ``tests/durations.json``), so the two workers finish together instead of one waiting on a long
 module picked up last. ``make test-profile`` writes those seconds; a module it has never
@@ -27,8 +27,11 @@ DURATIONS = Path(__file__).with_name("durations.json")
 """Seconds per test module, as ``make test-profile`` last measured them."""
 TYPICAL_S = {"containers": 600.0, "services": 120.0, "spark": 60.0, "slow": 60.0}
 """What a module not yet measured is taken to cost, by its heaviest tier; else 5 s."""
-SHARED = ("containers", "spark")
-"""Tiers whose tests share one costly thing across modules, each run as one unit."""
+SHARED = {"containers": "deployments", "deployment": "deployments", "spark": "spark"}
+"""Markers whose tests run as one unit across modules: the container tier (its images built
+once) with the production profile's processes (the two deployments, each a dozen processes on
+health checks and timeouts, run one after the other: side by side they took 2.4 times as long);
+the Spark tests around the run's one Spark session."""
 
 
 def measured_seconds(path: Path = DURATIONS) -> dict[str, float]:
@@ -42,9 +45,9 @@ def measured_seconds(path: Path = DURATIONS) -> dict[str, float]:
 
 def unit_of(item: pytest.Item) -> str:
     """The unit of work a test belongs to: the container tier, or its module."""
-    for tier in SHARED:
-        if item.get_closest_marker(tier):
-            return tier
+    for marker, unit in SHARED.items():
+        if item.get_closest_marker(marker):
+            return unit
     return item.nodeid.split("::", 1)[0]
 
 
@@ -76,9 +79,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):
+    main = sys.modules["__main__"]
+    if hasattr(config, "workerinput") and getattr(main, "__spec__", None) is None:
         # A pytest-xdist worker's __main__ has neither a spec nor a file, which pyspark's connect
-        # package (imported by Great Expectations) takes for a doctest run and exits from.
-        main = sys.modules["__main__"]
-        if getattr(main, "__spec__", None) is None and not hasattr(main, "__file__"):
-            main.__file__ = "<pytest-xdist worker>"
+        # package takes for a doctest run and exits from, when Great Expectations imports it
+        # without the connect client's dependencies. Elsewhere that import fails with an
+        # ImportError, which Great Expectations expects: fail it the same way here.
+        try:
+            from pyspark.testing.connectutils import should_test_connect
+        except ImportError:
+            return
+        if not should_test_connect:
+            sys.modules["pyspark.sql.connect"] = None  # type: ignore[assignment]

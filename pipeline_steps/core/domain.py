@@ -161,6 +161,9 @@ def load_domain(module: str) -> Domain:
 def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
     """The model's feature columns: the domain's row features, then each field of the Feast
     feature ``service`` in its order (strings are categorical, every other type numeric)."""
+    from pipeline_steps.core.feast_import import import_feast
+
+    import_feast()
     from feast.types import String
 
     categorical, numeric = list(domain.row_features.categorical), list(domain.row_features.numeric)

@@ -12,12 +12,15 @@ import os
 import warnings
 from typing import Any
 
+from pipeline_steps.core.feast_import import import_feast
+
 FEAST_OFFLINE = "TRAINYARD_FEAST_OFFLINE"
 
 
 def offline_source(name: str, path: str, timestamp_field: str = "event_timestamp") -> Any:
     """A parquet offline source named ``name`` at ``path``: a ``SparkSource`` when
     ``$TRAINYARD_FEAST_OFFLINE`` is ``spark``, else a ``FileSource``."""
+    import_feast()
     if os.environ.get(FEAST_OFFLINE) == "spark":
         from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import (
             SparkSource,

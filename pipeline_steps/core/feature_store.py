@@ -30,6 +30,7 @@ import yaml
 
 from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, feature_columns
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feast_import import import_feast
 from pipeline_steps.core.feast_sources import FEAST_OFFLINE
 from pipeline_steps.core.manifests import TimeRange
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, joined_batches, view_joins
@@ -42,6 +43,7 @@ DEFAULT_CONFIG = "feature_store.yaml"
 
 def load_definitions(repo: Path) -> list[Any]:
     """Every Feast object defined in the repository's Python files, as ``feast apply`` sees."""
+    import_feast()
     from feast import Entity, FeatureService, FeatureView
 
     objects: list[Any] = []
@@ -219,6 +221,7 @@ def open_store(
     Feast's Spark store (on the process's active Spark session) and the views' offline sources
     are Spark sources (:func:`pipeline_steps.core.feast_sources.offline_source`); registry and
     online store stay the config's."""
+    import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
@@ -303,6 +306,7 @@ def materialize_online(
 
     Returns the event-time range written, or None when every view was already at ``end``.
     """
+    import_feast()
     from feast.utils import make_tzaware
 
     views = [store.get_feature_view(p.name) for p in service.feature_view_projections]

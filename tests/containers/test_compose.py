@@ -18,7 +18,7 @@ import pytest
 from pipeline_steps.services.airflow_api import AirflowApi
 from tests.containers.engine import Compose, env_file, remove_stale_projects
 
-pytestmark = [pytest.mark.containers, pytest.mark.slow]
+pytestmark = [pytest.mark.containers, pytest.mark.slow, pytest.mark.deployment]
 
 DAG = "flight_delay_training"
 HISTORY = ("2013-06-01", "2013-06-02")

@@ -33,7 +33,7 @@ from pipeline_steps.services import processes as proc
 from pipeline_steps.services.airflow_api import AirflowApi
 from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_profile
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.deployment]
 
 DAG = "flight_delay_training"
 HISTORY = ("2013-06-03", "2013-06-03")
