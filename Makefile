@@ -53,7 +53,7 @@ tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print
 FAST := not slow and not services and not containers
 # One pytest-xdist worker per core; tests/scheduling.py hands out whole modules, longest first.
 WORKERS ?= auto
-PARALLEL := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+PARALLEL := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 # more pytest options for the test targets, e.g. PYTEST_ARGS="-x" or "--profile-json FILE"
 PYTEST_ARGS ?=
 PYTEST_PROFILE := --profile-json tests/durations.json

@@ -1,16 +1,18 @@
-"""The suite on both cores: the order and grouping pytest-xdist's ``loadgroup`` works with.
+"""The suite on every core: the units of work pytest-xdist hands out, and their order.
 
-Each test module is one unit of work, so a module's fixtures are built once, on one worker; the
-deployments (the container tier and the production profile's processes) are one unit, run one
-after the other, and so are the Spark tests, around the run's one Spark session (the tests that
-do not use it first: a Spark that cannot start is tested where none runs yet).
-The units go out longest first (their seconds as last measured,
-``tests/durations.json``), so the two workers finish together instead of one waiting on a long
-module picked up last. ``make test-profile`` writes those seconds; a module it has never
-measured counts as its tier's typical length.
+``make test`` runs ``pytest -n auto --dist loadscope``; :func:`pytest_xdist_make_scheduler`
+replaces xdist's scopes (a module) with units (:func:`unit_of`): each test module is one unit,
+so its module fixtures are built once, on one worker, except where several modules share one
+costly thing and are one unit together (``UNITS``): the deployments (the container tier, its
+images built once, and the production profile's processes; side by side they took 2.4 times as
+long, each a dozen processes on health checks and timeouts) run one after the other, and the
+Spark tests run around the run's one Spark session (the tests that do not use it first: a
+Spark that cannot start is tested where none runs yet).
 
-Without ``-n``, the order is the same and no group is added: a plain ``pytest`` run is unchanged
-but for running the long modules first.
+The units go out longest first (their seconds as last measured, ``tests/durations.json``), so
+the workers finish together instead of one waiting on a long module picked up last.
+``make test-profile`` writes those seconds; a module never measured counts as its tier's
+typical length. Without ``-n``, only the order changes: the long modules run first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,11 +30,14 @@ DURATIONS = Path(__file__).with_name("durations.json")
 """Seconds per test module, as ``make test-profile`` last measured them."""
 TYPICAL_S = {"containers": 600.0, "services": 120.0, "spark": 60.0, "slow": 60.0}
 """What a module not yet measured is taken to cost, by its heaviest tier; else 5 s."""
-SHARED = {"containers": "deployments", "deployment": "deployments", "spark": "spark"}
-"""Markers whose tests run as one unit across modules: the container tier (its images built
-once) with the production profile's processes (the two deployments, each a dozen processes on
-health checks and timeouts, run one after the other: side by side they took 2.4 times as long);
-the Spark tests around the run's one Spark session."""
+UNITS = {
+    "tests/containers/": "deployments",
+    "tests/integration/test_production_profile.py": "deployments",
+    "tests/engines/test_spark_engine.py": "spark",
+    "tests/data/test_spark_validation.py": "spark",
+}
+"""Modules (or folders) that run as one unit with others; ``tests/unit/test_scheduling.py``
+checks that every module marked ``containers``, ``deployment`` or ``spark`` is here."""
 
 
 def measured_seconds(path: Path = DURATIONS) -> dict[str, float]:
@@ -43,39 +49,49 @@ def measured_seconds(path: Path = DURATIONS) -> dict[str, float]:
         return {}
 
 
-def unit_of(item: pytest.Item) -> str:
-    """The unit of work a test belongs to: the container tier, or its module."""
-    for marker, unit in SHARED.items():
-        if item.get_closest_marker(marker):
-            return unit
-    return item.nodeid.split("::", 1)[0]
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test (by its node id): its shared unit, else its module."""
+    module = nodeid.split("::", 1)[0]
+    return next((unit for prefix, unit in UNITS.items() if module.startswith(prefix)), module)
 
 
 def longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
-    """The items regrouped by unit, the longest unit first; the order within a unit is kept."""
+    """The items regrouped by unit, the longest unit first; the order within a unit is kept,
+    but for the tests that ask for no shared Spark session, which go first."""
     units: dict[str, list[pytest.Item]] = {}
     cost: dict[str, float] = {}
     counted: set[str] = set()
     for item in items:
-        unit = unit_of(item)
+        unit = unit_of(item.nodeid)
         module = item.nodeid.split("::", 1)[0]
         if module not in counted:  # each module counted once, towards its unit
             counted.add(module)
             typical = TYPICAL_S.get(tier_of(item.keywords), 5.0)
             cost[unit] = cost.get(unit, 0.0) + seconds.get(module, typical)
         units.setdefault(unit, []).append(item)
-    for tests in units.values():  # a unit's tests that need no shared session go first
+    for tests in units.values():
         tests.sort(key=lambda item: "spark" in getattr(item, "fixturenames", ()))
     ordered = sorted(units, key=lambda unit: -cost[unit])
     return [item for unit in ordered for item in units[unit]]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns the groups into node ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = longest_first(items, measured_seconds())
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(unit_of(item)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadscope``, a scope is a unit (:func:`unit_of`), in collection order."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return UnitScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
