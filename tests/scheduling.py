@@ -9,10 +9,12 @@ long, each a dozen processes on health checks and timeouts) run one after the ot
 Spark tests run around the run's one Spark session (the tests that do not use it first: a
 Spark that cannot start is tested where none runs yet).
 
-The units go out longest first (their seconds as last measured, ``tests/durations.json``), so
-the workers finish together instead of one waiting on a long module picked up last.
-``make test-profile`` writes those seconds; a module never measured counts as its tier's
-typical length. Without ``-n``, only the order changes: the long modules run first.
+The deployments go out first; while they run, the other workers take the modules that run in
+their own process (the ``fast`` tier), which compete least with them; then the modules that
+start processes of their own (training ranks, DAG runs, Spark), longest first, so the workers
+finish together instead of one waiting on a long module picked up last. The lengths are the
+seconds last measured (``tests/durations.json``, written by ``make test-profile``); a module
+never measured counts as its tier's typical length. Without ``-n``, only the order changes.
 """
 
 from __future__ import annotations
@@ -56,22 +58,27 @@ def unit_of(nodeid: str) -> str:
 
 
 def longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
-    """The items regrouped by unit, the longest unit first; the order within a unit is kept,
-    but for the tests that ask for no shared Spark session, which go first."""
+    """The items regrouped by unit: the deployments, then the units all of whose tests are in
+    the ``fast`` tier, then the rest, each longest first. The order within a unit is kept, but
+    for the tests that ask for no shared Spark session, which go first."""
     units: dict[str, list[pytest.Item]] = {}
     cost: dict[str, float] = {}
+    in_process: dict[str, bool] = {}
     counted: set[str] = set()
     for item in items:
         unit = unit_of(item.nodeid)
         module = item.nodeid.split("::", 1)[0]
+        tier = tier_of(item.keywords)
+        in_process[unit] = in_process.get(unit, True) and tier in ("fast", "gpu")
         if module not in counted:  # each module counted once, towards its unit
             counted.add(module)
-            typical = TYPICAL_S.get(tier_of(item.keywords), 5.0)
-            cost[unit] = cost.get(unit, 0.0) + seconds.get(module, typical)
+            cost[unit] = cost.get(unit, 0.0) + seconds.get(module, TYPICAL_S.get(tier, 5.0))
         units.setdefault(unit, []).append(item)
     for tests in units.values():
         tests.sort(key=lambda item: "spark" in getattr(item, "fixturenames", ()))
-    ordered = sorted(units, key=lambda unit: -cost[unit])
+    ordered = sorted(
+        units, key=lambda unit: (unit != "deployments", not in_process[unit], -cost[unit])
+    )
     return [item for unit in ordered for item in units[unit]]
 
 
