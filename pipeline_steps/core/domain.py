@@ -19,6 +19,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feast_import import import_feast
 from pipeline_steps.core.tasks import Task, check_task
 
 if TYPE_CHECKING:
@@ -161,8 +162,6 @@ def load_domain(module: str) -> Domain:
 def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
     """The model's feature columns: the domain's row features, then each field of the Feast
     feature ``service`` in its order (strings are categorical, every other type numeric)."""
-    from pipeline_steps.core.feast_import import import_feast
-
     import_feast()
     from feast.types import String
 
