@@ -210,6 +210,10 @@ class IngestSettings:
     e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or ``/data/{dataset}/*.csv``."""
     date_column: str = ""
     """file source: column holding each row's date; empty when the path alone selects the day."""
+    date_format: str = ""
+    """file source: how ``date_column`` writes a time. Empty: ISO 8601 text, or parquet's date
+    and timestamp types; ``epoch_s`` or ``epoch_ms``: epoch seconds or milliseconds (UTC); else
+    a ``strptime`` format such as ``%m/%d/%Y %H:%M:%S``."""
     sql_url: str = ""
     """sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``."""
     sql_query: str = "SELECT * FROM {dataset} WHERE flight_date = :day"
@@ -234,6 +238,12 @@ class IngestSettings:
                 )
         if not self.source:
             raise SettingsError("ingest.source must name a source: domain, file or sql")
+        if self.date_format and self.date_format not in ("epoch_s", "epoch_ms"):
+            if "%" not in self.date_format:
+                raise SettingsError(
+                    f"ingest.date_format {self.date_format!r} must be empty (ISO 8601), epoch_s, "
+                    "epoch_ms or a strptime format such as %m/%d/%Y %H:%M:%S"
+                )
         if self.source == "file" and not self.path:
             raise SettingsError("ingest.path is required when ingest.source is 'file'")
         if self.source == "sql" and not self.sql_url:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pipeline_steps.core.domain import Availability, Domain, Source
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.settings import IngestSettings
+from pipeline_steps.domain.event_times import days_of
 from pipeline_steps.domain.physical_types import as_declared, holds_same_kind
 
 NULLS = ["NA", ""]
@@ -211,6 +212,8 @@ class FileSource:
     batch_rows: int
     schemas: Mapping[str, pa.Schema]
     name: str = "file"
+    date_format: str = ""
+    """How ``date_column`` writes a time (``ingest.date_format``, :mod:`event_times`)."""
 
     def files(self, dataset: str, day: date) -> tuple[Any, list[str]]:
         url = self.template.format(dataset=dataset, date=day.isoformat())
@@ -240,7 +243,9 @@ class FileSource:
                             f"column is {batch.schema.names[0][:60]!r}…"
                         )
                     batch = conform(batch, self.schemas.get(dataset))
-                    yield _rows_of_day(batch, self.date_column, day) if self.date_column else batch
+                    if self.date_column:
+                        batch = _rows_of_day(batch, self.date_column, self.date_format, day)
+                    yield batch
             except pa.ArrowException as exc:
                 header: list[str] = []
                 if not path.endswith(".parquet"):
@@ -254,11 +259,15 @@ class FileSource:
             yield from open_file(fh, path, schema, self.batch_rows)[1]
 
 
-def _rows_of_day(batch: pa.RecordBatch, column: str, day: date) -> pa.RecordBatch:
+def _rows_of_day(
+    batch: pa.RecordBatch, column: str, date_format: str, day: date
+) -> pa.RecordBatch:
     if column not in batch.schema.names:
         raise StepError(f"ingest.date_column {column!r} is not a column of the source")
-    values = batch.column(column)
-    days = values if pa.types.is_date32(values.type) else pc.cast(values, pa.date32())
+    try:
+        days = days_of(batch.column(column), date_format)
+    except pa.ArrowInvalid as exc:
+        raise pa.ArrowInvalid(f"ingest.date_column {column!r} {exc}") from exc
     return batch.filter(pc.equal(days, pa.scalar(day, pa.date32())))
 
 
@@ -317,7 +326,13 @@ def open_source(settings: IngestSettings, domain: Domain) -> Source:
     """The configured source: ``file``, ``sql``, or the domain's own (``domain``, or its name as
     recorded in a run's settings); rows of the domain's datasets are cast to its types."""
     if settings.source == "file":
-        return FileSource(settings.path, settings.date_column, settings.batch_rows, domain.schemas)
+        return FileSource(
+            settings.path,
+            settings.date_column,
+            settings.batch_rows,
+            domain.schemas,
+            date_format=settings.date_format,
+        )
     if settings.source == "sql":
         return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, domain.schemas)
     source = domain.source(settings.batch_rows)

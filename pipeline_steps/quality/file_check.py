@@ -12,6 +12,7 @@ partition date cannot be inferred: several dates, or none), 2 it cannot be read 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -25,6 +26,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import CHUNK_ROWS, Lake
 from pipeline_steps.core.manifests import SchemaChange
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.domain.event_times import days_of
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite, suite_path
 
@@ -117,7 +119,8 @@ def check_file(
     (``settings.lake``) give, and the same schema-change policy against the dataset's schema and
     the lake's previous raw version.
 
-    The partition date is ``day`` when given, else the file's: its rows must then hold one date
+    The partition date is ``day`` when given, else the file's (from the domain's time column,
+    ``ingest.date_column``, or from year/month/day columns): its rows must then hold one date
     (``split_by_date`` validates each date's rows on their own); a suite that needs no date (a
     registry snapshot) is judged as the partition of the day after the lake's latest validated
     one. Returns one check per date validated, each saying which checks the lake's history was
@@ -135,36 +138,60 @@ def check_file(
     lake = Lake(settings.lake.root)
     if day is not None or not _needs_date(file.read_text()):
         return [_judge(lake, suite, table, day or _next_day(lake, suite), settings, domain)]
+    row_days = _row_days(path, table, settings)
+    counts = Counter(d for d in row_days.to_pylist() if d is not None)
+    if not counts:
+        raise FileRejected(
+            f"file {path}: its partition date cannot be inferred, no row has a date in "
+            f"{_dated_by(settings)}; pass --date YYYY-MM-DD"
+        )
+    if len(counts) > 1 and not split_by_date:
+        found = ", ".join(f"{d.isoformat()} ({n} rows)" for d, n in sorted(counts.items()))
+        raise FileRejected(
+            f"file {path} holds several dates: {found}; pass --date YYYY-MM-DD, "
+            "or --split-by-date to validate each"
+        )
+    if len(counts) == 1:  # rows without a complete date stay in for the suite to judge
+        return [_judge(lake, suite, table, next(iter(counts)), settings, domain)]
+    return [
+        _judge(lake, suite, table.filter(pc.equal(row_days, one_day)), one_day, settings, domain)
+        for one_day in sorted(counts)
+    ]
+
+
+def _dated_by(settings: Settings) -> str:
+    column = settings.ingest.date_column
+    return f"column {column!r} (ingest.date_column)" if column else f"columns {list(DATE_COLUMNS)}"
+
+
+def _row_days(path: str, table: pa.Table, settings: Settings) -> pa.ChunkedArray:
+    """The day of each row: from the domain's time column (``ingest.date_column``, read by
+    ``ingest.date_format``) as the file source dates rows, else from year/month/day columns."""
+    column = settings.ingest.date_column
+    if column:
+        if column not in table.column_names:
+            raise FileRejected(
+                f"file {path}: its partition date cannot be inferred, column {column!r} "
+                "(ingest.date_column) missing; pass --date YYYY-MM-DD"
+            )
+        try:
+            return days_of(table[column], settings.ingest.date_format)
+        except pa.ArrowInvalid as exc:
+            raise FileRejected(f"file {path}: column {column!r} (ingest.date_column) {exc}") from exc
     missing = [c for c in DATE_COLUMNS if c not in table.column_names]
     if missing:
         raise FileRejected(
             f"file {path}: its partition date cannot be inferred, column(s) {missing} missing; "
             "pass --date YYYY-MM-DD"
         )
-    dated = as_frame(table.select(list(DATE_COLUMNS))).dropna()
-    counts = dated.groupby(list(DATE_COLUMNS)).size()
-    if counts.empty:
-        raise FileRejected(
-            f"file {path}: its partition date cannot be inferred, no row has all of "
-            f"{list(DATE_COLUMNS)}; pass --date YYYY-MM-DD"
-        )
-    days = {key: _calendar_day(path, key) for key in counts.index}
-    if len(counts) > 1 and not split_by_date:
-        found = ", ".join(f"{days[k].isoformat()} ({n} rows)" for k, n in counts.items())
-        raise FileRejected(
-            f"file {path} holds several dates: {found}; pass --date YYYY-MM-DD, "
-            "or --split-by-date to validate each"
-        )
-    if len(counts) == 1:  # rows without a complete date stay in for the suite to judge
-        return [_judge(lake, suite, table, days[counts.index[0]], settings, domain)]
-    checks = []
-    for key, one_day in days.items():
-        rows = pc.and_(
-            pc.and_(pc.equal(table["year"], int(key[0])), pc.equal(table["month"], int(key[1]))),
-            pc.equal(table["day"], int(key[2])),
-        )
-        checks.append(_judge(lake, suite, table.filter(rows), one_day, settings, domain))
-    return checks
+    year, month, dom = (pc.cast(table[c], pa.int64()) for c in DATE_COLUMNS)
+    keys = pc.add(pc.add(pc.multiply(year, 10_000), pc.multiply(month, 100)), dom)
+    distinct = pc.unique(keys.drop_null())
+    days = pa.array(
+        [_calendar_day(path, (k // 10_000, k // 100 % 100, k % 100)) for k in distinct.to_pylist()],
+        pa.date32(),
+    )
+    return pc.take(days, pc.index_in(keys, value_set=distinct))
 
 
 def _judge(
