@@ -24,6 +24,7 @@ import pyarrow as pa
 from pipeline_steps.core.domain import Domain, FeatureColumns, read_validated
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
+from pipeline_steps.domain.event_times import event_times
 
 DATASET = {{ d.name | py }}
 SCHEMA = pa.schema(
@@ -35,7 +36,15 @@ SCHEMA = pa.schema(
 )
 """{{ d.schema_note | wrap }}"""
 KEY = {{ d.roles.key | py }}
+{%- if d.roles.key_columns %}
+"""The key: the values of ``KEY_COLUMNS`` joined by ``|``."""
+KEY_COLUMNS = {{ d.roles.key_columns | py }}
+"""The columns that together name a row."""
+{%- endif %}
 TIME_COLUMN = {{ d.roles.time_column | py }}
+DATE_FORMAT = {{ d.roles.date_format | py }}
+"""How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
+columns, ``epoch_s``/``epoch_ms``, else a ``strptime`` format."""
 LABEL = {{ d.roles.label | py }}
 {%- if d.roles.task == "binary" %}
 POSITIVE = {{ d.roles.positive | py }}
@@ -52,14 +61,40 @@ INTEGER = {{ d.integer | py_lines }}
 """The numeric columns holding whole numbers (Int64 in Feast)."""
 LEFT_OUT = {{ d.left_out | py_lines }}
 """Columns the model does not see: identifiers, free text, columns always missing, encodings of
-the time (a holdout's values would lie beyond every training value)."""
+the time (a holdout's values would lie beyond every training value), sources of the label."""
+{%- for name, why in d.decisions.items() %}
+{{ (name ~ ": " ~ why) | wrap("# ") }}
+{%- endfor %}
+FLAGS = {{ d.flags | py_dict }}
+"""Flag features of multi-valued text: flag -> (column, delimiter, value), 1 where the
+column's row lists the value."""
 FEATURE_SOURCE = {{ d.view | py }}
 """The offline source of the feature view: ``$TRAINYARD_FEAST_DIR/sources/<name>.parquet``."""
 
 
 def event_time(values: pd.Series) -> pd.Series:
-    """Each row's event time in UTC (a date is its midnight)."""
-    return pd.to_datetime(values, utc=True).astype("datetime64[us, UTC]")
+    """Each row's event time in UTC (a date is its midnight), read by ``DATE_FORMAT``."""
+    times = event_times(pa.array(values, from_pandas=True), DATE_FORMAT).to_pandas()
+    return pd.Series(
+        pd.to_datetime(times, utc=True).astype("datetime64[us, UTC]").to_numpy(),
+        index=values.index,
+    )
+
+
+def entity_key(frame: pd.DataFrame) -> pd.Series:
+    """Each row's key{{ ": its key columns' values joined by |" if d.roles.key_columns else "" }}."""
+{%- if d.roles.key_columns %}
+    parts = [frame[column].astype(str) for column in KEY_COLUMNS]
+    return parts[0].str.cat(parts[1:], sep="|")
+{%- else %}
+    return frame[KEY]
+{%- endif %}
+
+
+def flag(values: pd.Series, delimiter: str, value: str) -> pd.Series:
+    """1 where a row's multi-valued text lists ``value``, else 0."""
+    lists = values.fillna("").astype(str).str.split(delimiter, regex=False)
+    return lists.map(lambda items: int(value in (item.strip() for item in items))).astype("Int64")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +124,7 @@ class {{ d.class_name }}(Domain):
         event = event_time(frame[TIME_COLUMN])
         rows = pd.DataFrame(
             {
-                self.key: frame[KEY].to_numpy(),
+                self.key: entity_key(frame).to_numpy(),
                 self.date_column: event.dt.strftime("%Y-%m-%d").to_numpy(),
                 "event_timestamp": event.to_numpy(),
             }
@@ -103,9 +138,13 @@ class {{ d.class_name }}(Domain):
     ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
         """The numeric columns of the window's validated rows, each at its row's event time."""
         rows, hashes = read_validated(lake, DATASET, days)
-        source = pd.DataFrame({KEY: rows[KEY], "event_timestamp": event_time(rows[TIME_COLUMN])})
+        source = pd.DataFrame(
+            {KEY: entity_key(rows), "event_timestamp": event_time(rows[TIME_COLUMN])}
+        )
         for column in NUMERIC:
             source[column] = rows[column].astype("Int64" if column in INTEGER else "float64")
+        for name, (column, delimiter, value) in FLAGS.items():
+            source[name] = flag(rows[column], delimiter, value)
         return {FEATURE_SOURCE: source}, {DATASET: hashes}
 
 
@@ -157,7 +196,7 @@ numeric = FeatureView(
     entities=[row_key],
     ttl=timedelta(0),  # a row's values hold until a newer row of the same key
     schema=[
-{%- for name in d.numeric %}
+{%- for name in d.view_fields %}
         Field(name={{ name | py }}, dtype={{ d.feast_type(name) }}),
 {%- endfor %}
     ],
@@ -201,6 +240,9 @@ ingest:
 {{ d.ingest_note | wrap("  # ") }}
   path: {{ d.ingest_path | tojson }}
   date_column: {{ d.roles.time_column | tojson }}
+{%- if d.roles.date_format %}
+  date_format: {{ d.roles.date_format | tojson }}
+{%- endif %}
 validation:
   expectations_dir: {{ (d.folder ~ "/expectations") | tojson }}
 {{ d.row_count_note | wrap("  # ") }}

@@ -25,7 +25,7 @@ import json
 import keyword
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ import pyarrow as pa
 from pipeline_steps.commands import domain_templates
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
+from pipeline_steps.quality.draft_checks import identifiers, label_sources, multi_valued
 from pipeline_steps.quality.sample_profile import (
     Roles,
     SampleProfile,
@@ -80,6 +81,10 @@ class DomainDraft:
     left_out: list[str] = field(default_factory=list)
     slice_columns: tuple[str, ...] = ()
     date_column: str = "event_date"
+    decisions: dict[str, str] = field(default_factory=dict)
+    """Column -> what the draft made of it beyond its kind (left out, flags), and why."""
+    flags: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Flag feature -> (multi-valued column, delimiter, value): 1 where the column lists it."""
 
     @property
     def sample_name(self) -> str:
@@ -140,8 +145,13 @@ class DomainDraft:
         return "Int64" if column in self.integer else "Float64"
 
     @property
+    def view_fields(self) -> list[str]:
+        """The feature view's fields: the numeric columns, then the flags."""
+        return self.numeric + list(self.flags)
+
+    @property
     def feast_types(self) -> list[str]:
-        return sorted({self.feast_type(column) for column in self.numeric})
+        return sorted({self.feast_type(column) for column in self.view_fields})
 
     @property
     def schema_note(self) -> str:
@@ -159,6 +169,8 @@ class DomainDraft:
 
     @property
     def key_value_type(self) -> str:
+        if self.roles.key_columns:
+            return "STRING"  # the columns' values joined by "|"
         key = self.profile.column(self.roles.key, "--key")
         return "INT64" if key.kind == "integer" else "STRING"
 
@@ -247,6 +259,11 @@ class InitResult:
             f"{roles.key}, time column {roles.time_column}.",
             f"The suite's {self.evaluated} rules pass on the sample; each names its figure and "
             "margin in meta.why: review them.",
+            *(["", "Decided (also in domain.py):"] if d.decisions else []),
+            *(
+                textwrap.fill(f"{name}: {why}", 100, initial_indent="  ", subsequent_indent="    ")
+                for name, why in d.decisions.items()
+            ),
             "",
             *(f"  {path}" for path in self.files),
             "",
@@ -283,17 +300,39 @@ def draft_domain(
     )
     taken = {roles.key, roles.time_column, roles.label}
     columns = [c for c in profile.columns if c.name not in taken]
-    categorical = [c.name for c in columns if c.categorical(margins.category_limit)]
+    names = [c.name for c in columns]
+    ids = identifiers(profile, names)
+    multi = multi_valued(profile, [n for n in names if n not in ids])
+    roles = replace(roles, identifiers=tuple(ids))
+    categorical = [
+        c.name for c in columns if c.categorical(margins.category_limit) and c.name not in multi
+    ]
     numeric = [
         c.name
         for c in columns
-        if (c.numeric or c.kind == "boolean") and c.name not in roles.time_encodings
+        if (c.numeric or c.kind == "boolean")
+        and c.name not in roles.time_encodings
+        and c.name not in ids
     ]
-    if not numeric:
+    leaks = label_sources(profile, roles, categorical + numeric)
+    categorical = [c for c in categorical if c not in leaks]
+    numeric = [c for c in numeric if c not in leaks]
+    flags = {m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values}
+    if not numeric and not flags:
         raise StepError(
             f"{sample} has no numeric column besides the key and the label; the Feast feature "
             "view needs one"
         )
+    decisions = {
+        **{name: f"left out: {why}" for name, why in ids.items()},
+        **{name: f"left out: {why}" for name, why in leaks.items()},
+        **{name: f"flags: {m.reason}" for name, m in multi.items()},
+        **{
+            name: "left out: encodes the time (a holdout's values would lie beyond every "
+            "training value)"
+            for name in roles.time_encodings
+        },
+    }
     counts = {c.name: c.distinct for c in columns}
     return DomainDraft(
         name=name,
@@ -302,10 +341,12 @@ def draft_domain(
         profile=profile,
         roles=roles,
         suite=draft_suite(name, profile, roles, margins, MIN_HISTORY),
+        decisions=decisions,
+        flags=flags,
         row_counts=row_counts(roles.days, margins, MIN_HISTORY),
         categorical=categorical,
         numeric=numeric,
-        integer=[c.name for c in columns if c.name in numeric and c.kind != "float"],
+        integer=[c.name for c in columns if c.name in numeric and c.kind != "float"] + list(flags),
         left_out=[c.name for c in columns if c.name not in categorical and c.name not in numeric],
         slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
@@ -379,6 +420,7 @@ def write_files(draft: DomainDraft, folder: Path) -> list[str]:
     env.filters["py"] = python_literal
     env.filters["tojson"] = json.dumps
     env.filters["py_lines"] = python_lines
+    env.filters["py_dict"] = python_dict
     env.filters["wrap"] = wrap
     files: dict[str, str | jinja2.Template] = {
         f"{draft.name}/__init__.py": f'"""The {draft.name} domain (see domain.py)."""\n',
@@ -416,6 +458,14 @@ def python_lines(values: list[str] | tuple[str, ...]) -> str:
     if empty:
         return opening + closing
     return "\n".join([opening, *(f"    {python_literal(v)}," for v in values), closing])
+
+
+def python_dict(values: dict[str, Any]) -> str:
+    """A dict as Python source, one item a line (empty: ``{}``)."""
+    if not values:
+        return "{}"
+    items = [f"    {python_literal(k)}: {python_literal(v)}," for k, v in values.items()]
+    return "\n".join(["{", *items, "}"])
 
 
 def wrap(text: str, prefix: str = "") -> str:

@@ -5,9 +5,11 @@ The sample is read as the file source reads a day (CSV or parquet, types as Arro
 and each column is profiled: its kind, missing share, range, distinct values. A column of whole
 numbers with missing values arrives as floats (a CSV writes ``11.0``): it is an integer column,
 stored as float64 so that the file source reads the files as they are written. The roles are
-checked, or inferred when not given: the key (unique, never missing), the time column (dates or
-ISO times: each row's day), the label and its task; numeric columns that merely encode the time
-are told apart. Errors name the argument, the file and the column.
+checked, or inferred when not given: the key (unique and never missing: a column, or several
+together such as an entity and its time), the time column (dates or times as ISO text, typed
+columns, US-style text such as ``6/23/1994 0:00:00``, or epoch seconds or milliseconds: each
+row's day), the label and its task (ordinal classes in their order); numeric columns that merely
+encode the time are told apart. Errors name the argument, the file and the column.
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ import pyarrow.compute as pc
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.tasks import TASKS, Task
+from pipeline_steps.domain.event_times import (
+    EPOCH_RANGES,
+    TEXT_FORMATS,
+    days_of,
+    detect_format,
+    event_times,
+)
 
 Kind = Literal["integer", "float", "boolean", "string", "date", "timestamp", "empty"]
 MIN_ROWS = 20
@@ -124,9 +133,18 @@ class Roles:
     """Which columns play which part, checked against the sample."""
 
     key: str
+    """The key column, or the name of the key a composite key's columns make together."""
     time_column: str
     label: str
     task: Task
+    key_columns: tuple[str, ...] = ()
+    """A composite key's columns (``--key origin,time_hour``); empty when ``key`` is a column."""
+    date_format: str = ""
+    """How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
+    columns, ``epoch_s``/``epoch_ms``, or a ``strptime`` format."""
+    identifiers: tuple[str, ...] = ()
+    """Integer columns that identify things (``draft_checks.identifiers``): no numeric feature,
+    no range rule."""
     classes: tuple[str, ...] = ()
     """``multiclass``: the label's values as class names, in the order of their indices."""
     positive: Any = None
@@ -270,22 +288,24 @@ def infer_roles(
     ``SampleError`` naming the argument, the file and the column."""
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
-    profile, days = _parse_time(profile, time_name)
-    key_column = _key(profile, key, exclude={time_name, label_column.name})
-    if label_column.name in (key_column.name, time_name):
-        role = "key" if label_column.name == key_column.name else "time column"
+    profile, days, date_format, times = _parse_time(profile, time_name, given=time_column)
+    key_name, key_columns = _key(profile, key, exclude={time_name, label_column.name}, time=time_name)
+    if label_column.name in (key_name, time_name, *key_columns):
+        role = "time column" if label_column.name == time_name else "key"
         raise SampleError(f"--label {label_column.name} is also the {role}; choose another")
     checked_task = _task(profile, label_column, task)
     classes: tuple[str, ...] = ()
     positive = None
     if checked_task == "multiclass":
-        classes = tuple(sorted(str(v) for v in label_column.counts))
+        classes = tuple(str(v) for v in _in_order(label_column.counts))
     elif checked_task == "binary":
         positive = _positive(label_column)
     roles = Roles(
-        time_encodings=_time_encodings(profile, time_name, {key_column.name, label_column.name}),
-        key=key_column.name,
+        time_encodings=_time_encodings(profile, times, {key_name, label_column.name}),
+        key=key_name,
+        key_columns=key_columns,
         time_column=time_name,
+        date_format=date_format,
         label=label_column.name,
         task=checked_task,
         classes=classes,
@@ -317,48 +337,71 @@ def _time_column(profile: SampleProfile, given: str | None) -> str:
     for column in profile.columns:
         if column.kind in ("date", "timestamp"):
             return column.name
-    for column in profile.columns:
-        if column.kind == "string" and column.present:
-            try:
-                _parse_strings(profile, column.name)
-            except SampleError:
-                continue
-            return column.name
+    for kinds in (("string",), ("integer", "float")):  # dates written as text, then epochs
+        for column in profile.columns:
+            if column.kind in kinds and column.present:
+                if detect_format(profile.table.column(column.name), column.name) is not None:
+                    return column.name
     raise SampleError(
-        f"--time-column is needed: no column of {profile.path} holds dates or ISO times; "
-        f"columns: {', '.join(profile.names)}"
+        f"--time-column is needed: no column of {profile.path} holds dates or times (ISO 8601, "
+        f"{', '.join(TEXT_FORMATS)}, or epoch seconds or milliseconds in a column named as a "
+        f"time); columns: {', '.join(profile.names)}"
     )
 
 
-def _parse_time(profile: SampleProfile, name: str) -> tuple[SampleProfile, dict[date, int]]:
+def _parse_time(
+    profile: SampleProfile, name: str, given: str | None = None
+) -> tuple[SampleProfile, dict[date, int], str, pa.ChunkedArray]:
+    """The profile (an ISO text column becomes a date or timestamp column), the rows per day,
+    the column's ``date_format`` and its values as times. Text in another format and epoch
+    numbers stay as the file writes them; ``date_format`` reads them."""
     argument = "--time-column"
     column = profile.column(name, argument)
     values = profile.table.column(name)
+    if column.missing == column.rows:
+        raise SampleError(f"{argument} {name}: every value is missing in {profile.path}")
+    date_format = ""
     if column.kind == "string":
-        kind, values = _parse_strings(profile, name)
-        column = ColumnProfile(
-            name=name,
-            kind=kind,
-            storage=values.type,
-            rows=column.rows,
-            missing=column.missing,
-            distinct=column.distinct,
-        )
-        index = profile.names.index(name)
-        profile = SampleProfile(
-            path=profile.path,
-            table=profile.table.set_column(index, name, values),
-            columns=(*profile.columns[:index], column, *profile.columns[index + 1 :]),
-        )
+        found = detect_format(values, name)
+        if found == "" or found is None:
+            kind, values = _parse_strings(profile, name)
+            column = ColumnProfile(
+                name=name,
+                kind=kind,
+                storage=values.type,
+                rows=column.rows,
+                missing=column.missing,
+                distinct=column.distinct,
+            )
+            index = profile.names.index(name)
+            profile = SampleProfile(
+                path=profile.path,
+                table=profile.table.set_column(index, name, values),
+                columns=(*profile.columns[:index], column, *profile.columns[index + 1 :]),
+            )
+        else:
+            date_format = found
+    elif column.kind in ("integer", "float"):
+        # a column given by name may say nothing of time; its values must still be epochs
+        found = detect_format(values, name if given is None else "time")
+        if not found:
+            low, high = column.low, column.high
+            raise SampleError(
+                f"{argument} {name}: {profile.path} holds {column.kind} values there "
+                f"({_examples(values)}), not dates or times; epoch seconds lie in "
+                f"{EPOCH_RANGES['epoch_s'][0]:.0f}..{EPOCH_RANGES['epoch_s'][1]:.0f}, "
+                f"milliseconds in {EPOCH_RANGES['epoch_ms'][0]:.0f}..."
+                f"{EPOCH_RANGES['epoch_ms'][1]:.0f} (seen {low:g}..{high:g})"
+            )
+        date_format = found
     elif column.kind not in ("date", "timestamp"):
         raise SampleError(
             f"{argument} {name}: {profile.path} holds {column.kind} values there "
             f"({_examples(values)}), not dates or times"
         )
-    if column.missing == column.rows:
-        raise SampleError(f"{argument} {name}: every value is missing in {profile.path}")
-    days = pc.cast(values, pa.date32()).drop_null().to_pylist()
-    return profile, dict(sorted(Counter(days).items()))
+    times = event_times(values, date_format)
+    days = days_of(times).drop_null().to_pylist()
+    return profile, dict(sorted(Counter(days).items())), date_format, times
 
 
 def _parse_strings(profile: SampleProfile, name: str) -> tuple[Kind, pa.ChunkedArray]:
@@ -399,10 +442,11 @@ def _casts(value: str, target: pa.DataType) -> bool:
     return True
 
 
-def _time_encodings(profile: SampleProfile, time_column: str, exclude: set[str]) -> tuple[str, ...]:
+def _time_encodings(
+    profile: SampleProfile, times: pa.ChunkedArray, exclude: set[str]
+) -> tuple[str, ...]:
     """The numeric columns whose values follow the time linearly (correlation at least
     ``TIME_ENCODING``) over at least three distinct times."""
-    times = profile.table.column(time_column)
     ticks = pc.cast(times, pa.int32() if pa.types.is_date(times.type) else pa.int64())
     if pc.count_distinct(ticks).as_py() < 3:
         return ()
@@ -419,22 +463,29 @@ def _time_encodings(profile: SampleProfile, time_column: str, exclude: set[str])
     return tuple(found)
 
 
-def _key(profile: SampleProfile, key: str | None, exclude: set[str]) -> ColumnProfile:
+def _key(
+    profile: SampleProfile, key: str | None, exclude: set[str], time: str
+) -> tuple[str, tuple[str, ...]]:
+    """The key's name and, for a composite key, its columns: ``--key`` as given (one column, or
+    several joined by commas), else the first column unique and never missing (one named as a
+    key first), else a column that is unique with the time column (an entity and its time, as
+    weather per airport and hour)."""
     if key is not None:
-        column = profile.column(key, "--key")
-        if column.missing:
-            raise SampleError(
-                f"--key {key}: {column.missing} value(s) missing in {profile.path}; a key is "
-                "never missing"
-            )
-        if column.distinct < column.rows:
-            values = profile.table.column(key).to_pylist()
-            repeated = [v for v, n in Counter(values).items() if n > 1]
+        parts = tuple(part.strip() for part in key.split(",") if part.strip())
+        for part in parts:
+            column = profile.column(part, "--key")
+            if column.missing:
+                raise SampleError(
+                    f"--key {key}: {column.missing} value(s) of {part} missing in "
+                    f"{profile.path}; a key is never missing"
+                )
+        repeated = _repeated(profile, parts)
+        if repeated:
             raise SampleError(
                 f"--key {key}: not unique in {profile.path} ({len(repeated)} repeated value(s), "
                 f"e.g. {', '.join(repr(v) for v in repeated[:EXAMPLES])})"
             )
-        return column
+        return (parts[0], ()) if len(parts) == 1 else (_key_name(profile, parts), parts)
     candidates = [
         c
         for c in profile.columns
@@ -443,13 +494,51 @@ def _key(profile: SampleProfile, key: str | None, exclude: set[str]) -> ColumnPr
         and c.distinct == c.rows
         and c.name not in exclude
     ]
-    if not candidates:
-        raise SampleError(
-            f"--key is needed: no column of {profile.path} is unique and never missing; "
-            f"columns: {', '.join(profile.names)}"
-        )
     named = [c for c in candidates if re.search(r"(^|_)(id|key)$", c.name.lower())]
-    return (named or candidates)[0]
+    if named or candidates:
+        return (named or candidates)[0].name, ()
+    entities = sorted(
+        (
+            c
+            for c in profile.columns
+            if c.kind in ("integer", "string") and not c.missing and c.name not in exclude
+        ),
+        key=lambda c: c.distinct,
+    )
+    for column in entities:
+        parts = (column.name, time)
+        if profile.column(time, "--time-column").missing == 0 and not _repeated(profile, parts):
+            return _key_name(profile, parts), parts
+    raise SampleError(
+        f"--key is needed: no column of {profile.path} is unique and never missing, alone or "
+        f"with {time}; name one, or several joined by commas (--key origin,time_hour); "
+        f"columns: {', '.join(profile.names)}"
+    )
+
+
+def _repeated(profile: SampleProfile, parts: tuple[str, ...]) -> list[Any]:
+    """The values (tuples for several columns) that more than one row of the sample holds."""
+    grouped = profile.table.group_by(list(parts)).aggregate([([], "count_all")])
+    repeated = grouped.filter(pc.greater(grouped["count_all"], 1))
+    rows = repeated.select(list(parts)).to_pylist()
+    return [row[parts[0]] if len(parts) == 1 else tuple(row.values()) for row in rows]
+
+
+def _key_name(profile: SampleProfile, parts: tuple[str, ...]) -> str:
+    """A column name for a composite key that no column of the sample has."""
+    name = "_".join(parts) + "_key"
+    while name in profile.names:
+        name = "_" + name
+    return name
+
+
+def _in_order(counts: Mapping[Any, int]) -> list[Any]:
+    """A label's classes in their order: numbers (and text that reads as numbers) by value,
+    so that ordinal classes keep it, other text alphabetically."""
+    try:
+        return sorted(counts, key=lambda v: float(v))
+    except (TypeError, ValueError):
+        return sorted(counts, key=str)
 
 
 def _task(profile: SampleProfile, label: ColumnProfile, task: str | None) -> Task:

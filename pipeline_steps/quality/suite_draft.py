@@ -147,13 +147,23 @@ def draft_suite(
     types = pandas_types(profile)
     for column in profile.columns:
         expectations += _column_rules(column, roles, margins, types[column.name], noun)
-    expectations.append(
-        _rule(
-            "expect_column_values_to_be_unique",
-            {"column": roles.key},
-            f"inferred from {noun}: the key, no value repeated in its {profile.rows} rows",
+    if roles.key_columns:
+        expectations.append(
+            _rule(
+                "expect_compound_columns_to_be_unique",
+                {"column_list": list(roles.key_columns)},
+                f"inferred from {noun}: the key {roles.key} is {' and '.join(roles.key_columns)} "
+                f"together, no pair repeated in its {profile.rows} rows",
+            )
         )
-    )
+    else:
+        expectations.append(
+            _rule(
+                "expect_column_values_to_be_unique",
+                {"column": roles.key},
+                f"inferred from {noun}: the key, no value repeated in its {profile.rows} rows",
+            )
+        )
     notes = (
         f"Drafted by trainyard init-domain from {profile.path}: {profile.rows} rows, "
         f"{roles.first_day}..{roles.last_day}. Each rule is the sample's figure plus a margin "
@@ -189,6 +199,7 @@ def _column_rules(
             )
         ]
     role = _role(name, roles)
+    key_columns = [c for c in roles.key_columns if c != name] or [roles.key]
     rules: list[dict[str, Any]] = []
     type_list = _type_list(column, pandas_type)
     if type_list:
@@ -210,16 +221,18 @@ def _column_rules(
             _rule(
                 "expect_rows_to_satisfy",
                 {
-                    "column_list": [name, roles.key],
+                    "column_list": [name, *key_columns],
                     "condition": f"`{name}` == `{name}`.round()",
                     "ignore_row_if": "any_value_is_missing",
                 },
                 f"inferred from {noun}: whole numbers, though held as floats (the key "
-                f"{roles.key} names the row)",
+                f"{', '.join(key_columns)} names the row)",
             )
         )
     if name == roles.label and roles.task in ("binary", "multiclass"):
         rules.append(_label_set(column, roles, noun))
+    elif name == roles.time_column and roles.date_format:
+        pass  # epoch numbers or text in its own format: the file source reads each row's day
     elif name == roles.time_column:
         rules.append(
             _rule(
@@ -229,7 +242,7 @@ def _column_rules(
                 "the sample; nothing is dated after its ingest",
             )
         )
-    elif column.numeric and name != roles.key:
+    elif column.numeric and name != roles.key and name not in roles.identifiers:
         rules.append(_range_rule(column, roles, margins, noun, role))
     elif column.categorical(margins.category_limit):
         rules.append(_set_rule(column, margins, noun))
@@ -241,8 +254,10 @@ def _column_rules(
 def _role(name: str, roles: Roles) -> str:
     if name == roles.label:
         return f"the label ({roles.task}), "
-    if name == roles.key:
-        return "the key, "
+    if name == roles.key or name in roles.key_columns:
+        return "the key, " if name == roles.key else f"part of the key {roles.key}, "
+    if name in roles.identifiers:
+        return "an identifier (no range: its numbers have no order), "
     return ""
 
 

@@ -43,7 +43,7 @@ def orders(rows: int = DAYS * PER_DAY) -> pd.DataFrame:
             "grade": [("a", "b", "c", "d", "e")[i % 5] for i in index],
             "returned": [int(i % 4 == 0) for i in index],
             "note": [f"order note {i * 37 % 101}" for i in index],
-            "when": [f"03/0{1 + i // PER_DAY}/2024" for i in index],  # not ISO: no time column
+            "when": [f"03/0{1 + i // PER_DAY}/2024" for i in index],  # US-style: a time column when named
         }
     )
 
@@ -290,8 +290,8 @@ def test_an_open_vocabulary_gets_a_margin_and_warns(tmp_path) -> None:
             "--label amount: no such column in {sample}; columns: order_id, ordered_on, price,",
         ),
         (
-            ["--label", "price", "--time-column", "when"],
-            "--time-column when: value '03/01/2024' in {sample} does not parse as a date or time",
+            ["--label", "price", "--time-column", "note"],
+            "--time-column note: value 'order note 0' in {sample} does not parse as a date or time",
         ),
         (
             ["--label", "grade", "--task", "binary"],

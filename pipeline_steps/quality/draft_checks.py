@@ -1,0 +1,196 @@
+"""What ``trainyard init-domain`` checks before it makes a column a feature.
+
+- **Sources of the label.** A column from which the label follows on the sample (the label is a
+  function of it, or it predicts the label almost perfectly on rows it has not seen) is a copy
+  of the answer, not a feature: a model trained on it scores well on the holdout and is useless
+  on the rows it is meant for. Each column is judged alone, as a one-column model fitted on
+  every other row and scored on the rest (``LEAK_SCORE``).
+- **Identifiers.** Integer columns named as identifiers (``user_id``, ``movieId``) or unique
+  per row number things; their values have no order, and a growing id leaves any range the
+  sample shows, so they are no numeric feature and get no range rule.
+- **Multi-valued text.** A string column of delimited values (``Drama|Comedy``) becomes 0/1
+  flags of its most common values, one feature each.
+
+Each decision carries its reason, printed by the command and written into the draft.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline_steps.quality.sample_profile import ColumnProfile, Roles, SampleProfile
+
+LEAK_SCORE = 0.98
+"""A column whose one-column model reaches this balanced accuracy (classification) or R²
+(regression) on the rows it was not fitted on is a source of the label. Real features stay well
+below (measured in docs/init-domain.md)."""
+BINS = 64
+"""Quantile bins of a numeric column in its one-column model."""
+IDENTIFIER_NAME = re.compile(r"(^|_)(id|ids|key|uuid|guid|number|num|no)$|[a-z](Id|ID|Key|Num)$")
+"""Names of identifier columns: ``user_id``, ``movieId``, ``order_no``."""
+DELIMITERS = ("|", ";")
+"""Delimiters of multi-valued text."""
+MULTI_VALUED_SHARE = 0.2
+"""Least share of a column's values holding a delimiter for it to count as multi-valued."""
+MAX_TOKENS = 200
+"""Most distinct values a multi-valued column may hold (more: it is free text)."""
+FLAGS = 20
+"""Most flags drafted per multi-valued column: its most common values."""
+FLAG_SHARE = 0.01
+"""Least share of rows a value must appear in to become a flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class MultiValued:
+    """A column of delimited values and the values drafted as flags."""
+
+    column: str
+    delimiter: str
+    values: tuple[str, ...]
+    reason: str
+
+    def flag(self, value: str) -> str:
+        """The flag's column name: ``genres_drama``; other characters become ``_``."""
+        slug = re.sub(r"[^0-9a-z]+", "_", value.lower()).strip("_") or "value"
+        return f"{self.column}_{slug}"
+
+
+def label_sources(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, str]:
+    """The columns among ``columns`` from which the label follows on the sample, each with why."""
+    label = profile.table.column(roles.label)
+    found = {}
+    for name in columns:
+        column = profile.column(name, "--label")
+        score = _one_column_score(profile.table.column(name), column, label, roles.task)
+        if score is not None and score >= LEAK_SCORE:
+            measure = "R²" if roles.task == "regression" else "balanced accuracy"
+            found[name] = (
+                f"a source of the label: {name} alone predicts {roles.label} with {measure} "
+                f"{score:.3f} on sample rows it was not fitted on (at least {LEAK_SCORE}); a "
+                "model would learn the answer from it"
+            )
+    return found
+
+
+def _one_column_score(
+    values: pa.ChunkedArray, column: ColumnProfile, label: pa.ChunkedArray, task: str
+) -> float | None:
+    """How well ``values`` alone predicts ``label`` on every other row, fitted on the rest."""
+    both = pc.and_(pc.is_valid(values), pc.is_valid(label))
+    if column.numeric:
+        both = pc.and_(both, pc.invert(pc.is_nan(values.cast(pa.float64()))))
+    x, y = values.filter(both), label.filter(both)
+    if len(x) < 20:
+        return None
+    groups = _groups(x, column)
+    fit, held = np.arange(len(groups)) % 2 == 0, np.arange(len(groups)) % 2 == 1
+    if task == "regression":
+        target = y.cast(pa.float64()).to_numpy()
+        return _r2(groups, target, fit, held)
+    codes = np.unique(np.asarray(y.cast(pa.string()).to_pylist()), return_inverse=True)[1]
+    return _balanced_accuracy(groups, codes, fit, held)
+
+
+def _groups(x: pa.ChunkedArray, column: ColumnProfile) -> np.ndarray:
+    """Each row's group in the one-column model: its value, or its quantile bin of a numeric
+    column with more values than ``BINS``."""
+    if column.numeric and column.distinct > BINS:
+        numbers = x.cast(pa.float64()).to_numpy()
+        edges = np.unique(np.quantile(numbers, np.linspace(0, 1, BINS + 1)[1:-1]))
+        return np.searchsorted(edges, numbers, side="right")
+    return np.unique(np.asarray(x.cast(pa.string()).to_pylist()), return_inverse=True)[1]
+
+
+def _balanced_accuracy(
+    groups: np.ndarray, codes: np.ndarray, fit: np.ndarray, held: np.ndarray
+) -> float:
+    """Each group predicts its most common class among the fitted rows (an unseen group the
+    most common class overall); the mean recall per class on the held-out rows."""
+    classes = int(codes.max()) + 1
+    table = np.zeros((int(groups.max()) + 1, classes))
+    np.add.at(table, (groups[fit], codes[fit]), 1)
+    overall = np.bincount(codes[fit], minlength=classes).argmax()
+    seen = table.sum(axis=1) > 0
+    predicted = np.where(seen, table.argmax(axis=1), overall)[groups[held]]
+    truth = codes[held]
+    recalls = [np.mean(predicted[truth == c] == c) for c in np.unique(truth)]
+    return float(np.mean(recalls))
+
+
+def _r2(groups: np.ndarray, target: np.ndarray, fit: np.ndarray, held: np.ndarray) -> float:
+    """Each group predicts its mean among the fitted rows (an unseen group the overall mean);
+    R² on the held-out rows."""
+    sums = np.bincount(groups[fit], weights=target[fit], minlength=int(groups.max()) + 1)
+    counts = np.bincount(groups[fit], minlength=int(groups.max()) + 1)
+    means = np.where(counts > 0, sums / np.maximum(counts, 1), target[fit].mean())
+    truth = target[held]
+    spread = float(np.sum((truth - truth.mean()) ** 2))
+    if spread == 0:
+        return 0.0
+    return 1 - float(np.sum((truth - means[groups[held]]) ** 2)) / spread
+
+
+def identifiers(profile: SampleProfile, columns: list[str]) -> dict[str, str]:
+    """The integer columns among ``columns`` that identify things rather than measure them,
+    each with why: named as identifiers, or unique per row."""
+    found = {}
+    for name in columns:
+        column = profile.column(name, "--key")
+        if column.kind != "integer":
+            continue
+        if IDENTIFIER_NAME.search(name) and column.distinct > 2:
+            found[name] = (
+                f"an identifier: integer values named as one ({column.distinct} distinct); "
+                "their numbers have no order and new ones leave the sample's range, so it is "
+                "no numeric feature and gets no range rule"
+            )
+        elif column.distinct == column.present >= 20 and column.missing == 0:
+            found[name] = (
+                f"an identifier: its {column.distinct} integer values are unique per row (a row "
+                "number); no numeric feature, no range rule"
+            )
+    return found
+
+
+def multi_valued(profile: SampleProfile, columns: list[str]) -> dict[str, MultiValued]:
+    """The string columns among ``columns`` that hold delimited values, with their flags."""
+    found = {}
+    for name in columns:
+        column = profile.column(name, "--key")
+        if column.kind != "string" or not column.present:
+            continue
+        values = profile.table.column(name).drop_null()
+        for delimiter in DELIMITERS:
+            holding = pc.sum(pc.match_substring(values, delimiter)).as_py() or 0
+            if holding < MULTI_VALUED_SHARE * len(values):
+                continue
+            tokens = Counter(
+                token.strip()
+                for text in values.to_pylist()
+                for token in text.split(delimiter)
+                if token.strip()
+            )
+            if len(tokens) > MAX_TOKENS:
+                break
+            common = [t for t, n in tokens.most_common(FLAGS) if n >= FLAG_SHARE * len(values)]
+            if not common:
+                break
+            found[name] = MultiValued(
+                column=name,
+                delimiter=delimiter,
+                values=tuple(common),
+                reason=(
+                    f"multi-valued text: {holding} of {len(values)} values list several, split "
+                    f"by {delimiter!r}, from {len(tokens)} distinct values; its "
+                    f"{len(common)} most common (each in at least {FLAG_SHARE:.0%} of rows) "
+                    "become 0/1 flags"
+                ),
+            )
+            break
+    return found
