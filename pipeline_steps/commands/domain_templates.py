@@ -82,7 +82,8 @@ def event_time(values: pd.Series) -> pd.Series:
 
 
 def entity_key(frame: pd.DataFrame) -> pd.Series:
-    """Each row's key{{ ": its key columns' values joined by |" if d.roles.key_columns else "" }}."""
+    """Each row's key{{ " (its key columns' values joined by |)" if d.roles.key_columns else "" }}.
+    """
 {%- if d.roles.key_columns %}
     parts = [frame[column].astype(str) for column in KEY_COLUMNS]
     return parts[0].str.cat(parts[1:], sep="|")
@@ -248,6 +249,7 @@ validation:
 {{ d.row_count_note | wrap("  # ") }}
   row_count_low: {{ d.row_counts.low }}
   row_count_high: {{ d.row_counts.high }}
+  row_count_noise: {{ d.row_counts.noise }}
 features:
   feature_repo: {{ (d.folder ~ "/feature_repo") | tojson }}
   project: {{ d.name | tojson }}

@@ -219,12 +219,14 @@ class DomainDraft:
 
     @property
     def row_count_note(self) -> str:
-        days = self.roles.days.values()
+        days = [n for n in self.roles.days.values() if n]
         seen = self.row_counts.ratios
         ratios = f"{seen[0]:.2f}..{seen[1]:.2f}" if seen else "(too few days to compare)"
         return (
-            f"A sample day holds {min(days)}..{max(days)} rows, {ratios} times the mean of its "
-            "trailing days; the bounds are those ratios widened (never inside the defaults)."
+            f"A sample day with rows holds {min(days)}..{max(days)} of them, {ratios} times the "
+            "mean of its trailing days beyond chance (row_count_noise standard deviations, the "
+            "square root of the mean); the bounds are those ratios widened (never inside the "
+            "defaults, the lower one above 0). Days without rows are not validated."
         )
 
 
@@ -317,7 +319,9 @@ def draft_domain(
     leaks = label_sources(profile, roles, categorical + numeric)
     categorical = [c for c in categorical if c not in leaks]
     numeric = [c for c in numeric if c not in leaks]
-    flags = {m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values}
+    flags = {
+        m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values
+    }
     if not numeric and not flags:
         raise StepError(
             f"{sample} has no numeric column besides the key and the label; the Feast feature "

@@ -238,12 +238,12 @@ class IngestSettings:
                 )
         if not self.source:
             raise SettingsError("ingest.source must name a source: domain, file or sql")
-        if self.date_format and self.date_format not in ("epoch_s", "epoch_ms"):
-            if "%" not in self.date_format:
-                raise SettingsError(
-                    f"ingest.date_format {self.date_format!r} must be empty (ISO 8601), epoch_s, "
-                    "epoch_ms or a strptime format such as %m/%d/%Y %H:%M:%S"
-                )
+        custom = self.date_format not in ("", "epoch_s", "epoch_ms")
+        if custom and "%" not in self.date_format:
+            raise SettingsError(
+                f"ingest.date_format {self.date_format!r} must be empty (ISO 8601), epoch_s, "
+                "epoch_ms or a strptime format such as %m/%d/%Y %H:%M:%S"
+            )
         if self.source == "file" and not self.path:
             raise SettingsError("ingest.path is required when ingest.source is 'file'")
         if self.source == "sql" and not self.sql_url:
@@ -260,6 +260,10 @@ class ValidationSettings:
     """Lowest row count accepted, as a share of the trailing mean."""
     row_count_high: float = 2.0
     """Highest row count accepted, as a multiple of the trailing mean."""
+    row_count_noise: float = 0.0
+    """Standard deviations of a count's chance variation (the square root of the trailing mean,
+    as for a Poisson count) tolerated beyond ``row_count_low``..``row_count_high``: a day of a
+    few rows varies by far more than its ratio says (``init-domain`` drafts 3)."""
     null_share_factor: float = 3.0
     """Highest missing share of a column before a warning, as a multiple of its trailing mean
     (plus ``null_share_floor``)."""
@@ -315,6 +319,8 @@ class ValidationSettings:
                     f"validation.schema_policy[{key!r}] must be one of {choices[name]}, "
                     f"got {value!r}"
                 )
+        if self.row_count_noise < 0:
+            raise SettingsError("validation.row_count_noise must not be negative")
         if not 0 <= self.row_count_low < 1 < self.row_count_high:
             raise SettingsError(
                 "validation.row_count_low must be in [0, 1) and validation.row_count_high above 1"

@@ -259,9 +259,7 @@ class FileSource:
             yield from open_file(fh, path, schema, self.batch_rows)[1]
 
 
-def _rows_of_day(
-    batch: pa.RecordBatch, column: str, date_format: str, day: date
-) -> pa.RecordBatch:
+def _rows_of_day(batch: pa.RecordBatch, column: str, date_format: str, day: date) -> pa.RecordBatch:
     if column not in batch.schema.names:
         raise StepError(f"ingest.date_column {column!r} is not a column of the source")
     try:

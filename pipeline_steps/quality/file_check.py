@@ -136,7 +136,8 @@ def check_file(
         kind = "only a header" if not path.endswith(".parquet") else "a schema and no rows"
         raise FileRejected(f"file {path} has no rows ({kind}): nothing to validate")
     lake = Lake(settings.lake.root)
-    if day is not None or not _needs_date(file.read_text()):
+    dated = bool(settings.ingest.date_column) and settings.ingest.date_column in table.column_names
+    if day is not None or not (dated or _needs_date(file.read_text())):
         return [_judge(lake, suite, table, day or _next_day(lake, suite), settings, domain)]
     row_days = _row_days(path, table, settings)
     counts = Counter(d for d in row_days.to_pylist() if d is not None)
@@ -177,7 +178,9 @@ def _row_days(path: str, table: pa.Table, settings: Settings) -> pa.ChunkedArray
         try:
             return days_of(table[column], settings.ingest.date_format)
         except pa.ArrowInvalid as exc:
-            raise FileRejected(f"file {path}: column {column!r} (ingest.date_column) {exc}") from exc
+            raise FileRejected(
+                f"file {path}: column {column!r} (ingest.date_column) {exc}"
+            ) from exc
     missing = [c for c in DATE_COLUMNS if c not in table.column_names]
     if missing:
         raise FileRejected(

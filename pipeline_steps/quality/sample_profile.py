@@ -289,7 +289,9 @@ def infer_roles(
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
     profile, days, date_format, times = _parse_time(profile, time_name, given=time_column)
-    key_name, key_columns = _key(profile, key, exclude={time_name, label_column.name}, time=time_name)
+    key_name, key_columns = _key(
+        profile, key, exclude={time_name, label_column.name}, time=time_name
+    )
     if label_column.name in (key_name, time_name, *key_columns):
         role = "time column" if label_column.name == time_name else "key"
         raise SampleError(f"--label {label_column.name} is also the {role}; choose another")
@@ -301,7 +303,7 @@ def infer_roles(
     elif checked_task == "binary":
         positive = _positive(label_column)
     roles = Roles(
-        time_encodings=_time_encodings(profile, times, {key_name, label_column.name}),
+        time_encodings=_time_encodings(profile, times, {key_name, time_name, label_column.name}),
         key=key_name,
         key_columns=key_columns,
         time_column=time_name,
@@ -339,9 +341,9 @@ def _time_column(profile: SampleProfile, given: str | None) -> str:
             return column.name
     for kinds in (("string",), ("integer", "float")):  # dates written as text, then epochs
         for column in profile.columns:
-            if column.kind in kinds and column.present:
-                if detect_format(profile.table.column(column.name), column.name) is not None:
-                    return column.name
+            values = profile.table.column(column.name)
+            if column.kind in kinds and detect_format(values, column.name) is not None:
+                return column.name
     raise SampleError(
         f"--time-column is needed: no column of {profile.path} holds dates or times (ISO 8601, "
         f"{', '.join(TEXT_FORMATS)}, or epoch seconds or milliseconds in a column named as a "

