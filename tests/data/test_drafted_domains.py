@@ -170,17 +170,9 @@ def _draft(exports: Path, name: str, **roles: str) -> DomainDraft:
 
 def test_us_style_dates_are_the_time_column_and_date_a_file(exports: Path) -> None:
     out = exports / "strikes"
+    sample = str(exports / "birds.csv")
     code, printed = _run(
-        [
-            "init-domain",
-            "strikes",
-            "--sample",
-            str(exports / "birds.csv"),
-            "--label",
-            "sky",
-            "--out",
-        ]
-        + [str(out)]
+        ["init-domain", "strikes", "--sample", sample, "--label", "sky", "--out", str(out)]
     )
     assert code == 0, printed
     assert "time column date" in printed
