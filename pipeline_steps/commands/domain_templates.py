@@ -250,6 +250,12 @@ validation:
   row_count_low: {{ d.row_counts.low }}
   row_count_high: {{ d.row_counts.high }}
   row_count_noise: {{ d.row_counts.noise }}
+  # A column's missing share: its trailing days' share times null_share_factor, plus
+  # null_share_floor, plus share_noise standard deviations of the share a day of its
+  # size shows by chance (a day of a few rows misses a value in a large share).
+  null_share_factor: {{ d.margins.null_factor }}
+  null_share_floor: {{ d.margins.null_floor }}
+  share_noise: {{ d.margins.null_noise }}
 features:
   feature_repo: {{ (d.folder ~ "/feature_repo") | tojson }}
   project: {{ d.name | tojson }}

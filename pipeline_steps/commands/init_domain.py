@@ -81,6 +81,7 @@ class DomainDraft:
     left_out: list[str] = field(default_factory=list)
     slice_columns: tuple[str, ...] = ()
     date_column: str = "event_date"
+    margins: Margins = field(default_factory=Margins)
     decisions: dict[str, str] = field(default_factory=dict)
     """Column -> what the draft made of it beyond its kind (left out, flags), and why."""
     flags: dict[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -347,6 +348,7 @@ def draft_domain(
         suite=draft_suite(name, profile, roles, margins, MIN_HISTORY),
         decisions=decisions,
         flags=flags,
+        margins=margins,
         row_counts=row_counts(roles.days, margins, MIN_HISTORY),
         categorical=categorical,
         numeric=numeric,

@@ -270,6 +270,12 @@ class ValidationSettings:
     null_share_floor: float = 0.2
     """Missing share always tolerated above ``null_share_factor`` times the trailing mean: days
     with a few more cancellations than usual are ordinary."""
+    share_noise: float = 0.0
+    """How rare a chance share a day may show beyond the bounds of a column's missing share and
+    of a drafted value set, in standard deviations of a normal variable (3: a day's count of
+    missing or unseen values is judged against what a binomial count of its rows at the bound's
+    rate exceeds on 0.13 % of days). A day of a few rows misses a value, or holds a rare one,
+    in a share no fixed bound allows. 0: the fixed bounds alone. ``init-domain`` drafts 3."""
     history_min_days: int = 7
     """Trailing validated days needed before the suites' history checks (a day's mean, spread,
     distinct values and top share against the trailing days) are applied; with fewer their
@@ -333,6 +339,8 @@ class ValidationSettings:
             raise SettingsError("validation.history_floor must not be negative")
         if self.trailing_days < 1:
             raise SettingsError("validation.trailing_days must be at least 1")
+        if self.share_noise < 0:
+            raise SettingsError("validation.share_noise must not be negative")
         if self.null_share_factor < 1 or not 0 <= self.null_share_floor <= 1:
             raise SettingsError(
                 "validation.null_share_factor must be at least 1 and "

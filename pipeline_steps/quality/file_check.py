@@ -220,6 +220,7 @@ def _judge(
         suite=expectations,
         coverage=domain.coverage,
         ingested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        rows=table.num_rows,
     )
     frame = as_frame(table.select([c for c in table.column_names if c not in dropped]))
     return FileCheck(

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.quality.sample_profile import COUNT_LIMIT, ColumnProfile, Roles, SampleProfile
+from pipeline_steps.quality.suites import KNOWN_MIN, PRESENT_MIN
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,11 +33,18 @@ class Margins:
     sample maximum: a month of counts shows their body, not their tail, while a unit error (x100,
     x1000) or a sentinel lands far beyond."""
     null_factor: float = 3.0
-    """Highest missing share of a column, as a multiple of the sample's (plus ``null_floor``);
-    a column never missing in the sample must never be missing."""
+    """Highest missing share of a column, as a multiple of the sample's (plus ``null_floor``),
+    for the key and the time column (never missing in the sample: never missing); for other
+    columns the multiple of the trailing days' share, drafted into
+    ``validation.null_share_factor``."""
     null_floor: float = 0.1
-    """Missing share tolerated above ``null_factor`` times the sample's: a small day with a few
-    more gaps than usual is ordinary."""
+    """Missing share tolerated above ``null_factor`` times the sample's (or the trailing days',
+    ``validation.null_share_floor``): a small day with a few more gaps than usual is
+    ordinary."""
+    null_noise: float = 3.0
+    """Standard deviations of a day's chance variation in a missing share (binomial in the
+    day's rows) tolerated beyond ``null_factor``/``null_floor``: drafted into
+    ``validation.share_noise``."""
     unseen_factor: float = 3.0
     """Share of a day's rows a value set lets through with values the sample lacks, as a multiple
     of the sample's own share of values seen once (the Good-Turing estimate of how often an unseen
@@ -71,6 +79,7 @@ class Margins:
             "unseen_factor",
             "unseen_floor",
             "row_count_noise",
+            "null_noise",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"margin {name} must not be negative")
@@ -239,7 +248,10 @@ def _column_rules(
                 why,
             )
         )
-    rules.append(_null_rule(column, margins, noun, role))
+    keyed = name in (roles.key, roles.time_column, *roles.key_columns)
+    rules.append(
+        _null_rule(column, margins, noun, role) if keyed else _present_rule(column, noun, role)
+    )
     if column.kind == "integer" and (column.missing or pa.types.is_floating(column.storage)):
         rules.append(
             _rule(
@@ -315,6 +327,21 @@ def _null_rule(column: ColumnProfile, margins: Margins, noun: str, role: str) ->
     )
 
 
+def _present_rule(column: ColumnProfile, noun: str, role: str) -> dict[str, Any]:
+    """The least share of values present, bounded at run time by the trailing days' missing
+    share and the day's size (``validation.null_share_*``; open before the history exists)."""
+    name, share = column.name, column.missing_share
+    return _rule(
+        "expect_column_values_to_not_be_null",
+        {"column": name, "mostly": {"$PARAMETER": f"{name}{PRESENT_MIN}"}},
+        f"inferred from {noun}: {role}missing in {_share(share)} of its rows; a day may miss "
+        "validation.null_share_factor x its trailing days' share + null_share_floor, plus "
+        "share_noise standard deviations of the share a day of its size shows by chance "
+        "(at most halfway to all): a day of a few rows misses a value in a large share. "
+        "Judged once the lake holds 3 trailing days",
+    )
+
+
 def _range_rule(
     column: ColumnProfile, roles: Roles, margins: Margins, noun: str, role: str
 ) -> dict[str, Any]:
@@ -349,22 +376,43 @@ def _range_rule(
 
 def _set_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, Any]:
     once = sum(1 for n in column.counts.values() if n == 1)
-    unseen = once / column.present
-    kwargs: dict[str, Any] = {"column": column.name, "value_set": _sorted(column.counts)}
+    name = column.name
+    kwargs: dict[str, Any] = {
+        "column": name,
+        "value_set": _sorted(column.counts),
+        "mostly": {"$PARAMETER": f"{name}{KNOWN_MIN}"},
+    }
     why = f"inferred from {noun}: its {column.distinct} values"
-    if not once:
-        why += f", each seen at least {min(column.counts.values())} times: a closed set"
-        return _rule("expect_column_values_to_be_in_set", kwargs, why)
+    if once:
+        # the Good-Turing estimate of how often a value the sample lacks turns up
+        unseen = once / column.present
+        why += f"; {once} seen once ({_share(unseen)} of rows), an open vocabulary"
+    else:
+        # every value repeats, yet a value rarer than 3 in the sample's rows (the rule of
+        # three) may still be missing from it: a month of a few rows a day misses rare ones
+        unseen = 3 / column.present
+        why += (
+            f", each seen at least {min(column.counts.values())} times: a closed set, though "
+            f"values rarer than 3 in its {column.present} rows ({_share(unseen)}) may be missing"
+        )
     allowed = min(margins.unseen_factor * unseen + margins.unseen_floor, 0.5)
-    kwargs["mostly"] = _round_down(1 - allowed)
     why += (
-        f"; {once} seen once ({_share(unseen)} of rows), an open vocabulary: a day may hold "
-        f"others in {_share(allowed)} of its rows ({margins.unseen_factor:g} x "
-        f"{_share(unseen)} + {_share(margins.unseen_floor)}, at most half)"
+        f": a day may hold others in {_share(allowed)} of its rows ({margins.unseen_factor:g} x "
+        f"{_share(unseen)} + {_share(margins.unseen_floor)}, at most half), plus "
+        "validation.share_noise standard deviations of the share a day of its size shows by "
+        "chance"
     )
-    if margins.open_set_severity == "warning":
+    severity = "critical"
+    if once and margins.open_set_severity == "warning":
         why += "; a warning, as a sample cannot show how fast new values come"
-    return _rule("expect_column_values_to_be_in_set", kwargs, why, margins.open_set_severity)
+        severity = "warning"
+    rule = _rule("expect_column_values_to_be_in_set", kwargs, why, severity)
+    rule["meta"]["by_size"] = {
+        "rate": round(min(margins.unseen_factor * unseen, 1.0), 6),
+        "allowed": round(allowed, 6),
+        "present": round(1 - column.missing_share, 6),
+    }
+    return rule
 
 
 def _label_set(column: ColumnProfile, roles: Roles, noun: str) -> dict[str, Any]:

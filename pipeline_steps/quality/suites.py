@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,11 +42,54 @@ PRESENT_MIN = "_present_min"
 unknown (no trailing history) they are 0."""
 
 
+KNOWN_MIN = "_known_min"
+"""Suffix of the per-column parameters ``<column>_known_min`` (share of a day's values in a
+drafted value set): the set's allowance for unseen values (``meta.by_size``), widened by the
+chance a day of its size shows (``known_min``)."""
+
+
+def chance_share(rate: float, rows: float, noise: float) -> float:
+    """The largest share of ``rows`` rows that a binomial count at ``rate`` exceeds by chance no
+    more often than a normal variable passes ``noise`` standard deviations (3: 0.13 % of days):
+    a day of a few rows reaches shares far beyond its rate. ``rate`` itself without rows or
+    noise."""
+    from scipy.stats import binom
+
+    count = round(rows)
+    if count < 1 or noise <= 0:
+        return rate
+    tail = 0.5 * math.erfc(noise / math.sqrt(2))
+    return max(rate, float(binom.isf(tail, count, min(max(rate, 0.0), 1.0))) / count)
+
+
+def known_min(by_size: dict[str, float], rows: int | None, noise: float) -> float:
+    """The least share of a day's values a drafted value set must hold: 1 minus its allowance
+    for unseen values (``by_size["allowed"]``), or, when more, the share of unseen values a day
+    of its size reaches by chance at the set's unseen rate (``by_size["rate"]``,
+    ``chance_share``; the day's values are about ``rows`` times the sample's share present,
+    ``by_size["present"]``)."""
+    allowed = float(by_size["allowed"])
+    values = (rows or 0) * float(by_size.get("present", 1.0))
+    chance = chance_share(float(by_size["rate"]), max(values, 1.0), noise) if rows else 0.0
+    return round(max(0.0, 1.0 - max(allowed, chance)), 6)
+
+
+def size_parameters(suite: ExpectationSuite, rows: int | None, noise: float) -> dict[str, float]:
+    """``<column>_known_min`` of every drafted value set of the suite, for a day of ``rows``."""
+    found = {}
+    for expectation in suite.expectations:
+        by_size = (expectation.meta or {}).get("by_size")
+        mostly = expectation.configuration.kwargs.get("mostly")
+        if by_size and isinstance(mostly, dict) and "$PARAMETER" in mostly:
+            found[mostly["$PARAMETER"]] = known_min(by_size, rows, noise)
+    return found
+
+
 def with_defaults(suite: ExpectationSuite, parameters: dict[str, Any] | None) -> dict[str, Any]:
     """``parameters`` completed with the open value of every parameter the suite refers to
     that the caller did not give (``UNBOUNDED``; 0 for ``<column>_present_min``; None, no bound,
-    for those of a history check)."""
-    given = dict(parameters or {})
+    for those of a history check; a drafted value set's own allowance)."""
+    given = {**size_parameters(suite, None, 0.0), **(parameters or {})}
     for expectation in suite.expectations:
         history = "history" in (expectation.meta or {})
         for value in expectation.configuration.kwargs.values():

@@ -23,7 +23,7 @@ from pipeline_steps.quality.history import (
     partition_statistics,
     wanted_statistics,
 )
-from pipeline_steps.quality.suites import PRESENT_MIN, UNBOUNDED
+from pipeline_steps.quality.suites import PRESENT_MIN, UNBOUNDED, chance_share, size_parameters
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -49,12 +49,14 @@ def suite_parameters(
     suite: ExpectationSuite | None = None,
     coverage: tuple[date, date] | None = None,
     ingested_at: str | None = None,
+    rows: int | None = None,
 ) -> dict[str, Any]:
     """Run-time values the suites refer to: the partition date, the source's coverage, the
     ingest time, and bounds from the trailing validated days on the row count, per column the
     share of values present (``<column>_present_min``), and the bounds of the ``suite``'s
     history checks (:mod:`pipeline_steps.quality.history`; open with fewer than
-    ``validation.history_min_days`` days)."""
+    ``validation.history_min_days`` days). ``rows``, the day's row count, sizes the chance
+    allowance of its missing shares and drafted value sets (``validation.share_noise``)."""
     history = trailing_days(lake, dataset, day, settings)
     folders = [Lake.partition("validated", dataset, d) for d in history]
     trailing = [
@@ -71,7 +73,8 @@ def suite_parameters(
         "partition_year": day.year,
         "partition_month": day.month,
         "partition_day": day.day,
-        **trailing_bounds(trailing, settings),
+        **trailing_bounds(trailing, settings, rows),
+        **(size_parameters(suite, rows, settings.share_noise) if suite is not None else {}),
         **bounds,
         **(
             {"coverage_first": coverage[0].isoformat(), "coverage_last": coverage[1].isoformat()}
@@ -102,13 +105,19 @@ def unapplied_checks(
 
 
 def trailing_bounds(
-    trailing: list[tuple[int, dict[str, float]]], settings: ValidationSettings
+    trailing: list[tuple[int, dict[str, float]]],
+    settings: ValidationSettings,
+    rows: int | None = None,
 ) -> dict[str, Any]:
     """Bounds from the trailing days' row counts and missing shares per column (one pair per
     day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
     mean count (its ratios, widened by ``row_count_noise`` times the mean's square root), and
     ``<column>_present_min``, the least share of values present: 1 minus
-    ``null_share_factor`` times the mean missing share minus ``null_share_floor``."""
+    ``null_share_factor`` times the mean missing share minus ``null_share_floor``, or, when more,
+    the share a day of ``rows`` rows reaches by chance (``share_noise``, ``chance_share``) at
+    ``null_share_factor`` times the mean share (at least 3 over the trailing rows, the rule of
+    three): a column all missing on a day of a few rows can be chance, and passes where it
+    is."""
     if len(trailing) < MIN_HISTORY:
         return {"row_count_min": 0, "row_count_max": 10**12}
     mean = sum(rows for rows, _ in trailing) / len(trailing)
@@ -118,9 +127,15 @@ def trailing_bounds(
         "row_count_max": math.ceil(mean * settings.row_count_high + noise),
     }
     columns = sorted({column for _, shares in trailing for column in shares})
+    seen = sum(count for count, _ in trailing)
     for column in columns:
         known = [shares[column] for _, shares in trailing if column in shares]
-        missing = settings.null_share_factor * sum(known) / len(known) + settings.null_share_floor
+        share = sum(known) / len(known)
+        missing = settings.null_share_factor * share + settings.null_share_floor
+        if rows and settings.share_noise:
+            # rule of three: a share never seen in ``seen`` trailing rows may still be 3 / seen
+            rate = settings.null_share_factor * max(share, 3 / max(seen, 1))
+            missing = max(missing, chance_share(rate, rows, settings.share_noise))
         bounds[f"{column}{PRESENT_MIN}"] = round(max(0.0, 1.0 - missing), 6)
     return bounds
 

@@ -141,6 +141,7 @@ def validate_partition(
         suite=suite,
         coverage=ctx.domain.coverage,
         ingested_at=raw_manifest.ingested_at,
+        rows=raw_manifest.rows,
     )
     unapplied = unapplied_checks(lake, dataset, day, settings, suite)
     for line in unapplied:
