@@ -421,9 +421,9 @@ def benchmark(dataset: Dataset, variants: dict[str, Margins], args: argparse.Nam
         frame.to_csv(everything, index=False)
         drafts = {
             name: draft_domain(
-                dataset.name,
+                f"{dataset.name}_draft",
                 str(sample),
-                out=f"{folder}/{dataset.name}",
+                out=f"{folder}/{dataset.name}_draft",
                 margins=margins,
                 time_column=dataset.time_column,
                 **dataset.roles,

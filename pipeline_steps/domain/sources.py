@@ -63,6 +63,8 @@ def describe_read_error(exc: Exception, header: list[str], schema: pa.Schema | N
         line = f"column {name!r}: {reason}"
         if re.search(r"invalid value '-?\d+,\d+'", line):
             line += " (a decimal comma? numbers must use a decimal point)"
+    if re.search(r"Expected \d+ columns, got \d+", line):
+        line += " (a file cut short, or a field with an unquoted comma)"
     return line
 
 
@@ -72,6 +74,47 @@ def single_column_delimiter(names: list[str]) -> str | None:
     if len(names) != 1:
         return None
     return next((word for mark, word in _DELIMITERS.items() if mark in names[0]), None)
+
+
+_MAGIC = {
+    b"PAR1": "a parquet file (name it .parquet)",
+    b"PK\x03\x04": "a zip archive, such as an xlsx spreadsheet (export it as CSV or parquet)",
+    b"\x1f\x8b": "gzip-compressed data (name it .csv.gz)",
+    b"\xd0\xcf\x11\xe0": "an xls spreadsheet (export it as CSV or parquet)",
+}
+"""The first bytes of formats that are no CSV text, and what to do about them."""
+
+
+def wrong_format(fs: Any, path: str) -> str | None:
+    """What ``path`` holds when it is not the format its name says, from its first bytes: for a
+    ``.parquet`` name anything without parquet's magic; for a CSV name (uncompressed) another
+    format's magic, binary content, or JSON. None when it looks like what it claims."""
+    from fsspec.utils import infer_compression
+
+    with fs.open(path, "rb") as fh:
+        head = fh.read(4096)
+    if path.endswith(".parquet"):
+        if head.startswith(b"PAR1"):
+            return None
+        found = next((what for magic, what in _MAGIC.items() if head.startswith(magic)), None)
+        return f"not a parquet file: it holds {found or 'no parquet data (no PAR1 magic)'}"
+    if infer_compression(path) is not None:
+        return None
+    found = next((what for magic, what in _MAGIC.items() if head.startswith(magic)), None)
+    if found is None and (b"\x00" in head or not _utf8(head)):
+        found = "binary data, not text"
+    if found is None and head.lstrip(b"\xef\xbb\xbf \r\n\t")[:1] in (b"{", b"["):
+        found = "JSON, not comma-separated text (export it as CSV or parquet)"
+    return f"not a CSV file: it holds {found}" if found else None
+
+
+def _utf8(head: bytes) -> bool:
+    """Whether ``head`` is UTF-8 text, allowing a character cut at its end."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3
+    return True
 
 
 def csv_header(fh: Any) -> list[str]:
@@ -234,6 +277,9 @@ class FileSource:
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         fs, files = self.files(dataset, day)
         for path in files:
+            wrong = wrong_format(fs, path)
+            if wrong:
+                raise StepError(f"file {path} is {wrong}")
             try:
                 for batch in self._read(fs, path, self.schemas.get(dataset)):
                     delimiter = single_column_delimiter(batch.schema.names)

@@ -6,7 +6,9 @@ history checks of the day's distribution), the same schema-change policy. Withou
 in the lake the checks that need it stay open, and the check says which and why.
 
 Exit codes of the command: 0 the file passes, 1 it fails (its suite, or it has no rows, or its
-partition date cannot be inferred: several dates, or none), 2 it cannot be read at all.
+partition date cannot be inferred: several dates, or none), 2 it cannot be read as what it
+claims: missing, empty (0 bytes), another format (binary, JSON, a spreadsheet), another
+delimiter, cut short, or a value its column's type cannot hold.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ class FileCheck:
 def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
     """Read a CSV or parquet file (local path or fsspec URL) as the file source would, columns
     typed by ``schema`` where it names them (``open_file``: integers written ``11.0`` are read
-    exactly, dictionary and large string columns as plain ones). Raises ``FileRejected`` for a
-    file of 0 bytes (it has no rows), ``StepError`` when it is missing or cannot be read (a
-    fraction in an integer column is named with its column)."""
+    exactly, dictionary and large string columns as plain ones). Raises ``StepError`` when it
+    is missing, empty (0 bytes), of another format than its name says (binary, JSON, a
+    spreadsheet), delimited by something else than commas, or cannot be read (a fraction in an
+    integer column is named with its column and row)."""
     import fsspec
 
     from pipeline_steps.domain.sources import (
@@ -74,13 +77,17 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
         open_file,
         open_source_file,
         single_column_delimiter,
+        wrong_format,
     )
 
     header: list[str] = []
     try:
         fs, local = fsspec.core.url_to_fs(path)
         if fs.size(local) == 0:
-            raise FileRejected(f"file {path} is empty (0 bytes): no rows to validate")
+            raise StepError(f"file {path} is empty (0 bytes): no rows to validate")
+        wrong = wrong_format(fs, local)
+        if wrong:
+            raise StepError(f"file {path} is {wrong}")
         if not path.endswith(".parquet"):
             with open_source_file(fs, local) as fh:
                 header = csv_header(fh)
@@ -92,7 +99,7 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
     except (pa.ArrowException, OSError, ValueError) as exc:
         delimiter = single_column_delimiter(header[:1]) if len(header) == 1 else None
         if delimiter:
-            raise FileRejected(
+            raise StepError(
                 f"file {path} is delimited by {delimiter}, not commas: its one column is "
                 f"{header[0][:60]!r}…"
             ) from exc
@@ -100,7 +107,7 @@ def read_any(path: str, schema: pa.Schema | None) -> pa.Table:
         raise StepError(f"file {path} cannot be read: {reason}") from exc
     delimiter = single_column_delimiter(table.column_names)
     if delimiter:
-        raise FileRejected(
+        raise StepError(
             f"file {path} is delimited by {delimiter}, not commas: its one column is "
             f"{table.column_names[0][:60]!r}…"
         )

@@ -135,7 +135,8 @@ def test_check_a_file_by_hand(tmp_path: Path, run: RunContext) -> None:
 
 def _one_line(done: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.startswith("trainyard validate")]
+    printed = (done.stdout + done.stderr).splitlines()
+    lines = [line for line in printed if line.startswith("trainyard validate")]
     assert len(lines) == 1, done.stdout + done.stderr
     return lines[0]
 
@@ -145,13 +146,13 @@ def test_a_file_without_rows_fails_with_one_line(tmp_path: Path, run: RunContext
     pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
     table.slice(0, 0).to_pandas().to_csv(tmp_path / "header.csv", index=False)
     (tmp_path / "zero.csv").write_bytes(b"")
-    for name, said in [
-        ("empty.parquet", "has no rows"),
-        ("header.csv", "has no rows (only a header)"),
-        ("zero.csv", "is empty (0 bytes)"),
+    for name, said, code in [
+        ("empty.parquet", "has no rows", 1),
+        ("header.csv", "has no rows (only a header)", 1),
+        ("zero.csv", "is empty (0 bytes)", 2),
     ]:
         done = validate_file(tmp_path / name)
-        assert done.returncode == 1, done.stdout + done.stderr
+        assert done.returncode == code, done.stdout + done.stderr
         assert f"file {tmp_path / name} {said}" in _one_line(done)
 
 

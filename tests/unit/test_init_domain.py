@@ -158,14 +158,21 @@ def test_every_rule_says_why_with_the_sample_figure(shop) -> None:
         "expect_rows_to_satisfy",
         "expect_column_values_to_be_between",
     }
+    # a missing share is judged against the trailing days and the day's size at run time
     nulls = next(r for r in items if r["type"] == "expect_column_values_to_not_be_null")
-    assert nulls["kwargs"]["mostly"] == pytest.approx(1 - (3 * 7 / 60 + 0.1), abs=1e-4)
+    assert nulls["kwargs"]["mostly"] == {"$PARAMETER": "items_present_min"}
     channel = next(
         r
         for r in rules
         if r["type"] == "expect_column_values_to_be_in_set" and r["kwargs"]["column"] == "channel"
     )
-    assert channel["kwargs"] == {"column": "channel", "value_set": ["phone", "store", "web"]}
+    assert channel["kwargs"] == {
+        "column": "channel",
+        "value_set": ["phone", "store", "web"],
+        "mostly": {"$PARAMETER": "channel_known_min"},
+    }
+    # closed, yet a value rarer than 3 in 60 rows may be missing from the sample
+    assert channel["meta"]["by_size"]["allowed"] == pytest.approx(3 * 3 / 60 + 0.25)
     assert {
         "type": "expect_column_values_to_be_unique",
         "kwargs": {"column": "order_id"},
@@ -278,7 +285,10 @@ def test_an_open_vocabulary_gets_a_margin_and_warns(tmp_path) -> None:
         if r["type"] == "expect_column_values_to_be_in_set" and r["kwargs"]["column"] == "city"
     )
     assert rule["severity"] == "warning"
-    assert rule["kwargs"]["mostly"] == pytest.approx(1 - min(3 * 6 / 60 + 0.25, 0.5))
+    assert rule["kwargs"]["mostly"] == {"$PARAMETER": "city_known_min"}
+    by_size = rule["meta"]["by_size"]
+    assert by_size["allowed"] == pytest.approx(min(3 * 6 / 60 + 0.25, 0.5))
+    assert by_size["rate"] == pytest.approx(3 * 6 / 60)
     assert "6 seen once (10.0% of rows), an open vocabulary" in rule["meta"]["why"]
 
 

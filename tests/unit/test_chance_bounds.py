@@ -1,0 +1,61 @@
+"""Bounds that allow for the chance variation of a day's size: missing shares and drafted value
+sets (``validation.share_noise``), row counts (``validation.row_count_noise``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from scipy.stats import binom
+
+from pipeline_steps.core.settings import ValidationSettings
+from pipeline_steps.quality.suites import chance_share, known_min
+from pipeline_steps.quality.trailing import trailing_bounds
+
+NOISY = replace(ValidationSettings(), share_noise=3.0, row_count_noise=3.0)
+
+
+def test_a_share_beyond_chance_is_one_a_binomial_count_reaches_on_few_days() -> None:
+    allowed = chance_share(0.1, 6, 3.0)
+    # a day of 6 rows at a 10 % rate misses 3 values on 1.6 % of days, 4 on 0.13 %
+    assert allowed == pytest.approx(3 / 6)
+    assert binom.sf(3, 6, 0.1) < 0.0014 < binom.sf(2, 6, 0.1)
+    assert chance_share(0.1, 10_000, 3.0) == pytest.approx(0.109, abs=0.001)
+    assert chance_share(0.1, 6, 0.0) == 0.1  # without noise: the rate alone
+
+
+def test_a_small_day_may_miss_what_a_large_day_may_not() -> None:
+    trailing = [(6, {"speed": 0.15})] * 14
+    small = trailing_bounds(trailing, NOISY, rows=2)["speed_present_min"]
+    large = trailing_bounds(trailing, NOISY, rows=600)["speed_present_min"]
+    assert small == 0.0  # both values of a 2-row day missing happens by chance
+    assert large == pytest.approx(1 - (3 * 0.15 + 0.2), abs=1e-6)  # the fixed bound holds
+    # a column all missing is still refused on a day of a dozen rows
+    assert trailing_bounds(trailing, NOISY, rows=12)["speed_present_min"] > 0
+    # without share_noise the day's size changes nothing (the shipped flights suites)
+    plain = ValidationSettings()
+    assert trailing_bounds(trailing, plain, rows=2) == trailing_bounds(trailing, plain, rows=600)
+
+
+def test_a_column_never_missing_in_its_history_may_still_miss_rarely() -> None:
+    trailing = [(10, {"state": 0.0})] * 10
+    one_row = trailing_bounds(trailing, NOISY, rows=1)["state_present_min"]
+    assert one_row == 0.0  # a share of 3 in 100 trailing rows: a 1-row day may miss it
+    assert trailing_bounds(trailing, NOISY, rows=50)["state_present_min"] >= 0.7
+
+
+def test_a_value_set_lets_a_small_day_hold_a_rare_value() -> None:
+    by_size = {"rate": 0.05, "allowed": 0.3, "present": 1.0}
+    assert known_min(by_size, None, 3.0) == pytest.approx(0.7)
+    assert known_min(by_size, 1, 3.0) == 0.0  # one row, one rare value: chance
+    assert known_min(by_size, 6, 3.0) == pytest.approx(0.5)  # 6 of 6 unseen: refused
+    assert known_min(by_size, 500, 3.0) == pytest.approx(0.7)
+
+
+def test_row_counts_of_a_sparse_domain_have_a_lower_bound_and_room_for_chance() -> None:
+    trailing = [(5, {})] * 14
+    bounds = trailing_bounds(trailing, replace(NOISY, row_count_low=0.2), rows=5)
+    assert bounds["row_count_min"] == 0  # 5 a day: a day of 0..1 is chance
+    assert bounds["row_count_max"] == 17  # 2 x 5 + 3 x sqrt(5)
+    busy = trailing_bounds([(900, {})] * 14, replace(NOISY, row_count_low=0.2), rows=900)
+    assert busy["row_count_min"] == 90  # 0.2 x 900 - 3 x 30
