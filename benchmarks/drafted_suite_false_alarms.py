@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain  # noqa: E402
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
 from pipeline_steps.domain.event_times import days_of, detect_format  # noqa: E402
+from pipeline_steps.quality.draft_checks import LEAK_SCORE, one_column_scores  # noqa: E402
 from pipeline_steps.quality.file_check import read_any  # noqa: E402
 from pipeline_steps.quality.suite_draft import Margins  # noqa: E402
 from pipeline_steps.quality.suites import (  # noqa: E402
@@ -409,6 +410,13 @@ def decisions(draft: DomainDraft) -> list[str]:
         f"row counts: {draft.row_counts.low}..{draft.row_counts.high} x the trailing mean, "
         f"+- {draft.row_counts.noise} x its square root",
     ]
+    kept = one_column_scores(draft.profile, roles, draft.numeric + draft.categorical)
+    strongest = sorted(kept.items(), key=lambda item: -item[1])[:3]
+    lines.append(
+        "strongest kept features alone (one-column score on held-out sample rows; "
+        f"a source of the label from {LEAK_SCORE}): "
+        + ", ".join(f"{name} {score:.3f}" for name, score in strongest)
+    )
     return lines + [f"- {name}: {why}" for name, why in draft.decisions.items()]
 
 

@@ -251,8 +251,8 @@ validation:
   row_count_high: {{ d.row_counts.high }}
   row_count_noise: {{ d.row_counts.noise }}
   # A column's missing share: its trailing days' share times null_share_factor, plus
-  # null_share_floor, plus share_noise standard deviations of the share a day of its
-  # size shows by chance (a day of a few rows misses a value in a large share).
+  # null_share_floor; on a day of a few rows, what its rows miss by chance at that rate (as
+  # rarely as share_noise standard deviations). Value sets allow rare values the same way.
   null_share_factor: {{ d.margins.null_factor }}
   null_share_floor: {{ d.margins.null_floor }}
   share_noise: {{ d.margins.null_noise }}

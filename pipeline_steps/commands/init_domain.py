@@ -225,9 +225,9 @@ class DomainDraft:
         ratios = f"{seen[0]:.2f}..{seen[1]:.2f}" if seen else "(too few days to compare)"
         return (
             f"A sample day with rows holds {min(days)}..{max(days)} of them, {ratios} times the "
-            "mean of its trailing days beyond chance (row_count_noise standard deviations, the "
-            "square root of the mean); the bounds are those ratios widened (never inside the "
-            "defaults, the lower one above 0). Days without rows are not validated."
+            "mean of its trailing days; the bounds are those ratios widened (never inside the "
+            "defaults, the lower one above 0), and row_count_noise standard deviations of chance "
+            "(the square root of the mean) beyond them. Days without rows are not validated."
         )
 
 

@@ -61,14 +61,25 @@ class MultiValued:
         return f"{self.column}_{slug}"
 
 
-def label_sources(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, str]:
-    """The columns among ``columns`` from which the label follows on the sample, each with why."""
+def one_column_scores(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, float]:
+    """How well each of ``columns`` alone predicts the label on sample rows it was not fitted
+    on: balanced accuracy (classification) or R² (regression); columns too sparse to judge are
+    left out."""
     label = profile.table.column(roles.label)
-    found = {}
+    scores = {}
     for name in columns:
         column = profile.column(name, "--label")
         score = _one_column_score(profile.table.column(name), column, label, roles.task)
-        if score is not None and score >= LEAK_SCORE:
+        if score is not None:
+            scores[name] = score
+    return scores
+
+
+def label_sources(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, str]:
+    """The columns among ``columns`` from which the label follows on the sample, each with why."""
+    found = {}
+    for name, score in one_column_scores(profile, roles, columns).items():
+        if score >= LEAK_SCORE:
             measure = "R²" if roles.task == "regression" else "balanced accuracy"
             found[name] = (
                 f"a source of the label: {name} alone predicts {roles.label} with {measure} "

@@ -101,8 +101,8 @@ class RowCounts:
     low: float
     high: float
     ratios: tuple[float, float] | None
-    """The lowest and highest ratio of a sample day's rows to its trailing mean, beyond the
-    chance allowance; None when the sample has too few days to judge one."""
+    """The lowest and highest ratio of a sample day's rows to its trailing mean; None when the
+    sample has too few days to judge one."""
     noise: float = 0.0
     """``validation.row_count_noise``: standard deviations of chance around the mean."""
 
@@ -112,31 +112,30 @@ def row_counts(
 ) -> RowCounts:
     """Bounds on a day's row count as multiples of its trailing mean, as the validate step
     judges it: against the days with rows in the ``validation.trailing_days`` before it (a day
-    without rows is skipped, never validated), once ``min_history`` of them exist, with
-    ``Margins.row_count_noise`` standard deviations of chance around the mean. The sample's
-    lowest and highest ratio beyond that allowance, widened by ``Margins.row_count_widen``,
-    never inside the defaults; the lower bound stays above 0."""
+    without rows is skipped, never validated), once ``min_history`` of them exist: the sample's
+    lowest and highest ratio, widened by ``Margins.row_count_widen``, never inside the defaults,
+    the lower bound above 0. At run time ``Margins.row_count_noise`` standard deviations of
+    chance (the mean's square root) widen them further: a day of a few rows varies by more
+    than a month's ratios show."""
     margins = margins or Margins()
     settings = ValidationSettings()
     floor, ceiling = settings.row_count_low, settings.row_count_high
     dated = sorted((day, count) for day, count in days.items() if count > 0)
-    lows, highs = [], []
+    ratios = []
     for day, count in dated:
         start = day - timedelta(days=settings.trailing_days)
         trailing = [n for d, n in dated if start <= d < day]
         if len(trailing) < min_history:
             continue
         mean = sum(trailing) / len(trailing)
-        noise = margins.row_count_noise * math.sqrt(mean)
-        lows.append((count + noise) / mean)
-        highs.append((count - noise) / mean)
-    if not lows:
+        ratios.append(count / mean)
+    if not ratios:
         return RowCounts(low=floor, high=ceiling, ratios=None, noise=margins.row_count_noise)
     widen_by = 1 + margins.row_count_widen
     return RowCounts(
-        low=max(MIN_ROW_COUNT_LOW, min(floor, _round_down(min(lows) / widen_by, 2))),
-        high=max(ceiling, math.ceil(max(highs) * widen_by * 10) / 10),
-        ratios=(min(lows), max(highs)),
+        low=max(MIN_ROW_COUNT_LOW, min(floor, _round_down(min(ratios) / widen_by, 2))),
+        high=max(ceiling, math.ceil(max(ratios) * widen_by * 10) / 10),
+        ratios=(min(ratios), max(ratios)),
         noise=margins.row_count_noise,
     )
 
