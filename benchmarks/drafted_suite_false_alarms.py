@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain  # noqa: E402
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
 from pipeline_steps.domain.event_times import days_of, detect_format  # noqa: E402
-from pipeline_steps.quality.draft_checks import LEAK_SCORE, one_column_scores  # noqa: E402
+from pipeline_steps.quality.draft_checks import leak_score, one_column_scores  # noqa: E402
 from pipeline_steps.quality.file_check import read_any  # noqa: E402
 from pipeline_steps.quality.suite_draft import Margins  # noqa: E402
 from pipeline_steps.quality.suites import (  # noqa: E402
@@ -215,6 +215,15 @@ def _per_variant(parameter: str) -> bool:
     return parameter.startswith("row_count") or parameter.endswith((PRESENT_MIN, KNOWN_MIN))
 
 
+def _parameter_names(suite: dict[str, Any]) -> set[str]:
+    return {
+        value["$PARAMETER"]
+        for entry in suite["expectations"]
+        for value in entry["kwargs"].values()
+        if isinstance(value, dict) and "$PARAMETER" in value
+    }
+
+
 def merged_suite(
     suites: dict[str, dict[str, Any]],
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
@@ -292,7 +301,10 @@ def judge(
     verdicts = Verdicts(days=days, severity=severity)
     for index, day in enumerate(days):
         rows = table.filter(pc.equal(row_days, pa.scalar(day, pa.date32())))
-        parameters: dict[str, Any] = {"ingested_at": INGESTED_AT}
+        # a missing share is open until 3 trailing days exist, as in the validate step
+        parameters: dict[str, Any] = {"ingested_at": INGESTED_AT} | {
+            name: 0.0 for name in _parameter_names(merged) if PRESENT_MIN + "__" in name
+        }
         for place, validation in enumerate(settings.values()):
             window = [day - timedelta(n) for n in range(validation.trailing_days, 0, -1)]
             trailing = [(counts[d], missing[d]) for d in window if d in counts]
@@ -414,7 +426,7 @@ def decisions(draft: DomainDraft) -> list[str]:
     strongest = sorted(kept.items(), key=lambda item: -item[1])[:3]
     lines.append(
         "strongest kept features alone (one-column score on held-out sample rows; "
-        f"a source of the label from {LEAK_SCORE}): "
+        f"a source of the label from {leak_score(roles.task)}): "
         + ", ".join(f"{name} {score:.3f}" for name, score in strongest)
     )
     return lines + [f"- {name}: {why}" for name, why in draft.decisions.items()]

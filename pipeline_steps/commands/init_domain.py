@@ -46,6 +46,9 @@ from pipeline_steps.quality.suite_draft import Margins, RowCounts, draft_suite, 
 from pipeline_steps.quality.trailing import MIN_HISTORY
 
 NAME = re.compile(r"[a-z_][a-z0-9_]*")
+DATE_PARTS = ("year", "month", "day")
+"""Parts of the time column's date that are no features: in a rolling window they take one or
+two values and mark the newest days (the time of day and the weekday recur, and stay)."""
 SLICE_VALUES = 12
 """Categorical columns with at most this many values are the evaluation's default slices."""
 SLICES = 3
@@ -247,7 +250,8 @@ class InitResult:
         return [
             f"export PYTHONPATH={d.folder}${{PYTHONPATH:+:$PYTHONPATH}}",
             f"export TRAINYARD_CONFIG={d.folder}/settings.yaml",
-            f"trainyard validate --path {d.sample}",
+            f"trainyard validate --path {d.sample}"
+            + (" --split-by-date" if len(roles.days) > 1 else ""),
             f"trainyard seed --start {roles.first_day.isoformat()} --end {before}",
             "for step in ingest validate features train evaluate promote; do "
             f"trainyard step $step --run-id {d.name}-first --logical-date {last}; done",
@@ -316,6 +320,7 @@ def draft_domain(
         if (c.numeric or c.kind == "boolean")
         and c.name not in roles.time_encodings
         and c.name not in ids
+        and roles.calendar.get(c.name) not in DATE_PARTS
     ]
     leaks = label_sources(profile, roles, categorical + numeric)
     categorical = [c for c in categorical if c not in leaks]
@@ -323,6 +328,13 @@ def draft_domain(
     flags = {
         m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values
     }
+    recurring = [
+        c.name
+        for c in columns
+        if roles.calendar.get(c.name) == "day" and c.distinct >= 3 and c.name not in leaks
+    ]
+    fallback = recurring[:1] if not numeric and not flags else []
+    numeric += fallback
     if not numeric and not flags:
         raise StepError(
             f"{sample} has no numeric column besides the key and the label; the Feast feature "
@@ -336,6 +348,17 @@ def draft_domain(
             name: "left out: encodes the time (a holdout's values would lie beyond every "
             "training value)"
             for name in roles.time_encodings
+        },
+        **{
+            name: f"left out: the {part} of {roles.time_column}; in a rolling window it only "
+            "marks the newest days; its rule is its natural range"
+            for name, part in roles.calendar.items()
+            if part in DATE_PARTS and name not in roles.time_encodings and name not in fallback
+        },
+        **{
+            name: f"kept: the day of {roles.time_column}, the only numeric column left for the "
+            "Feast feature view, which needs one; its rule is its natural range"
+            for name in fallback
         },
     }
     counts = {c.name: c.distinct for c in columns}

