@@ -2,8 +2,9 @@
 
 MovieLens ratings (``dslabs::movielens``: integer user and movie ids, ``Drama|Comedy`` genres,
 epoch seconds), bird strikes (``openintro::birds``: ``6/23/1994 0:00:00`` dates, a few rows a
-day), hourly weather keyed by airport and hour, daily births per state (``mosaicData::Birthdays``: keyed by state and date, with the
-date's parts as columns), and flights whose label is derived from a column left in the export.
+day), hourly weather keyed by airport and hour, daily births per state
+(``mosaicData::Birthdays``: keyed by state and date, with the date's parts as columns), and
+flights whose label is derived from a column left in the export.
 """
 
 from __future__ import annotations
