@@ -400,12 +400,17 @@ def report(verdicts: Verdicts, variants: dict[str, Margins], faults: tuple[Fault
 
 
 def sample_month(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The rows of the first calendar month holding at least ``SAMPLE_ROWS`` of them."""
+    """The rows of the first calendar month holding at least ``SAMPLE_ROWS`` of them, on 10
+    days or more."""
     values = pa.array(frame[column], from_pandas=True)
     days = pd.Series(days_of(values, detect_format(values, column) or "").to_pandas())
     months = pd.to_datetime(days).dt.to_period("M").to_numpy()
-    sizes = Counter(months)
-    first = next(month for month in sorted(sizes) if sizes[month] >= SAMPLE_ROWS)
+    sizes, dated = Counter(months), Counter(set(zip(months, days, strict=True)))
+    first = next(
+        month
+        for month in sorted(sizes)
+        if sizes[month] >= SAMPLE_ROWS and sum(n for (m, _), n in dated.items() if m == month) >= 10
+    )
     return frame[months == first]
 
 

@@ -261,8 +261,9 @@ class ValidationSettings:
     row_count_high: float = 2.0
     """Highest row count accepted, as a multiple of the trailing mean."""
     row_count_noise: float = 0.0
-    """Standard deviations of a count's chance variation (the square root of the trailing mean,
-    as for a Poisson count) tolerated beyond ``row_count_low``..``row_count_high``: a day of a
+    """Standard deviations of a count's chance variation tolerated beyond
+    ``row_count_low``..``row_count_high``: the larger of the trailing mean's square root (a
+    Poisson count) and the trailing counts' own standard deviation (bursty sources). A day of a
     few rows varies by far more than its ratio says (``init-domain`` drafts 3)."""
     null_share_factor: float = 3.0
     """Highest missing share of a column before a warning, as a multiple of its trailing mean

@@ -164,7 +164,7 @@ def identifiers(profile: SampleProfile, columns: list[str]) -> dict[str, str]:
         column = profile.column(name, "--key")
         if column.kind != "integer":
             continue
-        if IDENTIFIER_NAME.search(name) and column.distinct > 2:
+        if IDENTIFIER_NAME.search(name):
             found[name] = (
                 f"an identifier: integer values named as one ({column.distinct} distinct); "
                 "their numbers have no order and new ones leave the sample's range, so it is "

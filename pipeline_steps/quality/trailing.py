@@ -111,7 +111,8 @@ def trailing_bounds(
 ) -> dict[str, Any]:
     """Bounds from the trailing days' row counts and missing shares per column (one pair per
     day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
-    mean count (its ratios, widened by ``row_count_noise`` times the mean's square root), and
+    mean count (its ratios, widened by ``row_count_noise`` times the larger of the mean's square
+    root and the trailing counts' standard deviation), and
     ``<column>_present_min``, the least share of values present: 1 minus
     ``null_share_factor`` times the mean missing share minus ``null_share_floor``, or, when more,
     the share a day of ``rows`` rows reaches by chance (``share_noise``, ``chance_share``) at
@@ -120,8 +121,11 @@ def trailing_bounds(
     is."""
     if len(trailing) < MIN_HISTORY:
         return {"row_count_min": 0, "row_count_max": 10**12}
-    mean = sum(rows for rows, _ in trailing) / len(trailing)
-    noise = settings.row_count_noise * math.sqrt(mean)
+    counts = [rows for rows, _ in trailing]
+    mean = sum(counts) / len(counts)
+    # chance: a Poisson count's spread, or the trailing days' own where they vary more (bursts)
+    spread = math.sqrt(sum((n - mean) ** 2 for n in counts) / (len(counts) - 1))
+    noise = settings.row_count_noise * max(math.sqrt(mean), spread)
     bounds: dict[str, Any] = {
         "row_count_min": max(0, math.floor(mean * settings.row_count_low - noise)),
         "row_count_max": math.ceil(mean * settings.row_count_high + noise),

@@ -59,3 +59,12 @@ def test_row_counts_of_a_sparse_domain_have_a_lower_bound_and_room_for_chance() 
     assert bounds["row_count_max"] == 17  # 2 x 5 + 3 x sqrt(5)
     busy = trailing_bounds([(900, {})] * 14, replace(NOISY, row_count_low=0.2), rows=900)
     assert busy["row_count_min"] == 90  # 0.2 x 900 - 3 x 30
+
+
+def test_a_bursty_source_widens_its_row_count_bounds_by_its_own_spread() -> None:
+    # ratings arrive in sessions: 13 quiet days and one of a user rating a catalogue
+    trailing = [(10, {})] * 13 + [(200, {})]
+    bounds = trailing_bounds(trailing, NOISY, rows=150)
+    mean = (13 * 10 + 200) / 14
+    assert bounds["row_count_max"] > mean * 2 + 3 * mean**0.5  # beyond the Poisson allowance
+    assert bounds["row_count_max"] >= 150  # another session that size is ordinary
