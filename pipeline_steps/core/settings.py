@@ -263,8 +263,10 @@ class ValidationSettings:
     row_count_noise: float = 0.0
     """Standard deviations of a count's chance variation tolerated beyond
     ``row_count_low``..``row_count_high``: the larger of the trailing mean's square root (a
-    Poisson count) and the trailing counts' own standard deviation (bursty sources). A day of a
-    few rows varies by far more than its ratio says (``init-domain`` drafts 3)."""
+    Poisson count) and the trailing counts' own standard deviation; a day may also reach this
+    many standard deviations of the trailing log counts above their mean (a source of sessions
+    varies by multiples). A day of a few rows varies by far more than its ratio says
+    (``init-domain`` drafts 3)."""
     null_share_factor: float = 3.0
     """Highest missing share of a column before a warning, as a multiple of its trailing mean
     (plus ``null_share_floor``)."""

@@ -112,7 +112,8 @@ def trailing_bounds(
     """Bounds from the trailing days' row counts and missing shares per column (one pair per
     day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
     mean count (its ratios, widened by ``row_count_noise`` times the larger of the mean's square
-    root and the trailing counts' standard deviation), and
+    root and the trailing counts' standard deviation; the highest also at least ``row_count_noise``
+    standard deviations of the log counts above their mean, for bursty sources), and
     ``<column>_present_min``, the least share of values present: 1 minus
     ``null_share_factor`` times the mean missing share minus ``null_share_floor``, or, when more,
     the share a day of ``rows`` rows reaches by chance (``share_noise``, ``chance_share``) at
@@ -126,9 +127,17 @@ def trailing_bounds(
     # chance: a Poisson count's spread, or the trailing days' own where they vary more (bursts)
     spread = math.sqrt(sum((n - mean) ** 2 for n in counts) / (len(counts) - 1))
     noise = settings.row_count_noise * max(math.sqrt(mean), spread)
+    highest = mean * settings.row_count_high + noise
+    if settings.row_count_noise and all(counts):
+        # a source of sessions (a user rating a catalogue at once) varies by multiples: its
+        # log counts' spread bounds a burst as the ratios of a steady source cannot
+        logs = [math.log(n) for n in counts]
+        centre = sum(logs) / len(logs)
+        log_spread = math.sqrt(sum((v - centre) ** 2 for v in logs) / (len(logs) - 1))
+        highest = max(highest, math.exp(centre + settings.row_count_noise * log_spread))
     bounds: dict[str, Any] = {
         "row_count_min": max(0, math.floor(mean * settings.row_count_low - noise)),
-        "row_count_max": math.ceil(mean * settings.row_count_high + noise),
+        "row_count_max": math.ceil(highest),
     }
     columns = sorted({column for _, shares in trailing for column in shares})
     seen = sum(count for count, _ in trailing)
