@@ -5,7 +5,8 @@ int64 and an integer column with missing values as float64 (``11.0``), Spark and
 64-bit integers and their own timestamp units, parquet writers encode strings as dictionaries or
 in their large form. None of that is a schema change. A column whose every value the declared
 type holds exactly is read as the declared type; one with a value it cannot hold (a fraction in
-an integer column, a number past its range, a time finer than its unit) raises
+an integer column, a number past its range, a time finer than its unit, text that is no ISO
+time) raises
 ``pa.ArrowInvalid`` naming the column, the row and the value. A column of another kind (text
 where a number is declared) stays as written, for the schema-change judge and the suite to name.
 """
@@ -40,8 +41,11 @@ def _kind(data_type: pa.DataType) -> str:
 
 def holds_same_kind(stored: pa.DataType, declared: pa.DataType) -> bool:
     """Whether a column stored as ``stored`` may be read as ``declared``: another physical type
-    of the same kind of value (numbers, text, bytes, points in time), checked value by value."""
-    return stored != declared and _kind(stored) == _kind(declared)
+    of the same kind of value (numbers, text, bytes, points in time), or dates and times written
+    as ISO text (pandas keeps them as strings unless parsed), checked value by value."""
+    if stored == declared:
+        return False
+    return _kind(stored) == _kind(declared) or (_kind(stored), _kind(declared)) == ("text", "time")
 
 
 def as_declared(column: pa.Array, declared: pa.DataType, name: str, first_row: int = 1) -> pa.Array:

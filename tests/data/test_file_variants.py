@@ -133,6 +133,10 @@ VARIANTS: dict[str, Writer] = {
     "pandas to_parquet categories": _pandas_parquet(_categories),
     # shuffled rows keep their labels: pandas stores them as a column, __index_level_0__
     "pandas to_parquet shuffled": _pandas_parquet(lambda f: f.sample(frac=1, random_state=13)),
+    # times left as ISO text, as pandas holds them unless parse_dates is given
+    "pandas to_parquet text times": _pandas_parquet(
+        lambda f: f.assign(time_hour=f["time_hour"].astype(str).str.replace(" ", "T"))
+    ),
     "pyarrow row groups zstd": _row_groups_zstd,
     "duckdb copy": _duckdb_copy,
 }
