@@ -9,6 +9,7 @@ the pipeline would give its partition.
 from __future__ import annotations
 
 import math
+import statistics
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -123,24 +124,22 @@ def trailing_bounds(
     if len(trailing) < MIN_HISTORY:
         return {"row_count_min": 0, "row_count_max": 10**12}
     counts = [rows for rows, _ in trailing]
-    mean = sum(counts) / len(counts)
+    mean = statistics.fmean(counts)
     # chance: a Poisson count's spread, or the trailing days' own where they vary more (bursts)
-    spread = math.sqrt(sum((n - mean) ** 2 for n in counts) / (len(counts) - 1))
-    noise = settings.row_count_noise * max(math.sqrt(mean), spread)
+    noise = settings.row_count_noise * max(math.sqrt(mean), statistics.stdev(counts))
     highest = mean * settings.row_count_high + noise
     if settings.row_count_noise and all(counts):
         # a source of sessions (a user rating a catalogue at once) varies by multiples: its
         # log counts' spread bounds a burst as the ratios of a steady source cannot
         logs = [math.log(n) for n in counts]
-        centre = sum(logs) / len(logs)
-        log_spread = math.sqrt(sum((v - centre) ** 2 for v in logs) / (len(logs) - 1))
-        highest = max(highest, math.exp(centre + settings.row_count_noise * log_spread))
+        burst = statistics.fmean(logs) + settings.row_count_noise * statistics.stdev(logs)
+        highest = max(highest, math.exp(burst))
     bounds: dict[str, Any] = {
         "row_count_min": max(0, math.floor(mean * settings.row_count_low - noise)),
         "row_count_max": math.ceil(highest),
     }
     columns = sorted({column for _, shares in trailing for column in shares})
-    seen = sum(count for count, _ in trailing)
+    seen = sum(counts)
     for column in columns:
         known = [shares[column] for _, shares in trailing if column in shares]
         share = sum(known) / len(known)
