@@ -141,55 +141,58 @@ class Dataset:
 
 
 DATASETS = {
-    "hotel_rates": Dataset(
-        name="hotel_rates",
-        package="modeldata",
-        item="hotel_rates",
-        roles={"label": "avg_price_per_room", "task": "regression", "key": "rownames"},
-        time_column="arrival_date",
-        faults=(
-            Fault(
-                "lead_time all null",
-                lambda f: f.assign(lead_time=pd.array([None] * len(f), "Int64")),
-            ),
-            _scaled("avg_price_per_room", 100, "prices in cents"),
-            _scaled("avg_price_per_room", 10, "prices x10"),
-            _renamed("market_segment", "unknown"),
-            Fault(
-                "a third of countries 'zzz'",
-                lambda f: f.assign(
-                    country=[("zzz" if i % 3 == 0 else c) for i, c in enumerate(f["country"])]
+    dataset.name: dataset
+    for dataset in (
+        Dataset(
+            name="hotel_rates",
+            package="modeldata",
+            item="hotel_rates",
+            roles={"label": "avg_price_per_room", "task": "regression", "key": "rownames"},
+            time_column="arrival_date",
+            faults=(
+                Fault(
+                    "lead_time all null",
+                    lambda f: f.assign(lead_time=pd.array([None] * len(f), "Int64")),
+                ),
+                _scaled("avg_price_per_room", 100, "prices in cents"),
+                _scaled("avg_price_per_room", 10, "prices x10"),
+                _renamed("market_segment", "unknown"),
+                Fault(
+                    "a third of countries 'zzz'",
+                    lambda f: f.assign(
+                        country=[("zzz" if i % 3 == 0 else c) for i, c in enumerate(f["country"])]
+                    ),
                 ),
             ),
         ),
-    ),
-    "movielens": Dataset(
-        name="movielens",
-        package="dslabs",
-        item="movielens",
-        roles={"label": "rating", "task": "regression", "key": "userId,movieId"},
-        time_column="timestamp",
-        drop=("rownames",),
-        faults=(
-            _scaled("rating", 10, "ratings x10"),
-            _null("userId"),
-            _null("title"),
-            _scaled("year", 0.01, "years in centuries"),
+        Dataset(
+            name="movielens",
+            package="dslabs",
+            item="movielens",
+            roles={"label": "rating", "task": "regression", "key": "userId,movieId"},
+            time_column="timestamp",
+            drop=("rownames",),
+            faults=(
+                _scaled("rating", 10, "ratings x10"),
+                _null("userId"),
+                _null("title"),
+                _scaled("year", 0.01, "years in centuries"),
+            ),
         ),
-    ),
-    "birds": Dataset(
-        name="birds",
-        package="openintro",
-        item="birds",
-        roles={"label": "sky", "task": "multiclass", "key": "rownames"},
-        time_column="date",
-        faults=(
-            _scaled("speed", 100, "speeds x100"),
-            _null("operator"),
-            _renamed("sky", "Fog"),
-            _renamed("phase_of_flt", "unknown"),
+        Dataset(
+            name="birds",
+            package="openintro",
+            item="birds",
+            roles={"label": "sky", "task": "multiclass", "key": "rownames"},
+            time_column="date",
+            faults=(
+                _scaled("speed", 100, "speeds x100"),
+                _null("operator"),
+                _renamed("sky", "Fog"),
+                _renamed("phase_of_flt", "unknown"),
+            ),
         ),
-    ),
+    )
 }
 
 

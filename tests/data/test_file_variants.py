@@ -25,12 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.errors import StepError
 from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, SCHEMAS, read_nycflights13
 from pipeline_steps.quality.file_check import read_any
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
-from tests.data.conftest import validate_file
+from tests.data.conftest import assert_ingest_refuses, validate_file
 
 DAY = date(2013, 1, 2)
 
@@ -249,13 +248,9 @@ def test_a_fraction_in_an_integer_column_fails_naming_the_column(
     assert f"file {path}" in done.stderr and "column 'dep_time'" in done.stderr
     assert ".5" in done.stderr and "whole number" in done.stderr
 
-    settings = make_settings(
-        "ingest.source=file", f"ingest.path={tmp_path}/{{date}}.csv", "ingest.datasets=[flights]"
+    assert_ingest_refuses(
+        make_settings, path, rf"file {re.escape(str(path))}.*column 'dep_time'.*whole number"
     )
-    ctx = RunContext(run_id="fraction", logical_date=DAY, settings=settings)
-    with pytest.raises(StepError, match=rf"file {path}.*column 'dep_time'.*whole number"):
-        ingest(ctx)
-    assert not ctx.lake.raw_versions("flights", DAY)
 
 
 def _misfit(column: str, value: object) -> Callable[[pd.DataFrame], pd.DataFrame]:
@@ -295,15 +290,7 @@ def test_a_value_its_declared_type_cannot_hold_fails_naming_file_column_and_row(
     assert done.returncode == 2, done.stdout + done.stderr
     assert re.search(rf"file {re.escape(str(path))} .*column '{column}' .*{message}", done.stderr)
 
-    settings = make_settings(
-        "ingest.source=file",
-        f"ingest.path={tmp_path}/{{dataset}}/{{date}}.parquet",
-        "ingest.datasets=[flights]",
-    )
-    ctx = RunContext(run_id="misfit", logical_date=DAY, settings=settings)
-    with pytest.raises(StepError, match=rf"file {re.escape(str(path))}.*column '{column}'"):
-        ingest(ctx)
-    assert not ctx.lake.raw_versions("flights", DAY)
+    assert_ingest_refuses(make_settings, path, rf"file {re.escape(str(path))}.*column '{column}'")
 
 
 def _cut(folder: Path) -> Path:
@@ -373,13 +360,4 @@ def test_a_bad_file_gets_one_line_and_exit_2_and_nothing_is_ingested(
     assert re.search(rf"file {re.escape(str(path))} .*{message}", said[0]), said[0]
 
     named = path.rename(folder / f"{DAY}{path.suffix}")
-    settings = make_settings(
-        "ingest.source=file",
-        f"ingest.path={folder}/{{date}}{named.suffix}",
-        "ingest.datasets=[flights]",
-    )
-    ctx = RunContext(run_id="bad", logical_date=DAY, settings=settings)
-    with pytest.raises(StepError, match=rf"file {re.escape(str(named))}"):
-        ingest(ctx)
-    assert not ctx.lake.raw_versions("flights", DAY)
-    assert not ctx.lake.partition_dates("validated", "flights")
+    assert_ingest_refuses(make_settings, named, rf"file {re.escape(str(named))}")
