@@ -15,7 +15,7 @@
                                             features read in the Feast online store
     trainyard services up|down|status|env   the production profile on this machine
     trainyard init-domain NAME --sample FILE [--label COL] [--task T] [--time-column COL]
-                          [--key COL] [--out DIR] [--force]
+                          [--key COL] [--classes A,B,C] [--out DIR] [--force]
                                             draft a new domain, its first suite, a Feast
                                             repository and settings from a sample file
 
@@ -227,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     draft.add_argument("--time-column", help="the rows' dates or times (default: the first such)")
     draft.add_argument("--key", help="the unique key column (default: the first unique one)")
+    draft.add_argument(
+        "--classes",
+        help="a multiclass label's classes in their order, comma-separated (default: numbers by "
+        "value, words of a known scale, bands by their first number, else alphabetical)",
+    )
     draft.add_argument("--out", help="folder to write (default: ./NAME)")
     draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
     return parser
@@ -448,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                 task=args.task,
                 time_column=args.time_column,
                 key=args.key,
+                classes=args.classes,
             )
             print(result.render(), flush=True)
             return 0

@@ -51,7 +51,7 @@ POSITIVE = {{ d.roles.positive | py }}
 """The label value counted as 1 ({{ d.positive_reason }})."""
 {%- elif d.roles.task == "multiclass" %}
 CLASSES = {{ d.roles.classes | py_lines }}
-"""The label's values, in the order of their class indices."""
+"""The label's values, in the order of their class indices: {{ d.roles.class_order }}."""
 {%- endif %}
 CATEGORICAL = {{ d.categorical | py_lines }}
 """Row features: strings with few distinct values."""

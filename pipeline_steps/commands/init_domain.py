@@ -292,6 +292,7 @@ def draft_domain(
     task: str | None = None,
     time_column: str | None = None,
     key: str | None = None,
+    classes: str | None = None,
     margins: Margins | None = None,
 ) -> DomainDraft:
     """The new domain inferred from ``sample``; ``SampleError`` names a bad argument, the file and
@@ -304,6 +305,7 @@ def draft_domain(
         task=task,
         time_column=time_column,
         key=key,
+        classes=classes,
     )
     taken = {roles.key, roles.time_column, roles.label}
     columns = [c for c in profile.columns if c.name not in taken]
@@ -341,6 +343,11 @@ def draft_domain(
             "view needs one"
         )
     decisions = {
+        **(
+            {roles.label: f"classes {' < '.join(roles.classes)}: {roles.class_order}"}
+            if roles.classes
+            else {}
+        ),
         **{name: f"left out: {why}" for name, why in ids.items()},
         **{name: f"left out: {why}" for name, why in leaks.items()},
         **{name: f"flags: {m.reason}" for name, m in multi.items()},
@@ -410,6 +417,7 @@ def init_domain(
     task: str | None = None,
     time_column: str | None = None,
     key: str | None = None,
+    classes: str | None = None,
     margins: Margins | None = None,
 ) -> InitResult:
     """Draft the domain and write its folder whole, or raise with nothing written."""
@@ -431,6 +439,7 @@ def init_domain(
         task=task,
         time_column=time_column,
         key=key,
+        classes=classes,
         margins=margins,
     )
     with Lake(str(folder.parent)).staged_dir(folder.name) as staged:

@@ -34,6 +34,7 @@ from pipeline_steps.domain.event_times import (
     detect_format,
     event_times,
 )
+from pipeline_steps.quality.class_order import ClassOrder, class_order
 
 Kind = Literal["integer", "float", "boolean", "string", "date", "timestamp", "empty"]
 MIN_ROWS = 20
@@ -151,6 +152,8 @@ class Roles:
     no range rule."""
     classes: tuple[str, ...] = ()
     """``multiclass``: the label's values as class names, in the order of their indices."""
+    class_order: str = ""
+    """``multiclass``: why the classes are in that order (``class_order.ClassOrder.reason``)."""
     positive: Any = None
     """``binary``: the label value counted as 1."""
     days: Mapping[date, int] = field(default_factory=dict)
@@ -286,10 +289,12 @@ def infer_roles(
     task: str | None = None,
     time_column: str | None = None,
     key: str | None = None,
+    classes: str | None = None,
 ) -> tuple[SampleProfile, Roles]:
     """Check the given roles against the sample and infer the others; the profile comes back
-    with the time column parsed (a string column of ISO dates becomes a date column). Raises
-    ``SampleError`` naming the argument, the file and the column."""
+    with the time column parsed (a string column of ISO dates becomes a date column); a
+    multiclass label's classes in their order (``class_order``, ``classes`` as ``--classes``
+    gives it). Raises ``SampleError`` naming the argument, the file and the column."""
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
     profile, days, date_format, times = _parse_time(profile, time_name, given=time_column)
@@ -300,10 +305,17 @@ def infer_roles(
         role = "time column" if label_column.name == time_name else "key"
         raise SampleError(f"--label {label_column.name} is also the {role}; choose another")
     checked_task = _task(profile, label_column, task)
-    classes: tuple[str, ...] = ()
+    order = ClassOrder((), "")
     positive = None
+    if classes is not None and checked_task != "multiclass":
+        raise SampleError(
+            f"--classes orders a multiclass label; --label {label_column.name} is {checked_task}"
+        )
     if checked_task == "multiclass":
-        classes = tuple(str(v) for v in _in_order(label_column.counts))
+        try:
+            order = class_order(label_column.counts, classes)
+        except StepError as exc:
+            raise SampleError(f"{profile.path}, --label {label_column.name}: {exc}") from None
     elif checked_task == "binary":
         positive = _positive(label_column)
     taken = {key_name, time_name, label_column.name}
@@ -319,7 +331,8 @@ def infer_roles(
         date_format=date_format,
         label=label_column.name,
         task=checked_task,
-        classes=classes,
+        classes=order.classes,
+        class_order=order.reason,
         positive=positive,
         days=days,
     )
@@ -578,15 +591,6 @@ def _key_name(profile: SampleProfile, parts: tuple[str, ...]) -> str:
     while name in profile.names:
         name = "_" + name
     return name
-
-
-def _in_order(counts: Mapping[Any, int]) -> list[Any]:
-    """A label's classes in their order: numbers (and text that reads as numbers) by value,
-    so that ordinal classes keep it, other text alphabetically."""
-    try:
-        return sorted(counts, key=lambda v: float(v))
-    except (TypeError, ValueError):
-        return sorted(counts, key=str)
 
 
 def _task(profile: SampleProfile, label: ColumnProfile, task: str | None) -> Task:

@@ -139,6 +139,10 @@ def test_a_column_the_label_is_derived_from_is_refused(exports: Path) -> None:
     assert draft.roles.task == "multiclass"
     assert "rating" not in draft.numeric
     assert draft.decisions["rating"].startswith("left out: a source of the label: rating alone")
+    assert draft.roles.classes == ("low", "mid", "high")
+    assert draft.decisions["band"] == (
+        "classes low < mid < high: in order (words of an ordered scale)"
+    )
 
 
 def test_the_flights_arrival_delay_is_refused_and_the_departure_delay_kept(exports: Path) -> None:
@@ -163,6 +167,12 @@ def test_us_style_dates_are_the_time_column_and_date_a_file(exports: Path) -> No
     )
     assert code == 0, printed
     assert "time column date" in printed
+    # cloud cover is ordinal: its classes keep their order, and the draft says so
+    assert "sky: classes No Cloud < Some Cloud < Overcast: in order" in printed
+    assert (
+        'CLASSES = (\n    "No Cloud",\n    "Some Cloud",\n    "Overcast",'
+        in (out / "strikes" / "domain.py").read_text()
+    )
     settings = yaml.safe_load((out / "settings.yaml").read_text())
     assert settings["ingest"]["date_format"] == "%m/%d/%Y %H:%M:%S"
     low = settings["validation"]["row_count_low"]

@@ -1,0 +1,143 @@
+"""The order of a multiclass label's classes, as ``init-domain`` drafts it.
+
+A label of grades, severities or bands has an order, and its class indices should keep it (a
+model or a report that reads classes as ordered then reads them right). The order is, first
+that which it finds:
+
+1. the one given (``--classes low,mid,high``), which must name exactly the sample's classes;
+2. numbers (``1``, ``2.5``) by value;
+3. words of one known scale (``low < medium < high``, ``No Cloud < Some Cloud < Overcast``);
+4. text that starts with numbers, such as bands (``<18``, ``18-24``, ``65+``; ``Category 1``),
+   by its first number;
+5. otherwise alphabetical, and the draft says no order was found.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipeline_steps.core.errors import StepError
+
+SCALES: tuple[tuple[str, ...], ...] = (
+    ("none", "very low", "low", "medium", "high", "very high"),
+    ("very low", "low", "moderate", "high", "very high"),
+    ("low", "mid", "high"),
+    ("lowest", "lower", "middle", "upper", "highest"),
+    ("none", "minimal", "mild", "moderate", "severe", "critical"),
+    ("minor", "moderate", "major", "critical"),
+    ("trivial", "minor", "major", "critical", "blocker"),
+    ("very poor", "poor", "fair", "average", "good", "very good", "excellent"),
+    ("bad", "average", "good"),
+    ("never", "rarely", "sometimes", "often", "usually", "always"),
+    ("strongly disagree", "disagree", "neutral", "agree", "strongly agree"),
+    ("very unlikely", "unlikely", "neutral", "likely", "very likely"),
+    ("very dissatisfied", "dissatisfied", "neutral", "satisfied", "very satisfied"),
+    ("xxs", "xs", "s", "m", "l", "xl", "xxl", "xxxl"),
+    ("extra small", "small", "medium", "large", "extra large"),
+    ("tiny", "small", "medium", "large", "huge"),
+    ("short", "medium", "long"),
+    ("slow", "medium", "fast"),
+    ("cold", "cool", "mild", "warm", "hot"),
+    ("early", "on time", "late"),
+    ("no cloud", "some cloud", "overcast"),
+    ("clear", "partly cloudy", "mostly cloudy", "cloudy", "overcast"),
+    ("first", "second", "third", "fourth", "fifth"),
+    ("primary", "secondary", "tertiary"),
+    ("elementary", "middle school", "high school", "college", "graduate"),
+    ("infant", "child", "teen", "adult", "senior"),
+    ("daily", "weekly", "monthly", "yearly"),
+)
+"""Ordinal vocabularies, each in its order; a label's classes are ordered by one when all of its
+values (in any case, ``_`` and ``-`` read as spaces) are words of that scale."""
+
+_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?")
+_ABOVE = re.compile(r"^\s*(>|over\b|above\b|more than\b)|\+\s*$", re.IGNORECASE)
+_BELOW = re.compile(r"^\s*(<|under\b|below\b|less than\b)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ClassOrder:
+    """The classes in the order of their indices, and why in that order."""
+
+    classes: tuple[str, ...]
+    reason: str
+
+
+def class_order(values: Iterable[object], given: str | None = None) -> ClassOrder:
+    """The classes of a label whose sample holds ``values`` (each once), in their order;
+    ``given``, a comma-separated order (``--classes``), must name every class once and no
+    other. Raises ``StepError`` naming ``--classes`` when it does not."""
+    classes = [str(v) for v in values]
+    if given is not None:
+        return ClassOrder(_given(classes, given), "in the order given by --classes")
+    for order, how in (
+        (_by_number, "numbers, by value"),
+        (_by_scale, "words of an ordered scale"),
+        (_by_leading_number, "bands, by their first number"),
+    ):
+        ordered = order(classes)
+        if ordered is not None:
+            return ClassOrder(tuple(ordered), f"in order ({how})")
+    return ClassOrder(
+        tuple(sorted(classes)),
+        "alphabetical: no order found; give --classes a,b,c if the classes have one",
+    )
+
+
+def _given(classes: list[str], given: str) -> tuple[str, ...]:
+    order = [c.strip() for c in given.split(",")]
+    repeated = sorted({c for c in order if order.count(c) > 1})
+    unknown = [c for c in order if c not in classes]
+    missing = [c for c in classes if c not in order]
+    if repeated or unknown or missing:
+        said = {
+            "repeats {}": repeated,
+            "names {}, not a class of the sample": unknown,
+            "leaves out {}": missing,
+        }
+        problems = [text.format(", ".join(map(repr, v))) for text, v in said.items() if v]
+        raise StepError(
+            f"--classes {given!r} {'; '.join(problems)}: give each of the sample's classes "
+            f"once ({', '.join(sorted(classes))})"
+        )
+    return tuple(order)
+
+
+def _by_number(classes: list[str]) -> list[str] | None:
+    try:
+        return sorted(classes, key=float)
+    except ValueError:
+        return None
+
+
+def _words(value: str) -> str:
+    return " ".join(value.lower().replace("_", " ").replace("-", " ").split())
+
+
+def _by_scale(classes: list[str]) -> list[str] | None:
+    words = {c: _words(c) for c in classes}
+    if len(set(words.values())) < len(classes):
+        return None
+    for scale in SCALES:
+        normal = [_words(w) for w in scale]
+        if all(w in normal for w in words.values()):
+            return sorted(classes, key=lambda c: normal.index(words[c]))
+    return None
+
+
+def _by_leading_number(classes: list[str]) -> list[str] | None:
+    """Bands such as ``<18``, ``18-24``, ``65+``, ``Category 3``: ordered by their first number,
+    a band below a number before the band from it and one above after; ``None`` unless every
+    class holds a number and no two share their place."""
+    places: dict[str, tuple[float, int]] = {}
+    for value in classes:
+        number = _NUMBER.search(value)
+        if number is None:
+            return None
+        side = -1 if _BELOW.search(value) else 1 if _ABOVE.search(value) else 0
+        places[value] = (float(number.group().replace(",", ".")), side)
+    if len(set(places.values())) < len(classes):
+        return None
+    return sorted(classes, key=lambda c: places[c])
