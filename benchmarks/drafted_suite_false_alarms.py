@@ -288,6 +288,7 @@ def judge(
             row_count_low=d.row_counts.low,
             row_count_high=d.row_counts.high,
             row_count_noise=d.row_counts.noise,
+            trailing_days=d.row_counts.trailing_days,
             null_share_factor=d.margins.null_factor,
             null_share_floor=d.margins.null_floor,
             share_noise=d.margins.null_noise,
@@ -428,7 +429,9 @@ def decisions(draft: DomainDraft) -> list[str]:
         f"categorical features: {', '.join(draft.categorical) or 'none'}",
         f"flags: {', '.join(draft.flags) or 'none'}",
         f"row counts: {draft.row_counts.low}..{draft.row_counts.high} x the trailing mean, "
-        f"+- {draft.row_counts.noise} x its square root",
+        f"+- {draft.row_counts.noise} x its square root, over the trailing "
+        f"{draft.row_counts.trailing_days} days ({draft.row_counts.days_with_rows[0]} of the "
+        f"sample's {draft.row_counts.days_with_rows[1]} days have rows)",
     ]
     kept = one_column_scores(draft.profile, roles, draft.numeric + draft.categorical)
     strongest = sorted(kept.items(), key=lambda item: -item[1])[:3]

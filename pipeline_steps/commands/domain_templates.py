@@ -250,6 +250,7 @@ validation:
   row_count_low: {{ d.row_counts.low }}
   row_count_high: {{ d.row_counts.high }}
   row_count_noise: {{ d.row_counts.noise }}
+  trailing_days: {{ d.row_counts.trailing_days }}
   # A column's missing share: its trailing days' share times null_share_factor, plus
   # null_share_floor; on a day of a few rows, what its rows miss by chance at that rate (as
   # rarely as share_noise standard deviations). Value sets allow rare values the same way.

@@ -226,11 +226,15 @@ class DomainDraft:
         days = [n for n in self.roles.days.values() if n]
         seen = self.row_counts.ratios
         ratios = f"{seen[0]:.2f}..{seen[1]:.2f}" if seen else "(too few days to compare)"
+        with_rows, spanned = self.row_counts.days_with_rows
         return (
             f"A sample day with rows holds {min(days)}..{max(days)} of them, {ratios} times the "
             "mean of its trailing days; the bounds are those ratios widened (never inside the "
             "defaults, the lower one above 0), and row_count_noise standard deviations of chance "
-            "(the square root of the mean) beyond them. Days without rows are not validated."
+            "(the square root of the mean) beyond them. Days without rows are not validated. "
+            f"{with_rows} of the sample's {spanned} days have rows: trailing_days "
+            f"({self.row_counts.trailing_days}) holds about as many days with rows as 14 days "
+            "of a source with rows every day."
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Any, Literal
 
@@ -98,6 +98,11 @@ NATURAL_RANGES = {
 time)."""
 MIN_ROW_COUNT_LOW = 0.05
 """The least lower bound drafted: a day of a twentieth of its trailing mean is always refused."""
+FAR_FROM_ZERO_SHARE = 0.1
+"""The share of its bound by which a range that lies far from zero is widened at least (times
+``Margins.range_widen``)."""
+MAX_TRAILING_DAYS = 90
+"""The longest trailing window drafted for a source with few days that have rows."""
 
 
 # -- the suite -------------------------------------------------------------------------------------
@@ -114,13 +119,34 @@ class RowCounts:
     sample has too few days to judge one."""
     noise: float = 0.0
     """``validation.row_count_noise``: standard deviations of chance around the mean."""
+    trailing_days: int = ValidationSettings().trailing_days
+    """``validation.trailing_days``: long enough to hold, at the sample's share of days with
+    rows, as many days with rows as the default window of a source with rows every day."""
+    days_with_rows: tuple[int, int] = (0, 0)
+    """The sample's days with rows, and the days it spans."""
+
+
+def trailing_window(days: Mapping[date, int]) -> tuple[int, tuple[int, int]]:
+    """``validation.trailing_days`` for a source whose sample has rows on ``days``: the default
+    window (14 days) divided by the share of the sample's days that have rows, at most
+    ``MAX_TRAILING_DAYS``. A source of sessions or sparse days (MovieLens: 13 of 31 days) then
+    judges a day against as many days with rows as a daily source does, not against the two or
+    three that happen to fall in 14 days; the days with rows and the days spanned come back
+    with it."""
+    default = ValidationSettings().trailing_days
+    dated = sorted(day for day, count in days.items() if count > 0)
+    if not dated:
+        return default, (0, 0)
+    spanned = (dated[-1] - dated[0]).days + 1
+    share = len(dated) / spanned
+    return min(MAX_TRAILING_DAYS, max(default, math.ceil(default / share))), (len(dated), spanned)
 
 
 def row_counts(
     days: Mapping[date, int], margins: Margins | None = None, min_history: int = 3
 ) -> RowCounts:
     """Bounds on a day's row count as multiples of its trailing mean, as the validate step
-    judges it: against the days with rows in the ``validation.trailing_days`` before it (a day
+    judges it: against the days with rows in the trailing days before it (``trailing_window``; a day
     without rows is skipped, never validated), once ``min_history`` of them exist: the sample's
     lowest and highest ratio, widened by ``Margins.row_count_widen``, never inside the defaults,
     the lower bound above 0. At run time ``Margins.row_count_noise`` standard deviations of
@@ -129,23 +155,32 @@ def row_counts(
     margins = margins or Margins()
     settings = ValidationSettings()
     floor, ceiling = settings.row_count_low, settings.row_count_high
+    window, with_rows = trailing_window(days)
     dated = sorted((day, count) for day, count in days.items() if count > 0)
     ratios = []
     for day, count in dated:
-        start = day - timedelta(days=settings.trailing_days)
+        start = day - timedelta(days=window)
         trailing = [n for d, n in dated if start <= d < day]
         if len(trailing) < min_history:
             continue
         mean = sum(trailing) / len(trailing)
         ratios.append(count / mean)
+    drafted = RowCounts(
+        low=floor,
+        high=ceiling,
+        ratios=None,
+        noise=margins.row_count_noise,
+        trailing_days=window,
+        days_with_rows=with_rows,
+    )
     if not ratios:
-        return RowCounts(low=floor, high=ceiling, ratios=None, noise=margins.row_count_noise)
+        return drafted
     widen_by = 1 + margins.row_count_widen
-    return RowCounts(
+    return replace(
+        drafted,
         low=max(MIN_ROW_COUNT_LOW, min(floor, _round_down(min(ratios) / widen_by, 2))),
         high=max(ceiling, math.ceil(max(ratios) * widen_by * 10) / 10),
         ratios=(min(ratios), max(ratios)),
-        noise=margins.row_count_noise,
     )
 
 
@@ -368,7 +403,9 @@ def _range_rule(
             f"range {low}..{high}",
         )
     if column.name in roles.time_encodings:
-        # Later days lie beyond the sample's range by design: only the lower bound holds.
+        # Later days lie beyond the sample's range by design: only the lower bound holds, as
+        # wide as a column near zero's (a day number may start again at 1).
+        kwargs["min_value"] = low = widen(column, margins.range_widen, whole=True)[0]
         del kwargs["max_value"]
         return _rule(
             "expect_column_values_to_be_between",
@@ -389,8 +426,17 @@ def _range_rule(
         "expect_column_values_to_be_between",
         kwargs,
         f"{seen}; allowed {_number(low)}..{_number(high)} (widened by {margins.range_widen:g} x "
-        "the larger of the span and the bound, the sign kept)",
+        f"the larger of the span and {_scale_of(column)}, the sign kept)",
     )
+
+
+def _scale_of(column: ColumnProfile) -> str:
+    """What a value range is widened by besides its span (``widen``), in words."""
+    assert column.low is not None and column.high is not None
+    span = column.high - column.low
+    if column.low > span or -column.high > span:
+        return f"{FAR_FROM_ZERO_SHARE:g} x the bound, as its values lie far from zero"
+    return "the bound"
 
 
 def _set_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, Any]:
@@ -472,14 +518,21 @@ def _rule(
 
 
 def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[float, float]:
-    """The column's range (values, or lengths of strings) widened on each side by ``factor``
+    """The column's range (values, or lengths of strings and encodings of the time:
+    ``whole``) widened on each side by ``factor``
     times the larger of the span and the bound's size; a bound never crosses zero when the
-    sample's values did not. Whole bounds for integers, else three significant digits, both
-    rounded outward."""
+    sample's values did not. Values that lie further from zero than they spread (years,
+    latitudes, temperatures in kelvin) are widened by the larger of the span and a tenth of
+    the bound instead: a year of 1937..1996 allows 1356..2595, so that years in centuries or
+    in tenths of a year are refused. Whole bounds for integers, else three significant digits,
+    both rounded outward."""
     assert column.low is not None and column.high is not None, "a range needs values"
     low, high = column.low, column.high
-    wide_low = low - factor * max(high - low, abs(low))
-    wide_high = high + factor * max(high - low, abs(high))
+    span = high - low
+    far = not whole and (low > span or -high > span)  # as _scale_of says
+    share = FAR_FROM_ZERO_SHARE if far else 1.0
+    wide_low = low - factor * max(span, share * abs(low))
+    wide_high = high + factor * max(span, share * abs(high))
     if low >= 0:
         wide_low = max(wide_low, 0.0)
     if high <= 0:

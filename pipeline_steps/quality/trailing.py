@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
 
 MIN_HISTORY = 3  # trailing days needed before row counts are judged against their mean
+UNSEEN_MISSING = 0.5
+"""Missing values a column none of whose trailing rows missed is taken to have missed in them
+(the Jeffreys prior's half an event): its rate for the chance allowance of a small day."""
 
 
 def trailing_days(lake: Lake, dataset: str, day: date, settings: ValidationSettings) -> list[date]:
@@ -118,8 +121,8 @@ def trailing_bounds(
     ``<column>_present_min``, the least share of values present: 1 minus
     ``null_share_factor`` times the mean missing share minus ``null_share_floor``, or, when more,
     the share a day of ``rows`` rows reaches by chance (``share_noise``, ``chance_share``) at
-    ``null_share_factor`` times the mean share (at least 3 over the trailing rows, the rule of
-    three): a column all missing on a day of a few rows can be chance, and passes where it
+    ``null_share_factor`` times the mean share (at least ``UNSEEN_MISSING`` over the trailing
+    rows): a column all missing on a day of a few rows can be chance, and passes where it
     is."""
     if len(trailing) < MIN_HISTORY:
         return {"row_count_min": 0, "row_count_max": 10**12}
@@ -145,8 +148,9 @@ def trailing_bounds(
         share = sum(known) / len(known)
         missing = settings.null_share_factor * share + settings.null_share_floor
         if rows and settings.share_noise:
-            # rule of three: a share never seen in ``seen`` trailing rows may still be 3 / seen
-            rate = settings.null_share_factor * max(share, 3 / max(seen, 1))
+            # a share never seen in ``seen`` trailing rows is no proof of none: half a missing
+            # value in them (Jeffreys'), as the chance allowance on top is already a tail bound
+            rate = settings.null_share_factor * max(share, UNSEEN_MISSING / max(seen, 1))
             missing = max(missing, chance_share(rate, rows, settings.share_noise))
         bounds[f"{column}{PRESENT_MIN}"] = round(max(0.0, 1.0 - missing), 6)
     return bounds

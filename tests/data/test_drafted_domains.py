@@ -106,6 +106,19 @@ def test_integer_identifiers_are_no_features_and_get_no_range(ratings) -> None:
     assert "# movieId: left out: an identifier" in (out / "movie_ratings" / "domain.py").read_text()
 
 
+def test_release_years_lie_far_from_zero_and_their_range_refuses_centuries(ratings) -> None:
+    out, _ = ratings
+    (rule,) = [
+        r
+        for r in _rules(out, "movie_ratings")
+        if r["type"] == "expect_column_values_to_be_between" and r["kwargs"]["column"] == "year"
+    ]
+    low, high = rule["kwargs"]["min_value"], rule["kwargs"]["max_value"]
+    # the films of later years (to 2016) are allowed; years in centuries (19.96) are not
+    assert 1000 < low < 1900 and 2016 < high < 3000
+    assert "0.1 x the bound, as its values lie far from zero" in rule["meta"]["why"]
+
+
 def test_multi_valued_text_becomes_flags(ratings) -> None:
     out, printed = ratings
     module = importlib.import_module("movie_ratings.domain")

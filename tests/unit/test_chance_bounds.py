@@ -40,8 +40,17 @@ def test_a_small_day_may_miss_what_a_large_day_may_not() -> None:
 def test_a_column_never_missing_in_its_history_may_still_miss_rarely() -> None:
     trailing = [(10, {"state": 0.0})] * 10
     one_row = trailing_bounds(trailing, NOISY, rows=1)["state_present_min"]
-    assert one_row == 0.0  # a share of 3 in 100 trailing rows: a 1-row day may miss it
+    assert one_row == 0.0  # half a missing value in 100 trailing rows: a 1-row day may miss it
     assert trailing_bounds(trailing, NOISY, rows=50)["state_present_min"] >= 0.7
+
+
+def test_a_column_never_missing_is_refused_all_missing_on_a_day_of_two_rows() -> None:
+    # bird strikes: an operator on every one of 84 trailing strikes, then a day of 2 without
+    trailing = [(6, {"operator": 0.0})] * 14
+    two_rows = trailing_bounds(trailing, NOISY, rows=2)["operator_present_min"]
+    assert 0 < two_rows <= 0.5  # one of two missing is chance, both are not
+    rate = NOISY.null_share_factor * 0.5 / 84
+    assert binom.sf(1, 2, rate) < 0.00135 < binom.sf(0, 2, rate)
 
 
 def test_a_value_set_lets_a_small_day_hold_a_rare_value() -> None:
@@ -68,3 +77,18 @@ def test_a_bursty_source_widens_its_row_count_bounds_by_its_own_spread() -> None
     mean = (13 * 10 + 200) / 14
     assert bounds["row_count_max"] > mean * 2 + 3 * mean**0.5  # beyond the Poisson allowance
     assert bounds["row_count_max"] >= 150  # another session that size is ordinary
+
+
+def test_a_sparse_source_is_judged_against_as_many_days_with_rows_as_a_daily_one() -> None:
+    from datetime import date, timedelta
+
+    from pipeline_steps.quality.suite_draft import row_counts, trailing_window
+
+    first = date(2024, 1, 1)
+    daily = {first + timedelta(n): 5 for n in range(28)}
+    assert trailing_window(daily) == (14, (28, 28))
+    every_third = {first + timedelta(3 * n): 5 for n in range(10)}  # 10 days with rows of 28
+    assert trailing_window(every_third) == (40, (10, 28))  # 14 / (10 / 28)
+    assert row_counts(every_third).trailing_days == 40
+    rare = {first: 5, first + timedelta(200): 5}
+    assert trailing_window(rare)[0] == 90  # at most 90 days
