@@ -270,8 +270,11 @@ def _column_rules(
             _rule(
                 "expect_column_values_to_be_null",
                 {"column": name, "mostly": _round_down(1 - margins.null_floor)},
-                f"inferred from {noun}: always missing there; a day may fill "
-                f"{_share(margins.null_floor)} of its rows",
+                f"inferred from {noun}: always missing there, and left out of the model; a "
+                f"day may fill {_share(margins.null_floor)} of its rows. A warning beyond: a "
+                "source that starts to fill a field (a new form, a new system) has changed, "
+                "not broken, and the column may be worth making a feature",
+                severity="warning",
             )
         ]
     role = _role(name, roles)

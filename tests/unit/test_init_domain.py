@@ -367,3 +367,28 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch) -> None:
     code, printed = _run([*argv, "--out", str(tmp_path / "shop")])
     assert code == 2 and "the sample fails its own suite" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv"]
+
+
+def test_a_column_always_missing_in_the_sample_that_fills_later_only_warns(tmp_path) -> None:
+    """A field added to the source after the sample (Minneapolis' stops began recording
+    citations mid-2017) changes the source; it does not break a day."""
+    from pipeline_steps.quality.suite_draft import draft_suite
+
+    sample = tmp_path / "orders.csv"
+    orders().assign(coupon=None).to_csv(sample, index=False)
+    profile, roles = infer_roles(profile_sample(str(sample)), label="price")
+    document = draft_suite("shop", profile, roles)
+    (rule,) = [r for r in document["expectations"] if r["kwargs"].get("column") == "coupon"]
+    assert (rule["type"], rule["severity"]) == ("expect_column_values_to_be_null", "warning")
+    suite_file = tmp_path / "shop.json"
+    suite_file.write_text(json.dumps(document))
+    later = tmp_path / "later.csv"
+    orders().assign(coupon="SPRING").to_csv(later, index=False)
+    frame = _frame(later, profile.schema())
+    outcome = run_suite(
+        "shop", frame, load_suite(suite_file), {"row_count_min": 0, "row_count_max": 10**6}
+    )
+    assert outcome.success
+    assert [(w.expectation, w.column) for w in outcome.warnings] == [
+        ("expect_column_values_to_be_null", "coupon")
+    ]
