@@ -260,6 +260,13 @@ validation:
 features:
   feature_repo: {{ (d.folder ~ "/feature_repo") | tojson }}
   project: {{ d.name | tojson }}
+  window_days: {{ d.sizes.window_days }}
+evaluate:
+{{ d.sizes.holdout_note | wrap("  # ") }}
+  holdout_days: {{ d.sizes.holdout_days }}
+train:
+{{ d.sizes.batch_note | wrap("  # ") }}
+  batch_size: {{ d.sizes.batch_size }}
 mlflow:
   experiment: {{ (d.name ~ "_training") | tojson }}
   registered_model: {{ d.name | tojson }}

@@ -33,10 +33,18 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline_steps.commands import domain_templates
+from pipeline_steps.commands.draft_sizes import Sizes, draft_sizes
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
-from pipeline_steps.quality.draft_checks import identifiers, label_sources, multi_valued
+from pipeline_steps.quality.draft_checks import (
+    identifiers,
+    label_sources,
+    multi_valued,
+    one_column_scores,
+    strong_features,
+)
 from pipeline_steps.quality.sample_profile import (
+    ColumnProfile,
     Roles,
     SampleProfile,
     infer_roles,
@@ -78,6 +86,7 @@ class DomainDraft:
     roles: Roles
     suite: dict[str, Any]
     row_counts: RowCounts
+    sizes: Sizes
     categorical: list[str] = field(default_factory=list)
     numeric: list[str] = field(default_factory=list)
     integer: list[str] = field(default_factory=list)
@@ -276,6 +285,18 @@ class InitResult:
                 for name, why in d.decisions.items()
             ),
             "",
+            "Sized (also in settings.yaml):",
+            *(
+                textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    ")
+                for text in (
+                    f"evaluate.holdout_days {d.sizes.holdout_days}: {d.sizes.holdout_note}",
+                    f"train.batch_size {d.sizes.batch_size}: {d.sizes.batch_note}",
+                    f"validation.trailing_days {d.row_counts.trailing_days}: "
+                    f"{d.row_counts.days_with_rows[0]} of the sample's "
+                    f"{d.row_counts.days_with_rows[1]} days have rows",
+                )
+            ),
+            "",
             *(f"  {path}" for path in self.files),
             "",
             "Next:",
@@ -328,7 +349,9 @@ def draft_domain(
         and c.name not in ids
         and roles.calendar.get(c.name) not in DATE_PARTS
     ]
-    leaks = label_sources(profile, roles, categorical + numeric)
+    scores = one_column_scores(profile, roles, categorical + numeric)
+    leaks = label_sources(profile, roles, categorical + numeric, scores)
+    review = strong_features(scores, roles, set(leaks))
     categorical = [c for c in categorical if c not in leaks]
     numeric = [c for c in numeric if c not in leaks]
     flags = {
@@ -371,6 +394,13 @@ def draft_domain(
             "Feast feature view, which needs one; its rule is its natural range"
             for name in fallback
         },
+        **review,
+    }
+    chosen = {*categorical, *numeric}
+    decisions |= {
+        c.name: f"left out: {_why_left_out(c, margins)}"
+        for c in columns
+        if c.name not in chosen and c.name not in decisions and c.name not in multi
     }
     counts = {c.name: c.distinct for c in columns}
     return DomainDraft(
@@ -384,6 +414,7 @@ def draft_domain(
         flags=flags,
         margins=margins,
         row_counts=row_counts(roles.days, margins, MIN_HISTORY),
+        sizes=draft_sizes(profile, roles),
         categorical=categorical,
         numeric=numeric,
         integer=[c.name for c in columns if c.name in numeric and c.kind != "float"] + list(flags),
@@ -391,6 +422,22 @@ def draft_domain(
         slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
     )
+
+
+def _why_left_out(column: ColumnProfile, margins: Margins) -> str:
+    """Why a column with no other decision is no feature, in words."""
+    if column.kind == "empty":
+        return (
+            "always missing in the sample; its rule warns when a day fills it (a new field may "
+            "be worth a feature then)"
+        )
+    if column.kind == "string":
+        return (
+            f"text of {column.distinct} distinct values in {column.present} rows (free text or "
+            f"an identifier: a category needs at most {margins.category_limit} values, each "
+            "seen twice on average); its rule is a range of lengths"
+        )
+    return f"a {column.kind} column; add it to the features by hand if the model should see it"
 
 
 def check_name(name: str, out: str | None) -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import types
 import typing
+import zoneinfo
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,6 +215,10 @@ class IngestSettings:
     """file source: how ``date_column`` writes a time. Empty: ISO 8601 text, or parquet's date
     and timestamp types; ``epoch_s`` or ``epoch_ms``: epoch seconds or milliseconds (UTC); else
     a ``strptime`` format such as ``%m/%d/%Y %H:%M:%S``."""
+    time_zone: str = ""
+    """file source: the zone whose midnight starts a day (an IANA name such as
+    ``America/Chicago``): zoned and epoch times are dated in it, so the evening of a city west
+    of Greenwich stays on its own day. Empty: a zoned time's own zone, UTC for epochs."""
     sql_url: str = ""
     """sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``."""
     sql_query: str = "SELECT * FROM {dataset} WHERE flight_date = :day"
@@ -244,6 +249,14 @@ class IngestSettings:
                 f"ingest.date_format {self.date_format!r} must be empty (ISO 8601), epoch_s, "
                 "epoch_ms or a strptime format such as %m/%d/%Y %H:%M:%S"
             )
+        if self.time_zone:
+            try:
+                zoneinfo.ZoneInfo(self.time_zone)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                raise SettingsError(
+                    f"ingest.time_zone {self.time_zone!r} is not a time zone name; use an IANA "
+                    "name such as America/Chicago or Europe/Lisbon"
+                ) from None
         if self.source == "file" and not self.path:
             raise SettingsError("ingest.path is required when ingest.source is 'file'")
         if self.source == "sql" and not self.sql_url:

@@ -68,9 +68,14 @@ def event_times(values: pa.Array | pa.ChunkedArray, date_format: str = "") -> pa
     )
 
 
-def days_of(values: pa.Array | pa.ChunkedArray, date_format: str = "") -> pa.ChunkedArray:
-    """The calendar day of each value (a zoned time's day in its own zone, UTC for epochs)."""
+def days_of(
+    values: pa.Array | pa.ChunkedArray, date_format: str = "", time_zone: str = ""
+) -> pa.ChunkedArray:
+    """The calendar day of each value: a zoned time's (epochs are UTC) in ``time_zone``
+    (``ingest.time_zone``), else in its own zone."""
     times = event_times(values, date_format)
+    if time_zone and pa.types.is_timestamp(times.type) and times.type.tz is not None:
+        times = pc.local_timestamp(times.cast(pa.timestamp(times.type.unit, tz=time_zone)))
     return times if pa.types.is_date32(times.type) else pc.cast(times, pa.date32())
 
 

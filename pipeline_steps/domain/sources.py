@@ -267,6 +267,8 @@ class FileSource:
     name: str = "file"
     date_format: str = ""
     """How ``date_column`` writes a time (``ingest.date_format``, :mod:`event_times`)."""
+    time_zone: str = ""
+    """The zone a day is counted in (``ingest.time_zone``)."""
 
     def files(self, dataset: str, day: date) -> tuple[Any, list[str]]:
         url = self.template.format(dataset=dataset, date=day.isoformat())
@@ -300,7 +302,9 @@ class FileSource:
                         )
                     batch = conform(batch, self.schemas.get(dataset))
                     if self.date_column:
-                        batch = _rows_of_day(batch, self.date_column, self.date_format, day)
+                        batch = _rows_of_day(
+                            batch, self.date_column, (self.date_format, self.time_zone), day
+                        )
                     yield batch
             except pa.ArrowException as exc:
                 header: list[str] = []
@@ -315,11 +319,15 @@ class FileSource:
             yield from open_file(fh, path, schema, self.batch_rows)[1]
 
 
-def _rows_of_day(batch: pa.RecordBatch, column: str, date_format: str, day: date) -> pa.RecordBatch:
+def _rows_of_day(
+    batch: pa.RecordBatch, column: str, dated: tuple[str, str], day: date
+) -> pa.RecordBatch:
+    """The rows of ``batch`` whose ``column`` falls on ``day``, read in ``dated``'s format and
+    counted in its zone (``ingest.date_format``, ``ingest.time_zone``)."""
     if column not in batch.schema.names:
         raise StepError(f"ingest.date_column {column!r} is not a column of the source")
     try:
-        days = days_of(batch.column(column), date_format)
+        days = days_of(batch.column(column), *dated)
     except pa.ArrowInvalid as exc:
         raise pa.ArrowInvalid(f"ingest.date_column {column!r} {exc}") from exc
     return batch.filter(pc.equal(days, pa.scalar(day, pa.date32())))
@@ -386,6 +394,7 @@ def open_source(settings: IngestSettings, domain: Domain) -> Source:
             settings.batch_rows,
             domain.schemas,
             date_format=settings.date_format,
+            time_zone=settings.time_zone,
         )
     if settings.source == "sql":
         return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, domain.schemas)

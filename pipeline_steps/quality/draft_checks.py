@@ -5,6 +5,8 @@
   of the answer, not a feature: a model trained on it scores well on the holdout and is useless
   on the rows it is meant for. Each column is judged alone, as a one-column model fitted on
   every other row and scored on the rest (``LEAK_SCORE``).
+- **Strong features.** A kept column that alone predicts much of the label is named for review:
+  only the team knows whether it is recorded before the outcome or with it.
 - **Identifiers.** Integer columns named as identifiers (``user_id``, ``movieId``) or unique
   per row number things; their values have no order, and a growing id leaves any range the
   sample shows, so they are no numeric feature and get no range rule.
@@ -24,17 +26,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline_steps.quality.sample_profile import ColumnProfile, Roles, SampleProfile
+from pipeline_steps.quality.sample_profile import (
+    IDENTIFIER_NAME,
+    ColumnProfile,
+    Roles,
+    SampleProfile,
+)
 
 LEAK_SCORE = {"classification": 0.98, "regression": 0.995}
 """A column whose one-column model reaches this balanced accuracy (classification) or R²
 (regression) on the rows it was not fitted on is a source of the label. A real entity explains
 much of a regression label on its own (a state's daily births, R² 0.985), a copy of the label in
 64 bins nearly all of it (R² above 0.999); measured in docs/init-domain.md."""
+REVIEW_SHARE = 0.4
+"""A kept column whose one-column score goes this share of the way from chance to perfect is
+named for review (``strong_features``): a binary label's balanced accuracy of 0.7, an R² of
+0.4."""
 BINS = 64
 """Quantile bins of a numeric column in its one-column model."""
-IDENTIFIER_NAME = re.compile(r"(^|_)(id|ids|key|uuid|guid|number|num|no)$|[a-z](Id|ID|Key|Num)$")
-"""Names of identifier columns: ``user_id``, ``movieId``, ``order_no``."""
 DELIMITERS = ("|", ";")
 """Delimiters of multi-valued text."""
 MULTI_VALUED_SHARE = 0.2
@@ -81,14 +90,22 @@ def leak_score(task: str) -> float:
     return LEAK_SCORE["regression" if task == "regression" else "classification"]
 
 
-def label_sources(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, str]:
-    """The columns among ``columns`` from which the label follows on the sample, each with why.
-    A part of a composite key names the entity and is never one: an entity may explain much of
-    its label (a state's births) and is known before the label is."""
+def label_sources(
+    profile: SampleProfile,
+    roles: Roles,
+    columns: list[str],
+    scores: dict[str, float] | None = None,
+) -> dict[str, str]:
+    """The columns among ``columns`` from which the label follows on the sample, each with why
+    (``scores``: their ``one_column_scores``, computed when not given). A part of a composite
+    key names the entity and is never one: an entity may explain much of its label (a state's
+    births) and is known before the label is."""
     found = {}
     threshold = leak_score(roles.task)
-    measure = "R²" if roles.task == "regression" else "balanced accuracy"
-    for name, score in one_column_scores(profile, roles, columns).items():
+    measure = _measure(roles.task)
+    if scores is None:
+        scores = one_column_scores(profile, roles, columns)
+    for name, score in scores.items():
         if score >= threshold and name not in roles.key_columns:
             found[name] = (
                 f"a source of the label: {name} alone predicts {roles.label} with {measure} "
@@ -96,6 +113,31 @@ def label_sources(profile: SampleProfile, roles: Roles, columns: list[str]) -> d
                 "model would learn the answer from it"
             )
     return found
+
+
+def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> dict[str, str]:
+    """The kept columns (``scores`` less ``leaks``) that alone predict much of the label, each
+    with a note to review it: no copy of the label, but a column recorded at or after the
+    outcome (a search decided at the same stop, a delay known on arrival) would leak it, and
+    only the team knows when each column is known. Much: ``REVIEW_SHARE`` of the way from
+    chance (one over the classes; an R² of 0) to a perfect score."""
+    chance = 0.0 if roles.task == "regression" else 1 / max(len(roles.classes), 2)
+    found = {}
+    for name, score in sorted(scores.items(), key=lambda item: -item[1]):
+        if name in leaks or name in roles.key_columns:
+            continue
+        if (score - chance) / (1 - chance) >= REVIEW_SHARE:
+            found[name] = (
+                f"kept, review: {name} alone predicts {roles.label} with {_measure(roles.task)} "
+                f"{score:.3f} on sample rows it was not fitted on; no copy of the label (from "
+                f"{leak_score(roles.task)}), but if it is recorded at or after the outcome the "
+                "model learns what it cannot know when it predicts: then move it to LEFT_OUT"
+            )
+    return found
+
+
+def _measure(task: str) -> str:
+    return "R²" if task == "regression" else "balanced accuracy"
 
 
 def _one_column_score(

@@ -183,7 +183,7 @@ def _row_days(path: str, table: pa.Table, settings: Settings) -> pa.ChunkedArray
                 "(ingest.date_column) missing; pass --date YYYY-MM-DD"
             )
         try:
-            return days_of(table[column], settings.ingest.date_format)
+            return days_of(table[column], settings.ingest.date_format, settings.ingest.time_zone)
         except pa.ArrowInvalid as exc:
             raise FileRejected(
                 f"file {path}: column {column!r} (ingest.date_column) {exc}"

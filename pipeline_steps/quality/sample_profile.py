@@ -49,6 +49,8 @@ EXAMPLES = 8
 """Values or columns named in an error message."""
 TIME_ENCODING = 0.9999
 """Correlation with the time above which a numeric column is taken for an encoding of it."""
+IDENTIFIER_NAME = re.compile(r"(^|_)(id|ids|key|uuid|guid|number|num|no)$|[a-z](Id|ID|Key|Num)$")
+"""Names of identifier columns: ``user_id``, ``movieId``, ``order_no``, ``idNum``."""
 COUNT_LIMIT = 100
 """Most distinct values whose rows a profile counts per column, by default."""
 
@@ -555,7 +557,11 @@ def _key(
         and c.distinct == c.rows
         and c.name not in exclude
     ]
-    named = [c for c in candidates if re.search(r"(^|_)(id|key)$", c.name.lower())]
+    named = [
+        c
+        for c in candidates
+        if re.search(r"(^|_)(id|key)$", c.name.lower()) or IDENTIFIER_NAME.search(c.name)
+    ]
     if named or candidates:
         return (named or candidates)[0].name, ()
     entities = sorted(

@@ -125,6 +125,11 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     assert settings.features.feature_repo == f"{out}/feature_repo"
     assert f"export PYTHONPATH={out}" in printed and "trainyard seed --start 2024-03-01" in printed
     assert "trainyard step $step" in printed
+    # 12 labelled rows a day: the gate's 200 holdout rows take 25 days at 1.5 x, of a 75-day
+    # window; the training rows' batches make 50 steps an epoch at least
+    assert (settings.evaluate.holdout_days, settings.features.window_days) == (25, 75)
+    assert settings.train.batch_size == 32
+    assert "evaluate.holdout_days 25: The sample has 12.0 rows a day" in printed
 
 
 def test_every_rule_says_why_with_the_sample_figure(shop) -> None:
@@ -392,3 +397,20 @@ def test_a_column_always_missing_in_the_sample_that_fills_later_only_warns(tmp_p
     assert [(w.expectation, w.column) for w in outcome.warnings] == [
         ("expect_column_values_to_be_null", "coupon")
     ]
+
+
+def test_a_binary_holdout_is_sized_by_its_positive_rows_and_batches_by_the_window(
+    tmp_path,
+) -> None:
+    from pipeline_steps.commands.draft_sizes import draft_sizes
+
+    sample = tmp_path / "orders.csv"
+    busy = pd.concat([orders()] * 34, ignore_index=True)  # 408 orders a day, a quarter returned
+    busy.assign(order_id=busy.index + 1).to_csv(sample, index=False)
+    profile, roles = infer_roles(profile_sample(str(sample)), label="returned")
+    sizes = draft_sizes(profile, roles)
+    assert roles.positive == 1
+    # 102 returns a day: 50 (gate.min_positives) x 1.5 fit in one day
+    assert (sizes.holdout_days, sizes.window_days) == (1, 30)
+    assert sizes.batch_size == 128  # 408 x 29 rows / 50 steps = 237: 128, a power of two
+    assert "102.0 positive (1) rows a day" in sizes.holdout_note

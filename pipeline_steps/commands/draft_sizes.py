@@ -1,0 +1,70 @@
+"""How large a drafted domain's holdout and training batches are, from its sample's rate of rows.
+
+The defaults fit the shipped flights: 900 flights a day, a one-day holdout of 200 late ones, a
+month of training rows in batches of 512. A smaller domain needs more holdout days for the gate
+to decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and smaller
+batches for its training set to make enough optimizer steps an epoch; ``init-domain`` drafts
+both into ``settings.yaml`` and says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline_steps.core.settings import FeatureSettings, GateSettings, TrainSettings
+from pipeline_steps.quality.sample_profile import Roles, SampleProfile
+
+HOLDOUT_ROOM = 1.5
+"""The holdout is drafted to hold this many times what the gate needs, on a day-average rate:
+days vary."""
+MAX_HOLDOUT_DAYS = 30
+"""The longest holdout drafted."""
+STEPS_PER_EPOCH = 50
+"""Optimizer steps an epoch of the drafted training set should make at least."""
+BATCH_RANGE = (32, TrainSettings().batch_size)
+"""The smallest and largest batch drafted (powers of two)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """``evaluate.holdout_days``, ``features.window_days`` and ``train.batch_size``, with why."""
+
+    holdout_days: int
+    window_days: int
+    batch_size: int
+    holdout_note: str
+    batch_note: str
+
+
+def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
+    """The holdout, window and batch size for a domain whose sample is ``profile``."""
+    gate, window = GateSettings(), FeatureSettings().window_days
+    spanned = (roles.last_day - roles.first_day).days + 1
+    label = profile.column(roles.label, "--label")
+    if roles.task == "binary":
+        needed, what = gate.min_positives, f"positive ({roles.positive!r}) rows"
+        seen = label.counts.get(roles.positive, 0)
+        setting = "gate.min_positives"
+    else:
+        needed, what, seen, setting = gate.min_rows, "rows", label.present, "gate.min_rows"
+    per_day = seen / spanned
+    holdout = MAX_HOLDOUT_DAYS
+    if per_day > 0:
+        holdout = min(MAX_HOLDOUT_DAYS, max(1, math.ceil(HOLDOUT_ROOM * needed / per_day)))
+    window = max(window, 3 * holdout)
+    holdout_note = (
+        f"The sample has {per_day:.1f} {what} a day; the gate decides on at least {needed} "
+        f"({setting}), so the holdout is {holdout} day(s), {HOLDOUT_ROOM:g} x what a day-average "
+        f"needs, of a {window}-day window."
+    )
+    train_rows = label.present / spanned * (window - holdout)
+    smallest, largest = BATCH_RANGE
+    batch = 2 ** math.floor(math.log2(max(train_rows / STEPS_PER_EPOCH, 1)))
+    batch = min(largest, max(smallest, batch))
+    batch_note = (
+        f"About {train_rows:,.0f} training rows in the window at the sample's rate: batches of "
+        f"{batch} make {train_rows / batch:.0f} optimizer steps an epoch (at least "
+        f"{STEPS_PER_EPOCH} wanted, batches of {smallest}..{largest})."
+    )
+    return Sizes(holdout, window, batch, holdout_note, batch_note)
