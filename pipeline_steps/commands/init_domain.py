@@ -37,6 +37,7 @@ from pipeline_steps.commands.draft_sizes import Sizes, draft_sizes
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.quality.draft_checks import (
+    constant_where_labelled,
     identifiers,
     label_sources,
     multi_valued,
@@ -349,6 +350,9 @@ def draft_domain(
         and c.name not in ids
         and roles.calendar.get(c.name) not in DATE_PARTS
     ]
+    constant = constant_where_labelled(profile, roles, categorical + numeric)
+    categorical = [c for c in categorical if c not in constant]
+    numeric = [c for c in numeric if c not in constant]
     scores = one_column_scores(profile, roles, categorical + numeric)
     leaks = label_sources(profile, roles, categorical + numeric, scores)
     review = strong_features(scores, roles, set(leaks))
@@ -377,6 +381,7 @@ def draft_domain(
         ),
         **{name: f"left out: {why}" for name, why in ids.items()},
         **{name: f"left out: {why}" for name, why in leaks.items()},
+        **{name: f"left out: {why}" for name, why in constant.items()},
         **{name: f"flags: {m.reason}" for name, m in multi.items()},
         **{
             name: "left out: encodes the time (a holdout's values would lie beyond every "

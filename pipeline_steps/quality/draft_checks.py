@@ -220,6 +220,28 @@ def identifiers(profile: SampleProfile, columns: list[str]) -> dict[str, str]:
     return found
 
 
+def constant_where_labelled(
+    profile: SampleProfile, roles: Roles, columns: list[str]
+) -> dict[str, str]:
+    """The columns among ``columns`` that hold one value (or none) on every sample row whose
+    label is known, each with why: the model trains on those rows only, so such a column tells
+    it nothing, however it varies where the label is missing (Minneapolis' ``MDC`` is ``other``
+    exactly where ``personSearch`` is)."""
+    labelled = pc.is_valid(profile.table.column(roles.label))
+    unlabelled = len(labelled) - (pc.sum(labelled).as_py() or 0)
+    found = {}
+    for name in columns:
+        values = profile.table.column(name).filter(labelled)
+        kept = pc.unique(values.drop_null())
+        if len(kept) <= 1 and profile.column(name, "--label").distinct > len(kept):
+            one = f"one value, {kept[0].as_py()!r}," if len(kept) else "no value"
+            found[name] = (
+                f"{one} on every row with a {roles.label} (its other values lie on the "
+                f"{unlabelled} rows without one): it tells the model nothing"
+            )
+    return found
+
+
 def multi_valued(profile: SampleProfile, columns: list[str]) -> dict[str, MultiValued]:
     """The string columns among ``columns`` that hold delimited values, with their flags."""
     found = {}

@@ -265,13 +265,17 @@ def test_police_stops_name_their_stop_id_and_review_a_search_decided_at_the_stop
     """Minneapolis' stops of January 2017 (``carData::MplsStops``), as pandas writes parquet:
     the stop id is the key, the row number an identifier left out, a column always missing in
     January (citations are recorded from July) is left out and said so, and a vehicle search
-    (decided at the same stop as the person search) is kept but named for review. The gate
+    (decided at the same stop as the person search) is kept but named for review; a column of
+    one value on the labelled rows is left out. The gate
     needs 50 searches: a week of holdout at 11 a day, in batches small enough to learn."""
     draft = _draft(exports, "stops", label="personSearch", time_column="date")
     assert (draft.roles.key, draft.roles.positive) == ("idNum", "YES")
     assert draft.decisions["rownames"].startswith("left out: an identifier")
     assert draft.decisions["citationIssued"].startswith("left out: always missing in the sample")
     assert "vehicleSearch" in draft.categorical
+    # MDC is 'other' exactly where personSearch is missing: one value on the labelled rows
+    assert "MDC" not in draft.categorical and "MDC" not in draft.slice_columns
+    assert draft.decisions["MDC"].startswith("left out: one value, 'MDC', on every row with a")
     assert draft.decisions["vehicleSearch"].startswith(
         "kept, review: vehicleSearch alone predicts personSearch with balanced accuracy 0.7"
     )
