@@ -58,6 +58,13 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
         f"({setting}), so the holdout is {holdout} day(s), {HOLDOUT_ROOM:g} x what a day-average "
         f"needs, of a {window}-day window."
     )
+    if per_day * holdout < needed:
+        holdout_note = (
+            f"The sample has {per_day:.1f} {what} a day; the gate decides on at least {needed} "
+            f"({setting}), which the longest holdout drafted, {holdout} days (about "
+            f"{per_day * holdout:.0f}), does not hold: until you lower {setting} or lengthen "
+            f"the holdout, every decision is undecided and no model is promoted."
+        )
     train_rows = label.present / spanned * (window - holdout)
     smallest, largest = BATCH_RANGE
     batch = 2 ** math.floor(math.log2(max(train_rows / STEPS_PER_EPOCH, 1)))

@@ -414,3 +414,15 @@ def test_a_binary_holdout_is_sized_by_its_positive_rows_and_batches_by_the_windo
     assert (sizes.holdout_days, sizes.window_days) == (1, 30)
     assert sizes.batch_size == 128  # 408 x 29 rows / 50 steps = 237: 128, a power of two
     assert "102.0 positive (1) rows a day" in sizes.holdout_note
+
+
+def test_a_holdout_too_small_for_the_gate_says_no_model_is_promoted(tmp_path) -> None:
+    from pipeline_steps.commands.draft_sizes import MAX_HOLDOUT_DAYS, draft_sizes
+
+    sample = tmp_path / "orders.csv"
+    quiet = orders(25 * PER_DAY).groupby("ordered_on").head(1)  # one order a day, 25 days
+    quiet.to_csv(sample, index=False)
+    profile, roles = infer_roles(profile_sample(str(sample)), label="price")
+    sizes = draft_sizes(profile, roles)
+    assert sizes.holdout_days == MAX_HOLDOUT_DAYS
+    assert "does not hold: until you lower gate.min_rows" in sizes.holdout_note
