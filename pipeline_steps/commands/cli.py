@@ -15,7 +15,8 @@
                                             features read in the Feast online store
     trainyard services up|down|status|env   the production profile on this machine
     trainyard init-domain NAME --sample FILE [--label COL] [--task T] [--time-column COL]
-                          [--key COL] [--classes A,B,C] [--out DIR] [--force]
+                          [--key COL] [--classes A,B,C] [--time-zone ZONE]
+                          [--out DIR] [--force]
                                             draft a new domain, its first suite, a Feast
                                             repository and settings from a sample file
 
@@ -231,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--classes",
         help="a multiclass label's classes in their order, comma-separated (default: numbers by "
         "value, words of a known scale, bands by their first number, else alphabetical)",
+    )
+    draft.add_argument(
+        "--time-zone",
+        default="",
+        help="the zone whose midnight starts a day, e.g. America/Chicago (default: a zoned "
+        "time's own, UTC for epochs); written to ingest.time_zone and the domain",
     )
     draft.add_argument("--out", help="folder to write (default: ./NAME)")
     draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
@@ -454,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 time_column=args.time_column,
                 key=args.key,
                 classes=args.classes,
+                time_zone=args.time_zone,
             )
             print(result.render(), flush=True)
             return 0

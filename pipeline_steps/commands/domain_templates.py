@@ -45,6 +45,9 @@ TIME_COLUMN = {{ d.roles.time_column | py }}
 DATE_FORMAT = {{ d.roles.date_format | py }}
 """How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
 columns, ``epoch_s``/``epoch_ms``, else a ``strptime`` format."""
+TIME_ZONE = {{ d.roles.time_zone | py }}
+"""The zone whose midnight starts a day (``ingest.time_zone`` must agree): empty for a time's
+own zone, UTC for epochs."""
 LABEL = {{ d.roles.label | py }}
 {%- if d.roles.task == "binary" %}
 POSITIVE = {{ d.roles.positive | py }}
@@ -123,10 +126,11 @@ class {{ d.class_name }}(Domain):
     def _rows(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The key, date, event time and row features of each row, in the order of ``frame``."""
         event = event_time(frame[TIME_COLUMN])
+        local = event.dt.tz_convert(TIME_ZONE) if TIME_ZONE else event
         rows = pd.DataFrame(
             {
                 self.key: entity_key(frame).to_numpy(),
-                self.date_column: event.dt.strftime("%Y-%m-%d").to_numpy(),
+                self.date_column: local.dt.strftime("%Y-%m-%d").to_numpy(),
                 "event_timestamp": event.to_numpy(),
             }
         )
@@ -163,7 +167,9 @@ DOMAIN = {{ d.class_name }}(
     classes=CLASSES,
 {%- endif %}
     row_features=FeatureColumns(categorical=CATEGORICAL, numeric=[]),
-    slice_columns={{ d.slice_columns | py }},
+    # slices are row features: a column moved out of CATEGORICAL leaves the slices too
+    slice_columns=tuple(c for c in {{ d.slice_columns | py }} if c in CATEGORICAL),
+    time_zone=TIME_ZONE,
 )
 '''
 
@@ -243,6 +249,9 @@ ingest:
   date_column: {{ d.roles.time_column | tojson }}
 {%- if d.roles.date_format %}
   date_format: {{ d.roles.date_format | tojson }}
+{%- endif %}
+{%- if d.roles.time_zone %}
+  time_zone: {{ d.roles.time_zone | tojson }}
 {%- endif %}
 validation:
   expectations_dir: {{ (d.folder ~ "/expectations") | tojson }}

@@ -319,6 +319,7 @@ def draft_domain(
     time_column: str | None = None,
     key: str | None = None,
     classes: str | None = None,
+    time_zone: str = "",
     margins: Margins | None = None,
 ) -> DomainDraft:
     """The new domain inferred from ``sample``; ``SampleError`` names a bad argument, the file and
@@ -332,6 +333,7 @@ def draft_domain(
         time_column=time_column,
         key=key,
         classes=classes,
+        time_zone=time_zone,
     )
     taken = {roles.key, roles.time_column, roles.label}
     columns = [c for c in profile.columns if c.name not in taken]
@@ -433,8 +435,8 @@ def _why_left_out(column: ColumnProfile, margins: Margins) -> str:
     """Why a column with no other decision is no feature, in words."""
     if column.kind == "empty":
         return (
-            "always missing in the sample; its rule warns when a day fills it (a new field may "
-            "be worth a feature then)"
+            "always missing in the sample; its rule warns when a day fills it (a new field: a "
+            "feature then only if it is known when the model predicts)"
         )
     if column.kind == "string":
         return (
@@ -474,6 +476,7 @@ def init_domain(
     time_column: str | None = None,
     key: str | None = None,
     classes: str | None = None,
+    time_zone: str = "",
     margins: Margins | None = None,
 ) -> InitResult:
     """Draft the domain and write its folder whole, or raise with nothing written."""
@@ -496,6 +499,7 @@ def init_domain(
         time_column=time_column,
         key=key,
         classes=classes,
+        time_zone=time_zone,
         margins=margins,
     )
     with Lake(str(folder.parent)).staged_dir(folder.name) as staged:

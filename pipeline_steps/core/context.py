@@ -11,7 +11,7 @@ from pipeline_steps.core.domain import Domain, load_domain
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import Manifest, TrialRef, load_manifest, load_record, to_json
-from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.settings import Settings, SettingsError
 from pipeline_steps.core.trigger import Trigger
 
 M = TypeVar("M", bound=Manifest)
@@ -37,8 +37,17 @@ class RunContext:
 
     @cached_property
     def domain(self) -> Domain:
-        """The data's domain (``domain.module``): datasets, label, entity rows, sources."""
-        return load_domain(self.settings.domain.module)
+        """The data's domain (``domain.module``): datasets, label, entity rows, sources. A
+        ``file`` source must count days in the domain's zone (``ingest.time_zone``)."""
+        domain = load_domain(self.settings.domain.module)
+        ingest = self.settings.ingest
+        if ingest.source == "file" and ingest.time_zone != domain.time_zone:
+            raise SettingsError(
+                f"ingest.time_zone {ingest.time_zone!r} differs from the time zone of domain "
+                f"{domain.name} ({domain.time_zone!r}, TIME_ZONE in {self.settings.domain.module})"
+                ": ingest and the holdout would count days differently; set both alike"
+            )
+        return domain
 
     @property
     def datasets(self) -> tuple[str, ...]:

@@ -103,10 +103,22 @@ class Domain(ABC):
     slice_columns: tuple[str, ...] = ()
     """Holdout columns whose values are the evaluation's slices by default (``slice_rows`` may
     derive more)."""
+    time_zone: str = ""
+    """The zone whose midnight starts a day of the date column (an IANA name); empty: UTC or a
+    time's own zone. A ``file`` source counts days in ``ingest.time_zone``, which must agree."""
 
     def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """The slice columns of holdout rows, as strings; a domain overrides it to derive slices
-        from features (e.g. bands of an hour)."""
+        from features (e.g. bands of an hour). ``StepError`` naming the domain's
+        ``slice_columns`` when one is no column of the rows (a column moved out of the
+        features)."""
+        absent = [c for c in self.slice_columns if c not in rows.columns]
+        if absent:
+            raise StepError(
+                f"domain {self.name}: slice_columns names {', '.join(map(repr, absent))}, not a "
+                f"column of its entity rows ({', '.join(map(str, rows.columns))}); slice by row "
+                "features (CATEGORICAL) only"
+            )
         return rows[list(self.slice_columns)].astype("string")
 
     @abstractmethod

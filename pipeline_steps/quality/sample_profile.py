@@ -15,6 +15,7 @@ encode the time are told apart. Errors name the argument, the file and the colum
 from __future__ import annotations
 
 import re
+import zoneinfo
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -145,6 +146,9 @@ class Roles:
     date_format: str = ""
     """How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
     columns, ``epoch_s``/``epoch_ms``, or a ``strptime`` format."""
+    time_zone: str = ""
+    """The zone whose midnight starts a day (``--time-zone``, ``ingest.time_zone``); empty: a
+    zoned time's own, UTC for epochs."""
     calendar: Mapping[str, str] = field(default_factory=dict)
     """Numeric columns that are a part of the time column's date or time (``year``, ``month``,
     ``day``, ``hour``, ``minute``, ``weekday``), by part: their natural range is their rule; the
@@ -292,6 +296,7 @@ def infer_roles(
     time_column: str | None = None,
     key: str | None = None,
     classes: str | None = None,
+    time_zone: str = "",
 ) -> tuple[SampleProfile, Roles]:
     """Check the given roles against the sample and infer the others; the profile comes back
     with the time column parsed (a string column of ISO dates becomes a date column); a
@@ -299,7 +304,15 @@ def infer_roles(
     gives it). Raises ``SampleError`` naming the argument, the file and the column."""
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
-    profile, days, date_format, times = _parse_time(profile, time_name, given=time_column)
+    if time_zone:
+        try:
+            zoneinfo.ZoneInfo(time_zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise SampleError(
+                f"--time-zone {time_zone!r} is not a time zone name; use an IANA name such as "
+                "America/Chicago"
+            ) from None
+    profile, days, date_format, times = _parse_time(profile, time_name, time_column, time_zone)
     key_name, key_columns = _key(
         profile, key, exclude={time_name, label_column.name}, time=time_name
     )
@@ -331,6 +344,7 @@ def infer_roles(
         key_columns=key_columns,
         time_column=time_name,
         date_format=date_format,
+        time_zone=time_zone,
         label=label_column.name,
         task=checked_task,
         classes=order.classes,
@@ -376,7 +390,7 @@ def _time_column(profile: SampleProfile, given: str | None) -> str:
 
 
 def _parse_time(
-    profile: SampleProfile, name: str, given: str | None = None
+    profile: SampleProfile, name: str, given: str | None = None, time_zone: str = ""
 ) -> tuple[SampleProfile, dict[date, int], str, pa.ChunkedArray]:
     """The profile (an ISO text column becomes a date or timestamp column), the rows per day,
     the column's ``date_format`` and its values as times. Text in another format and epoch
@@ -426,7 +440,7 @@ def _parse_time(
             f"({_examples(values)}), not dates or times"
         )
     times = event_times(values, date_format)
-    days = days_of(times).drop_null().to_pylist()
+    days = days_of(times, "", time_zone).drop_null().to_pylist()
     return profile, dict(sorted(Counter(days).items())), date_format, times
 
 

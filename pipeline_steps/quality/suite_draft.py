@@ -98,7 +98,7 @@ NATURAL_RANGES = {
 time)."""
 MIN_ROW_COUNT_LOW = 0.05
 """The least lower bound drafted: a day of a twentieth of its trailing mean is always refused."""
-FAR_FROM_ZERO_SHARE = 0.1
+FAR_FROM_ZERO_SHARE = 0.01
 """The share of its bound by which a range that lies far from zero is widened at least (times
 ``Margins.range_widen``)."""
 MAX_TRAILING_DAYS = 90
@@ -273,7 +273,8 @@ def _column_rules(
                 f"inferred from {noun}: always missing there, and left out of the model; a "
                 f"day may fill {_share(margins.null_floor)} of its rows. A warning beyond: a "
                 "source that starts to fill a field (a new form, a new system) has changed, "
-                "not broken, and the column may be worth making a feature",
+                "not broken; make it a feature only if it is known when the model predicts "
+                "(a citation issued at the end of a stop is not)",
                 severity="warning",
             )
         ]
@@ -525,9 +526,10 @@ def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[fl
     ``whole``) widened on each side by ``factor``
     times the larger of the span and the bound's size; a bound never crosses zero when the
     sample's values did not. Values that lie further from zero than they spread (years,
-    latitudes, temperatures in kelvin) are widened by the larger of the span and a tenth of
-    the bound instead: a year of 1937..1996 allows 1356..2595, so that years in centuries or
-    in tenths of a year are refused. Whole bounds for integers, else three significant digits,
+    latitudes, temperatures in kelvin) are widened by the larger of the span and a hundredth
+    of the bound instead: a year of 1937..1996 allows 1760..2173, a city's latitudes of
+    44.89..45.05 allow 43.5..46.4, so that years in centuries and a day's stops 200 km away
+    are refused. Whole bounds for integers, else three significant digits,
     both rounded outward."""
     assert column.low is not None and column.high is not None, "a range needs values"
     low, high = column.low, column.high

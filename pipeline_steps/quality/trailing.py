@@ -115,9 +115,13 @@ def trailing_bounds(
 ) -> dict[str, Any]:
     """Bounds from the trailing days' row counts and missing shares per column (one pair per
     day; fewer than ``MIN_HISTORY`` days leave them open): ``row_count_min``/``max`` around the
-    mean count (its ratios, widened by ``row_count_noise`` times the larger of the mean's square
-    root and the trailing counts' standard deviation; the highest also at least ``row_count_noise``
-    standard deviations of the log counts above their mean, for bursty sources), and
+    mean count. The highest: ``row_count_high`` times the mean widened by ``row_count_noise``
+    times the larger of the mean's square root and the trailing counts' standard deviation, or,
+    when more, ``row_count_noise`` standard deviations of the log counts above their mean (a
+    bursty source). The lowest: ``row_count_low`` times the mean, or, when fewer, what chance
+    allows at ``row_count_noise`` standard deviations, of a Poisson count and of the log counts
+    (a day of 5 stops after days of 140 is refused; a day of 1 rating after sessions is not);
+    and
     ``<column>_present_min``, the least share of values present: 1 minus
     ``null_share_factor`` times the mean missing share minus ``null_share_floor``, or, when more,
     the share a day of ``rows`` rows reaches by chance (``share_noise``, ``chance_share``) at
@@ -128,17 +132,22 @@ def trailing_bounds(
         return {"row_count_min": 0, "row_count_max": 10**12}
     counts = [rows for rows, _ in trailing]
     mean = statistics.fmean(counts)
+    k = settings.row_count_noise
     # chance: a Poisson count's spread, or the trailing days' own where they vary more (bursts)
-    noise = settings.row_count_noise * max(math.sqrt(mean), statistics.stdev(counts))
-    highest = mean * settings.row_count_high + noise
-    if settings.row_count_noise and all(counts):
-        # a source of sessions (a user rating a catalogue at once) varies by multiples: its
-        # log counts' spread bounds a burst as the ratios of a steady source cannot
+    highest = mean * settings.row_count_high + k * max(math.sqrt(mean), statistics.stdev(counts))
+    lowest = mean * settings.row_count_low
+    if k:
+        # the fewest rows chance allows: a Poisson count's, and, below it, what the trailing
+        # days' own spread allows on the log scale (a source of sessions varies by multiples;
+        # a steady one's weekly rhythm by a fraction, so a day of a few rows is still refused)
+        lowest = min(lowest, mean - k * math.sqrt(mean))
+    if k and all(counts):
         logs = [math.log(n) for n in counts]
-        burst = statistics.fmean(logs) + settings.row_count_noise * statistics.stdev(logs)
-        highest = max(highest, math.exp(burst))
+        centre, spread = statistics.fmean(logs), statistics.stdev(logs)
+        highest = max(highest, math.exp(centre + k * spread))
+        lowest = min(lowest, math.exp(centre - k * spread))
     bounds: dict[str, Any] = {
-        "row_count_min": max(0, math.floor(mean * settings.row_count_low - noise)),
+        "row_count_min": max(0, math.floor(lowest)),
         "row_count_max": math.ceil(highest),
     }
     columns = sorted({column for _, shares in trailing for column in shares})

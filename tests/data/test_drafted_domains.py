@@ -118,7 +118,7 @@ def test_release_years_lie_far_from_zero_and_their_range_refuses_centuries(ratin
     low, high = rule["kwargs"]["min_value"], rule["kwargs"]["max_value"]
     # the films of later years (to 2016) are allowed; years in centuries (19.96) are not
     assert 1000 < low < 1900 and 2016 < high < 3000
-    assert "0.1 x the bound, as its values lie far from zero" in rule["meta"]["why"]
+    assert "0.01 x the bound, as its values lie far from zero" in rule["meta"]["why"]
 
 
 def test_multi_valued_text_becomes_flags(ratings) -> None:
@@ -284,4 +284,68 @@ def test_police_stops_name_their_stop_id_and_review_a_search_decided_at_the_stop
     rules = {(r["type"], r["kwargs"].get("column")): r for r in draft.suite["expectations"]}
     assert rules[("expect_column_values_to_be_null", "citationIssued")]["severity"] == "warning"
     latitude = rules[("expect_column_values_to_be_between", "lat")]["kwargs"]
-    assert 30 < latitude["min_value"] < 44.9 and 45.1 < latitude["max_value"] < 60
+    # a day of stops 2 degrees away is refused
+    assert 42.9 < latitude["min_value"] < 44.8 and 45.1 < latitude["max_value"] < 47
+
+
+def test_days_counted_in_the_city_s_zone_split_the_holdout_there_too(exports: Path) -> None:
+    """Minneapolis' stops are written in UTC; with ``--time-zone America/Chicago`` the sample's
+    days, ``ingest.time_zone`` and the entity rows' dates (which split off the holdout) are all
+    the city's, and a settings file that disagrees with the domain is refused."""
+    from dataclasses import replace
+
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.errors import StepError
+    from pipeline_steps.core.settings import FeatureSettings, SettingsError, load_settings
+
+    utc = _draft(exports, "stops", label="personSearch", time_column="date")
+    out = exports / "stops_local"
+    code, printed = _run(
+        [
+            "init-domain",
+            "stops_local",
+            "--sample",
+            str(exports / "stops.parquet"),
+            "--label",
+            "personSearch",
+            "--time-zone",
+            "America/Chicago",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0, printed
+    settings = yaml.safe_load((out / "settings.yaml").read_text())
+    assert settings["ingest"]["time_zone"] == "America/Chicago"
+    # the UTC day 2017-01-31 began at 18:00 on the 30th in Minneapolis
+    sys.path.insert(0, str(out))
+    try:
+        module = importlib.import_module("stops_local.domain")
+        stops = pd.read_parquet(exports / "stops.parquet")
+        rows = module.DOMAIN.entity_rows(stops, FeatureSettings())
+        local = pd.to_datetime(stops["date"]).dt.tz_convert("America/Chicago").dt.date
+        by_id = dict(zip(stops["idNum"], local.astype(str), strict=True))
+        assert (rows["event_date"] == rows["idNum"].map(by_id)).all()
+        assert (rows["event_date"] != rows["event_timestamp"].dt.strftime("%Y-%m-%d")).any()
+        # slices are row features only, and a missing one is named
+        assert set(module.DOMAIN.slice_columns) <= set(module.CATEGORICAL)
+        with pytest.raises(StepError, match="slice_columns names 'nope'"):
+            replace(module.DOMAIN, slice_columns=("nope",)).slice_rows(rows)
+        home = {"TRAINYARD_HOME": str(exports / "home")}
+        disagreeing = load_settings(out / "settings.yaml", ["ingest.time_zone=''"], environ=home)
+        ctx = RunContext(run_id="r", logical_date=date(2017, 1, 31), settings=disagreeing)
+        with pytest.raises(SettingsError, match=r"ingest\.time_zone '' differs"):
+            _ = ctx.domain
+    finally:
+        sys.path.remove(str(out))
+        for name in [m for m in sys.modules if m.split(".")[0] == "stops_local"]:
+            del sys.modules[name]
+    local_days = draft_domain(
+        "stops_z",
+        str(exports / "stops.parquet"),
+        out=str(exports / "stops_z"),
+        label="personSearch",
+        time_zone="America/Chicago",
+    ).roles.days
+    assert sum(local_days.values()) == sum(utc.roles.days.values())
+    assert local_days[date(2017, 1, 31)] != utc.roles.days[date(2017, 1, 31)]

@@ -67,7 +67,7 @@ def test_row_counts_of_a_sparse_domain_have_a_lower_bound_and_room_for_chance() 
     assert bounds["row_count_min"] == 0  # 5 a day: a day of 0..1 is chance
     assert bounds["row_count_max"] == 17  # 2 x 5 + 3 x sqrt(5)
     busy = trailing_bounds([(900, {})] * 14, replace(NOISY, row_count_low=0.2), rows=900)
-    assert busy["row_count_min"] == 90  # 0.2 x 900 - 3 x 30
+    assert busy["row_count_min"] == 180  # 0.2 x 900: beyond chance (900 - 3 x 30)
 
 
 def test_a_bursty_source_widens_its_row_count_bounds_by_its_own_spread() -> None:
@@ -92,3 +92,13 @@ def test_a_sparse_source_is_judged_against_as_many_days_with_rows_as_a_daily_one
     assert row_counts(every_third).trailing_days == 40
     rare = {first: 5, first + timedelta(200): 5}
     assert trailing_window(rare)[0] == 90  # at most 90 days
+
+
+def test_a_steady_source_refuses_a_day_of_a_few_rows_despite_its_weekly_rhythm() -> None:
+    # Minneapolis' stops: about 140 a day, fewer at weekends (a spread of about 29)
+    trailing = [(n, {}) for n in (150, 160, 145, 170, 120, 95, 100) * 2]
+    bounds = trailing_bounds(trailing, replace(NOISY, row_count_low=0.18), rows=5)
+    assert 5 < bounds["row_count_min"] <= 0.18 * 137
+    # a source of sessions keeps no lower bound: days of 1 rating are ordinary
+    sessions = [(n, {}) for n in (1, 3, 40, 2, 1, 177, 5, 2, 12, 1)]
+    assert trailing_bounds(sessions, NOISY, rows=1)["row_count_min"] == 0
