@@ -152,6 +152,10 @@ def trained_settings(ctx: RunContext, trained: TrainManifest) -> dict[str, Any]:
     return document
 
 
+LINEAGE_INPUTS = (IngestManifest, FeaturesManifest, TrainManifest, EvaluateManifest)
+"""The manifests of a run's earlier steps that its lineage is built from."""
+
+
 def build_lineage(ctx: RunContext, decision: Decision, version: str | None) -> Lineage:
     """What this run used and produced, from partitions to the registered ``version`` (None when
     it registered none), with what a replay needs, and the usage and cost its steps recorded

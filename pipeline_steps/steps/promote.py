@@ -18,7 +18,7 @@ from typing import Any, cast
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.locks import exclusive
 from pipeline_steps.core.manifests import Decision, EvaluateManifest, PromoteManifest, to_json
-from pipeline_steps.core.provenance import build_lineage
+from pipeline_steps.core.provenance import LINEAGE_INPUTS, build_lineage
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.gate import Verdict, gate
 
@@ -249,6 +249,8 @@ def promote(ctx: RunContext) -> PromoteManifest:
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)
+    for earlier in LINEAGE_INPUTS:  # what the lineage reads, before the registry changes
+        ctx.upstream(earlier)
     client = connect(cfg)
     challenger, champion = evaluation.challenger, evaluation.champion
 

@@ -181,3 +181,17 @@ def test_a_holdout_too_small_to_decide_leaves_the_champion_and_says_so(make_sett
     assert _champion(settings) == "1"
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     assert client.get_model_version("flight_delay", "2").tags["trainyard.decision"] == "undecided"
+
+
+def test_a_run_missing_an_earlier_step_is_refused_before_the_registry_changes(settings) -> None:
+    """Promote for a run whose ingest never completed (its lineage would have no partitions):
+    refused naming the step, with no version registered and no alias moved."""
+    from pipeline_steps.core.errors import StepError
+    from pipeline_steps.core.lake import Lake
+
+    ctx = _prepare(settings, "run-1", auc=0.7, champion=None)
+    ctx.lake.fs.rm(ctx.lake.path(Lake.run_dir("run-1"), "ingest.json"))
+    with pytest.raises(StepError, match="step 'ingest' has not completed for run 'run-1'"):
+        promote(ctx)
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert not client.search_model_versions("name = 'flight_delay'")
