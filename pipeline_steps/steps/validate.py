@@ -129,7 +129,7 @@ def validate_partition(
             data_docs=None,
             evaluated=0,
             failed=0,
-            warnings=[],
+            warnings=_reported_warnings(lake, reports, dataset, raw_manifest.sha256),
         )
         return PartitionVerdict(raw=raw, verdict=cached)
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
@@ -185,6 +185,20 @@ def validate_partition(
         f"{dataset}.json",
     )
     return _verdict(raw, lake.path(raw), outcome, report, docs, changes)
+
+
+def _reported_warnings(lake: Lake, reports: str, dataset: str, sha256: str) -> list[str]:
+    """The warnings the day's report recorded when it judged this content (a cached partition
+    keeps them: a field that started to fill still warns in every run of that day)."""
+    if not lake.exists(reports, f"{dataset}.json"):
+        return []
+    recorded = lake.read_json(reports, f"{dataset}.json")
+    if recorded.get("sha256") != sha256:
+        return []
+    return [
+        w["expectation"] + (f" ({w['column']})" if w.get("column") else "")
+        for w in recorded.get("warnings", [])
+    ]
 
 
 def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[SchemaChange]:

@@ -164,6 +164,16 @@ def test_warnings_are_reported_and_the_run_goes_on(ingested: RunContext) -> None
     assert manifest.verdict == "passed"
     assert "expect_column_values_to_not_be_null (tailnum)" in manifest.datasets["flights"].warnings
     assert ingested.lake.partition_dates("validated", "flights") == [DAY]
+    # another run of the day finds the partition validated, and its warnings with it
+    from dataclasses import replace
+
+    from pipeline_steps.core.manifests import IngestManifest
+
+    again = replace(ingested, run_id="r2")
+    again.record(ingested.upstream(IngestManifest))
+    cached = validate(again).datasets["flights"]
+    assert cached.status == "cached"
+    assert cached.warnings == manifest.datasets["flights"].warnings
 
 
 def test_checkpoint_writes_data_docs_and_survives_quantile_results(make_settings) -> None:
