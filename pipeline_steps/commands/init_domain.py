@@ -39,6 +39,7 @@ from pipeline_steps.core.lake import Lake
 from pipeline_steps.quality.draft_checks import (
     constant_where_labelled,
     identifiers,
+    integer_codes,
     label_sources,
     multi_valued,
     one_column_scores,
@@ -341,8 +342,11 @@ def draft_domain(
     ids = identifiers(profile, names)
     multi = multi_valued(profile, [n for n in names if n not in ids])
     roles = replace(roles, identifiers=tuple(ids))
+    codes = integer_codes(profile, [n for n in names if n not in ids])
     categorical = [
-        c.name for c in columns if c.categorical(margins.category_limit) and c.name not in multi
+        c.name
+        for c in columns
+        if (c.categorical(margins.category_limit) and c.name not in multi) or c.name in codes
     ]
     numeric = [
         c.name
@@ -350,6 +354,7 @@ def draft_domain(
         if (c.numeric or c.kind == "boolean")
         and c.name not in roles.time_encodings
         and c.name not in ids
+        and c.name not in codes
         and roles.calendar.get(c.name) not in DATE_PARTS
     ]
     constant = constant_where_labelled(profile, roles, categorical + numeric)
@@ -385,6 +390,7 @@ def draft_domain(
         **{name: f"left out: {why}" for name, why in leaks.items()},
         **{name: f"left out: {why}" for name, why in constant.items()},
         **{name: f"flags: {m.reason}" for name, m in multi.items()},
+        **{name: why for name, why in codes.items() if name in categorical},
         **{
             name: "left out: encodes the time (a holdout's values would lie beyond every "
             "training value)"

@@ -10,6 +10,8 @@
 - **Identifiers.** Integer columns named as identifiers (``user_id``, ``movieId``) or unique
   per row number things; their values have no order, and a growing id leaves any range the
   sample shows, so they are no numeric feature and get no range rule.
+- **Integer codes.** Integer columns named as codes (``policePrecinct``, ``region``) with a
+  dozen values at most are categories, not amounts.
 - **Multi-valued text.** A string column of delimited values (``Drama|Comedy``) becomes 0/1
   flags of its most common values, one feature each.
 
@@ -44,6 +46,14 @@ named for review (``strong_features``): a binary label's balanced accuracy of 0.
 0.4."""
 BINS = 64
 """Quantile bins of a numeric column in its one-column model."""
+CODE_NAME = re.compile(
+    r"(precinct|district|ward|zone|region|code|category|type|class|group|sector|division|"
+    r"cluster|segment|status|tier)s?$",
+    re.IGNORECASE,
+)
+"""Names of integer columns that may code categories: ``policePrecinct``, ``region``."""
+CODE_VALUES = 12
+"""Most values an integer code column may have to be drafted as a category."""
 DELIMITERS = ("|", ";")
 """Delimiters of multi-valued text."""
 MULTI_VALUED_SHARE = 0.2
@@ -240,6 +250,29 @@ def constant_where_labelled(
                 f"{unlabelled} rows without one): it tells the model nothing"
             )
     return found
+
+
+def integer_codes(profile: SampleProfile, columns: list[str]) -> dict[str, str]:
+    """The integer columns among ``columns`` whose few values name things rather than count
+    them (a police precinct 1..5, a region code), each with why: named as a code
+    (``CODE_NAME``) with at most ``CODE_VALUES`` values. They are categories: as numbers, a
+    model would read precinct 4 as twice precinct 2."""
+    found = {}
+    for name in columns:
+        column = profile.column(name, "--key")
+        if column.kind != "integer" or not CODE_NAME.search(name):
+            continue
+        if 2 <= column.distinct <= CODE_VALUES:
+            found[name] = (
+                f"a category: {column.distinct} whole values named as codes "
+                f"({_number_range(column)}); a model would read them as amounts. Move it to "
+                "NUMERIC if its numbers count or measure"
+            )
+    return found
+
+
+def _number_range(column: ColumnProfile) -> str:
+    return f"{column.low:g}..{column.high:g}" if column.low is not None else "no values"
 
 
 def multi_valued(profile: SampleProfile, columns: list[str]) -> dict[str, MultiValued]:

@@ -273,6 +273,9 @@ def test_police_stops_name_their_stop_id_and_review_a_search_decided_at_the_stop
     assert draft.decisions["rownames"].startswith("left out: an identifier")
     assert draft.decisions["citationIssued"].startswith("left out: always missing in the sample")
     assert "vehicleSearch" in draft.categorical
+    # precincts 1..5 name places: a category, not an amount
+    assert "policePrecinct" in draft.categorical and "policePrecinct" not in draft.numeric
+    assert draft.decisions["policePrecinct"].startswith("a category: 5 whole values")
     # MDC is 'other' exactly where personSearch is missing: one value on the labelled rows
     assert "MDC" not in draft.categorical and "MDC" not in draft.slice_columns
     assert draft.decisions["MDC"].startswith("left out: one value, 'MDC', on every row with a")
