@@ -41,7 +41,8 @@ class RunContext:
         ``file`` source must count days in the domain's zone (``ingest.time_zone``)."""
         domain = load_domain(self.settings.domain.module)
         ingest = self.settings.ingest
-        if ingest.source == "file" and ingest.time_zone != domain.time_zone:
+        declared = domain.time_zone is not None
+        if declared and ingest.source == "file" and ingest.time_zone != domain.time_zone:
             raise SettingsError(
                 f"ingest.time_zone {ingest.time_zone!r} differs from the time zone of domain "
                 f"{domain.name} ({domain.time_zone!r}, TIME_ZONE in {self.settings.domain.module})"

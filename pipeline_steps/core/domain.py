@@ -103,9 +103,11 @@ class Domain(ABC):
     slice_columns: tuple[str, ...] = ()
     """Holdout columns whose values are the evaluation's slices by default (``slice_rows`` may
     derive more)."""
-    time_zone: str = ""
-    """The zone whose midnight starts a day of the date column (an IANA name); empty: UTC or a
-    time's own zone. A ``file`` source counts days in ``ingest.time_zone``, which must agree."""
+    time_zone: str | None = None
+    """The zone whose midnight starts a day of the date column when the domain dates its rows
+    from times (an IANA name; empty: UTC or a time's own zone): a ``file`` source counts days
+    in ``ingest.time_zone``, which must agree. None: the domain's dates are no times' days (the
+    flights' own date parts), and ``ingest.time_zone`` is free."""
 
     def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """The slice columns of holdout rows, as strings; a domain overrides it to derive slices
