@@ -32,6 +32,7 @@ from pipeline_steps.engines.spark import engine_session
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     SuiteOutcome,
+    UnmetExpectation,
     as_frame,
     describe,
     load_suite,
@@ -195,10 +196,7 @@ def _reported_warnings(lake: Lake, reports: str, dataset: str, sha256: str) -> l
     recorded = lake.read_json(reports, f"{dataset}.json")
     if recorded.get("sha256") != sha256:
         return []
-    return [
-        w["expectation"] + (f" ({w['column']})" if w.get("column") else "")
-        for w in recorded.get("warnings", [])
-    ]
+    return [UnmetExpectation(**w).label for w in recorded.get("warnings", [])]
 
 
 def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[SchemaChange]:
