@@ -118,11 +118,10 @@ def ensure_mlflow_user(
 
 
 def main(environ: Mapping[str, str] = os.environ) -> int:
-    from pipeline_steps.core.settings import load_settings
-    from pipeline_steps.services.gpu_pool import pool_command
+    from pipeline_steps.services.gpu_pool import deployment_pool_commands
 
     subprocess.run(["airflow", "db", "migrate"], check=True)
-    if pool := pool_command(load_settings(environ=environ)):
+    for pool in deployment_pool_commands(environ):
         subprocess.run(pool, check=True)
         print(f"airflow-init: Airflow pool {pool[3]} has {pool[4]} slot(s)")
 

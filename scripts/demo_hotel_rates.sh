@@ -43,5 +43,5 @@ What to open next:
                  model hotel_rate with its champion and challenger aliases)
   trainyard report --config $CONFIG --champion   every move of the champion alias, and why
 What the example brings (nothing of it in pipeline_steps/): examples/hotel_rates/README.md
-Evaluation reports: $TRAINYARD_HOME/lake/reports/evaluation/date=<date>/run=<run>/index.html
+Evaluation reports: $TRAINYARD_HOME/lake/hotel_rate/reports/evaluation/date=<date>/run=<run>/index.html
 MSG

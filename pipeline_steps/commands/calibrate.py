@@ -117,7 +117,7 @@ def _statistics(
 ) -> dict[date, DayStatistics]:
     found: dict[date, DayStatistics] = {}
     if source == "lake":
-        lake = Lake(settings.lake.root)
+        lake = Lake(settings.lake_root)
         for day in lake.partition_dates("validated", dataset):
             if start <= day <= end:
                 folder = Lake.partition("validated", dataset, day)

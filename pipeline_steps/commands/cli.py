@@ -38,7 +38,14 @@ from pathlib import Path
 
 from pipeline_steps.commands.report import SEED_PREFIX
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.errors import EXIT_PERMANENT, EXIT_TRANSIENT, StepError, is_transient
+from pipeline_steps.core.errors import (
+    EXIT_EMPTY_DAY,
+    EXIT_PERMANENT,
+    EXIT_TRANSIENT,
+    EmptyDay,
+    StepError,
+    is_transient,
+)
 from pipeline_steps.core.manifests import (
     Manifest,
     ManifestError,
@@ -293,18 +300,25 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> Se
     from pipeline_steps.steps.validate import validate
 
     settings = load_settings(config, overrides)
-    days, rows = [], 0
+    days, empty, rows = [], [], 0
     day = start
     while day <= end:
         ctx = RunContext(
             run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings
         )
-        rows += ingest(ctx).rows
-        validate(ctx)
-        days.append(day.isoformat())
-        print(f"seeded {day.isoformat()}", file=sys.stderr, flush=True)
+        try:
+            rows += ingest(ctx).rows
+        except EmptyDay as exc:  # ordinary in this domain (domain.empty_days: skip)
+            empty.append(day.isoformat())
+            print(f"skipped {day.isoformat()}: {exc}", file=sys.stderr, flush=True)
+        else:
+            validate(ctx)
+            days.append(day.isoformat())
+            print(f"seeded {day.isoformat()}", file=sys.stderr, flush=True)
         day += timedelta(days=1)
-    return SeedSummary(days=len(days), first=days[0], last=days[-1], rows=rows)
+    if not days:
+        raise StepError(f"no day from {start} to {end} has rows; {len(empty)} empty day(s) skipped")
+    return SeedSummary(days=len(days), first=days[0], last=days[-1], rows=rows, empty_days=empty)
 
 
 def check_file_command(args: argparse.Namespace) -> int:
@@ -323,7 +337,7 @@ def check_file_command(args: argparse.Namespace) -> int:
     except FileRejected as exc:
         print(f"trainyard validate failed: {exc}", flush=True)
         return 1
-    print(f"judged as the pipeline would, against the lake {settings.lake.root}")
+    print(f"judged as the pipeline would, against the lake {settings.lake_root}")
     for check in checks:
         subject = f"file {args.path} (date {check.day})"
         outcome = check.outcome
@@ -367,15 +381,20 @@ def predict_command(args: argparse.Namespace) -> int:
 
 def fail(args: argparse.Namespace, exc: Exception) -> int:
     """Print the one failure line (with its class, see ``errors``) and return the exit code.
-    In a Kubernetes pod the line is also the container's termination message."""
+    In a Kubernetes pod the line is also the container's termination message. An ordinary
+    empty day is no failure: its line says ``skipped (empty day)``."""
     transient = is_transient(exc)
     label = f"step {args.name}" if args.command == "step" else args.command
     kind = "transient" if transient else "permanent"
     line = f"trainyard {label} failed ({kind}): {exc}"
+    if isinstance(exc, EmptyDay):
+        line = f"trainyard {label} skipped (empty day): {exc}"
     print(line, file=sys.stderr, flush=True)
     if TERMINATION_LOG.exists():
         with contextlib.suppress(OSError):
             TERMINATION_LOG.write_text(line[:4000])  # Kubernetes keeps 4 KiB
+    if isinstance(exc, EmptyDay):
+        return EXIT_EMPTY_DAY
     return EXIT_TRANSIENT if transient else EXIT_PERMANENT
 
 

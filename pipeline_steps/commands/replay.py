@@ -411,7 +411,7 @@ def replay(
     pinned version is gone, or a step fails."""
     from pipeline_steps.steps.promote import promote as promote_step
 
-    lake = Lake(settings.lake.root)
+    lake = Lake(settings.lake_root)
     original = find_recorded(lake, run_id, logical_date)
     new_id = replay_run_id(lake, original.run_id)
     current = code_version()

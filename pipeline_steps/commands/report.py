@@ -434,7 +434,7 @@ def print_report(
         history = champion_history(settings, start, end)
         print("\n".join(champion_report(history, settings.mlflow.monitoring_experiment)))
         return
-    runs = select_runs(recorded_runs(Lake(settings.lake.root)), logical_date, start, end)
+    runs = select_runs(recorded_runs(Lake(settings.lake_root)), logical_date, start, end)
     if not runs:
         print(f"no recorded runs{_range(logical_date, start, end)}")
         return

@@ -263,7 +263,7 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
     from pipeline_steps.core.domain import load_domain
     from pipeline_steps.steps.evaluate import score
 
-    lake = Lake(settings.lake.root, settings.ingest.pins)
+    lake = Lake(settings.lake_root, settings.ingest.pins)
     domain = load_domain(settings.domain.module)
     requested = request_rows(settings, lake, domain, day, path)  # before the registry is asked
     model = champion(settings, lake)

@@ -33,7 +33,7 @@ class RunContext:
 
     @cached_property
     def lake(self) -> Lake:
-        return Lake(self.settings.lake.root, self.settings.ingest.pins)
+        return Lake(self.settings.lake_root, self.settings.ingest.pins)
 
     @cached_property
     def domain(self) -> Domain:

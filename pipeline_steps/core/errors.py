@@ -7,6 +7,9 @@ retry can fix:
   configuration, a refused request. Retrying gives the same answer; the task fails at once.
 - ``EXIT_TRANSIENT`` (75, ``EX_TEMPFAIL``): a refused or dropped connection to MLflow, the
   database or the object store. Retried with backoff.
+- ``EXIT_EMPTY_DAY`` (3): the day holds no row of the labelled dataset in a domain where that
+  is ordinary (``domain.empty_days: skip``). Not a failure: the task ends skipped, and so does
+  the rest of the run.
 - Anything else (a killed process, a preempted pod, an unexpected crash) is retried too; the
   train step resumes from its newest checkpoint.
 """
@@ -18,7 +21,10 @@ from typing import Literal
 
 EXIT_PERMANENT = 2
 EXIT_TRANSIENT = 75
+EXIT_EMPTY_DAY = 3
 FailureClass = Literal["permanent", "transient"]
+EMPTY_DAY_LINE = re.compile(r"trainyard (?:step )?\S+ skipped \(empty day\)")
+"""The line a step ending on an ordinary empty day prints last on stderr."""
 FAILURE_LINE = re.compile(r"trainyard (?:step )?\S+ failed \((permanent|transient)\)")
 """The line a failed step prints last on stderr: ``trainyard step <name> failed (<class>): ...``.
 torchrun reports its own exit code, not its workers': the orchestrator reads this line."""
@@ -26,6 +32,19 @@ torchrun reports its own exit code, not its workers': the orchestrator reads thi
 
 class StepError(RuntimeError):
     """A step cannot go on; the message says what is wrong and where, for the task log."""
+
+
+class EmptyDay(StepError):
+    """The day has no row of the labelled dataset, and the domain says that is ordinary
+    (``domain.empty_days: skip``): the run ends skipped, nothing is written."""
+
+
+def is_empty_day(exit_code: int, output: list[str]) -> bool:
+    """Whether a step ended on an ordinary empty day (its exit code, or its last line under
+    torchrun or in a pod's termination message)."""
+    return exit_code == EXIT_EMPTY_DAY or any(
+        EMPTY_DAY_LINE.search(line.strip()) for line in output[-5:]
+    )
 
 
 class TransientError(RuntimeError):

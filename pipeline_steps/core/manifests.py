@@ -660,6 +660,8 @@ class SeedSummary(StepOutput):
     first: str
     last: str
     rows: int
+    empty_days: list[str] = field(default_factory=list)
+    """Days without rows, passed by (``domain.empty_days: skip``)."""
 
 
 STEP_MANIFESTS: dict[str, type[Manifest]] = {

@@ -31,6 +31,8 @@ from pipeline_steps.core.tasks import task_spec
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DOMAIN_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+_TEAM_NAME = re.compile(r"[a-z]([-a-z0-9]{0,30}[a-z0-9])?")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -94,6 +96,39 @@ class DomainSettings:
     """Importable module whose ``DOMAIN`` object describes the data: datasets and their types,
     the labelled dataset, entity rows and label, Feast sources and service
     (see ``pipeline_steps/domain/``). The default is the shipped NYC flights example."""
+    name: str = "flight_delay"
+    """The domain's name, from which every name of its own derives: the DAGs
+    (``<name>_training``, ``_drift_monitor``, ``_tuning``, ``_serving``), the drift and champion
+    assets, the MLflow experiments and registered model left empty below, and its folder in the
+    lake (``<lake.root>/<name>``). Lowercase letters, digits and ``_``, starting with a letter;
+    unique on a deployment."""
+    team: str = ""
+    """The team that owns the domain: its DAGs are tagged ``team:<team>``, its tasks take the
+    team's Airflow pools (``orchestration.pool``, ``orchestration.gpu_pool``), its pods the
+    team's Kueue queue (``kubernetes.queue_name``). Lowercase letters, digits and ``-``. Empty:
+    no team (the shared pools)."""
+    empty_days: Literal["fail", "skip"] = "fail"
+    """A day whose source holds no row of the labelled dataset: ``fail`` (a broken feed: the run
+    fails, as for any missing data) or ``skip`` (ordinary for this domain: the run ends skipped,
+    ``seed`` passes it by, serving scores the next day with rows, the monitor and the release
+    count only days with rows)."""
+
+    def __post_init__(self) -> None:
+        if not _DOMAIN_NAME.fullmatch(self.name):
+            raise SettingsError(
+                f"domain.name must be lowercase letters, digits and '_', starting with a letter "
+                f"(at most 48), got {self.name!r}: it names the domain's DAGs, assets and lake "
+                "folder"
+            )
+        if self.team and not _TEAM_NAME.fullmatch(self.team):
+            raise SettingsError(
+                f"domain.team must be lowercase letters, digits and '-', starting with a letter "
+                f"(at most 32), got {self.team!r}: it names Airflow pools and a Kueue queue"
+            )
+        if self.empty_days not in ("fail", "skip"):
+            raise SettingsError(
+                f"domain.empty_days must be 'fail' or 'skip', got {self.empty_days!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -103,10 +138,11 @@ class MlflowSettings:
     artifact_root: str = ""
     """Artifact root of new experiments; default ``$TRAINYARD_HOME/mlartifacts`` for a local
     store, the server's choice for an ``http(s)://`` tracking server."""
-    experiment: str = "flight_delay_training"
-    """Experiment that holds one run per training."""
-    registered_model: str = "flight_delay"
-    """Registered model the challenger is added to and the ``champion`` alias lives on."""
+    experiment: str = ""
+    """Experiment that holds one run per training; empty: ``<domain.name>_training``."""
+    registered_model: str = ""
+    """Registered model the challenger is added to and the ``champion`` alias lives on; empty:
+    ``domain.name``."""
     champion_alias: str = "champion"
     """Alias that marks the production model."""
     challenger_alias: str = "challenger"
@@ -116,9 +152,9 @@ class MlflowSettings:
     """Alias of the candidate in shadow (``release.mode: staged``): a challenger that passed the
     gate, scored by the drift monitor beside the champion on each new day until the release
     decides on it."""
-    monitoring_experiment: str = "flight_delay_monitoring"
+    monitoring_experiment: str = ""
     """Experiment that holds one run per monitored day: the champion's score on that day and the
-    drift statistics of the window ending there."""
+    drift statistics of the window ending there; empty: ``<domain.name>_monitoring``."""
 
     def __post_init__(self) -> None:
         keys = ("champion_alias", "challenger_alias", "staging_alias")
@@ -162,7 +198,21 @@ class OrchestrationSettings:
     gpu_pool: str = "gpu"
     """Airflow pool of GPU slots: the train task and the tuning trials take one slot per GPU
     they use, so Airflow never starts more GPU work than ``gpu_pool_slots``; created with that
-    size where Airflow is set up. Empty: no pool (GPU tasks use Airflow's default pool)."""
+    size where Airflow is set up. Empty: no pool (GPU tasks use Airflow's default pool). With
+    ``domain.team``, the default ``gpu`` becomes the team's own, ``gpu-<team>``."""
+    pool: str = ""
+    """Airflow pool every other task of the domain's DAGs takes a slot of, so one team's runs
+    cannot crowd out another's worker slots; created with ``pool_slots`` slots where Airflow is
+    set up. Empty: the team's pool ``team-<team>`` with ``domain.team``, else Airflow's
+    ``default_pool``."""
+    pool_slots: int = 16
+    """Size of ``pool``: the tasks of the team's domains running at once."""
+    domains_dir: str = ""
+    """A folder of domain settings files (``*.yaml``, one domain each): Airflow builds every
+    DAG of each (``dags/trainyard_domains.py``), beside the default domain's. Read from the
+    default domain's settings (``TRAINYARD_CONFIG``, ``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``)."""
+    example_domains: bool = True
+    """Whether the deployment runs the hotel-rates example beside its own domains."""
     gpu_pool_slots: int = 64
     """Size of ``gpu_pool``: the GPUs this Airflow's tasks may hold at once (e.g. the GPUs of
     the team's Kueue quota); a task needing more is refused when the DAG is parsed."""
@@ -185,9 +235,10 @@ class OrchestrationSettings:
             raise SettingsError(
                 "orchestration.data_wait_s must not be negative, data_poke_s at least 1"
             )
-        if self.gpu_pool_slots < 1:
+        if self.gpu_pool_slots < 1 or self.pool_slots < 1:
             raise SettingsError(
-                f"orchestration.gpu_pool_slots must be at least 1, got {self.gpu_pool_slots}"
+                f"orchestration.gpu_pool_slots and pool_slots must be at least 1, got "
+                f"{self.gpu_pool_slots} and {self.pool_slots}"
             )
         for name in ("train_priority", "tuning_priority"):
             if not 1 <= getattr(self, name) < 2**31:
@@ -608,8 +659,9 @@ class TuningSettings:
     storage: str = ""
     """Optuna RDB storage URL; default ``sqlite:///$TRAINYARD_HOME/optuna.db``. PostgreSQL in
     production (``postgresql+psycopg2://user@host/optuna``)."""
-    experiment: str = "flight_delay_tuning"
-    """MLflow experiment holding one parent run per study and a child run per trial."""
+    experiment: str = ""
+    """MLflow experiment holding one parent run per study and a child run per trial; empty:
+    ``<domain.name>_tuning``."""
     search_space: str = str(PROJECT_ROOT / "tuning" / "flight_delay.yaml")
     """YAML file of the search space: which train settings a trial draws, and from what."""
     sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
@@ -1005,7 +1057,8 @@ class KubernetesSettings:
     which the training checkpoints; must exceed ``train.preemption_grace_s``."""
     queue_name: str = ""
     """Kueue LocalQueue of this team: the ``kueue.x-k8s.io/queue-name`` label on every step
-    pod and training Job, so Kueue admits them within the team's quota. Empty: no label."""
+    pod and training Job, so Kueue admits them within the team's quota. Empty: ``domain.team``
+    (a LocalQueue named after the team), else no label."""
     lake_pvc: str = ""
     """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
     lake_mount_path: str = "/lake"
@@ -1083,6 +1136,13 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def lake_root(self) -> str:
+        """The domain's own folder of the lake, ``<lake.root>/<domain.name>``: domains sharing a
+        lake (one ``TRAINYARD_LAKE__ROOT`` for a deployment) never share a run folder or a
+        dataset's partitions."""
+        return f"{self.lake.root.rstrip('/')}/{self.domain.name}"
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON form: equal settings give equal fingerprints."""
@@ -1281,12 +1341,34 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     artifacts = settings.mlflow.artifact_root or (str(home / "mlartifacts") if local_store else "")
     storage = settings.tuning.storage or f"sqlite:///{home / 'optuna.db'}"
     lock = settings.promotion.lock or str(home / "locks")
+    name, team = settings.domain.name, settings.domain.team
+    mlflow = settings.mlflow
+    orch = settings.orchestration
     return dataclasses.replace(
         settings,
         promotion=dataclasses.replace(settings.promotion, lock=lock),
-        tuning=dataclasses.replace(settings.tuning, storage=storage),
+        tuning=dataclasses.replace(
+            settings.tuning,
+            storage=storage,
+            experiment=settings.tuning.experiment or f"{name}_tuning",
+        ),
         lake=dataclasses.replace(settings.lake, root=lake_root),
-        mlflow=dataclasses.replace(settings.mlflow, tracking_uri=tracking, artifact_root=artifacts),
+        mlflow=dataclasses.replace(
+            mlflow,
+            tracking_uri=tracking,
+            artifact_root=artifacts,
+            experiment=mlflow.experiment or f"{name}_training",
+            registered_model=mlflow.registered_model or name,
+            monitoring_experiment=mlflow.monitoring_experiment or f"{name}_monitoring",
+        ),
+        orchestration=dataclasses.replace(
+            orch,
+            pool=orch.pool or (f"team-{team}" if team else ""),
+            gpu_pool=f"gpu-{team}" if team and orch.gpu_pool == "gpu" else orch.gpu_pool,
+        ),
+        kubernetes=dataclasses.replace(
+            settings.kubernetes, queue_name=settings.kubernetes.queue_name or team
+        ),
     )
 
 

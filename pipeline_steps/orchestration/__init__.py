@@ -5,7 +5,7 @@ Imports the steps' registry and the layers below it (foundation, domain, librari
 DAG files and the commands import it.
 """
 
-from pipeline_steps.orchestration.assets import DRIFT_ASSET, drift_event_task, training_schedule
+from pipeline_steps.orchestration.assets import drift_asset, drift_event_task, training_schedule
 from pipeline_steps.orchestration.runners import step_task
 
-__all__ = ["DRIFT_ASSET", "drift_event_task", "step_task", "training_schedule"]
+__all__ = ["drift_asset", "drift_event_task", "step_task", "training_schedule"]

@@ -1,13 +1,14 @@
-"""The drift asset: how the monitor tells Airflow that the data drifted, and who listens.
+"""The drift asset: how a domain's monitor tells Airflow that the data drifted, and who listens.
 
-``flight_delay_drift_monitor`` ends with ``emit_drift_event``: when the monitor step's verdict
+``<domain>_drift_monitor`` ends with ``emit_drift_event``: when the monitor step's verdict
 crossed its thresholds and the last drift event is more than ``drift.cooldown_hours`` away, the task
-succeeds and Airflow records an event of ``DRIFT_ASSET`` whose ``extra`` is the evidence
-(:func:`drift_event_extra`). When the release step found the champion degraded (and rolled it back),
-the event goes out whatever the verdict and the cooldown, its ``extra`` saying why under
-``rollback``. Otherwise the task ends skipped, which records no event, and its log says why.
-``flight_delay_training`` is scheduled by its cron or by that asset (:func:`training_schedule`);
-Airflow queues one asset-triggered run per batch of events.
+succeeds and Airflow records an event of the domain's drift asset (:func:`drift_asset`,
+``<domain>_drift``) whose ``extra`` is the evidence (:func:`drift_event_extra`). When the release
+step found the champion degraded (and rolled it back), the event goes out whatever the verdict and
+the cooldown, its ``extra`` saying why under ``rollback``. Otherwise the task ends skipped, which
+records no event, and its log says why. ``<domain>_training`` is scheduled by its cron or by its
+own domain's drift asset only (:func:`training_schedule`); Airflow queues one asset-triggered run
+per batch of events.
 
 Airflow has no cooldown of its own: the task reads the asset's latest event through its inlet
 (``inlet_events``) and compares logical times, so a re-run or a backfill of a drifting week emits
@@ -24,21 +25,27 @@ from airflow.sdk import Asset, BaseOperator
 from pipeline_steps.core.manifests import MonitorManifest, to_json
 from pipeline_steps.core.settings import Settings
 
-DRIFT_ASSET = Asset(name="flight_delay_drift", uri="trainyard://drift/flight_delay")
-"""Updated when the monitor finds drift outside the cooldown; schedules flight_delay_training."""
 MONITOR_TASK = "monitor"
 RELEASE_TASK = "release"
 
 
+def drift_asset(settings: Settings) -> Asset:
+    """The domain's drift asset, ``<domain.name>_drift``: updated when its monitor finds drift
+    outside the cooldown (or rolled its champion back); schedules the domain's training only."""
+    name = settings.domain.name
+    return Asset(name=f"{name}_drift", uri=f"trainyard://drift/{name}")
+
+
 def training_schedule(settings: Settings) -> Any:
-    """The training DAG's schedule: its cron, or a drift event, whichever comes first."""
+    """The training DAG's schedule: its cron, or its domain's drift event, whichever comes
+    first."""
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import CronTriggerTimetable
 
     cron = CronTriggerTimetable(settings.orchestration.schedule, timezone="UTC")
     # Airflow's annotation names its serialized asset; DAG files pass the SDK's (converted on
     # serialization), as Airflow's own examples do.
-    return AssetOrTimeSchedule(timetable=cron, assets=DRIFT_ASSET)  # type: ignore[arg-type]
+    return AssetOrTimeSchedule(timetable=cron, assets=drift_asset(settings))  # type: ignore[arg-type]
 
 
 def drift_event_extra(verdict: MonitorManifest, monitor_run_id: str) -> dict[str, Any]:
@@ -100,12 +107,14 @@ def rollback_reason(release: dict[str, Any] | None) -> str | None:
 
 
 class DriftEventOperator(BaseOperator):
-    """Emits a ``DRIFT_ASSET`` event with the monitor's evidence, or ends skipped saying why."""
+    """Emits an event of the domain's drift ``asset`` with the monitor's evidence, or ends
+    skipped saying why."""
 
     ui_color = "#fdebd0"
 
-    def __init__(self, *, cooldown_hours: float, **kwargs: Any) -> None:
-        super().__init__(inlets=[DRIFT_ASSET], outlets=[DRIFT_ASSET], **kwargs)
+    def __init__(self, *, asset: Asset, cooldown_hours: float, **kwargs: Any) -> None:
+        super().__init__(inlets=[asset], outlets=[asset], **kwargs)
+        self.asset = asset
         self.cooldown_hours = cooldown_hours
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -121,14 +130,14 @@ class DriftEventOperator(BaseOperator):
         retrain = rollback_reason(context["ti"].xcom_pull(task_ids=RELEASE_TASK))
         if retrain is not None:  # a degraded champion: retrain now, whatever the cooldown
             extra = {**drift_event_extra(verdict, context["run_id"]), "rollback": retrain}
-            context["outlet_events"][DRIFT_ASSET].extra = extra
+            context["outlet_events"][self.asset].extra = extra
             self.log.warning("retraining asked for %s: %s", verdict.logical_date, retrain)
             return extra
         if not verdict.drift_detected:
             raise AirflowSkipException(
                 f"no drift on the window ending {verdict.logical_date}; no event emitted"
             )
-        latest = list(context["inlet_events"][DRIFT_ASSET].ascending(False).limit(1))
+        latest = list(context["inlet_events"][self.asset].ascending(False).limit(1))
         last = event_logical_time(latest[0].extra, latest[0].timestamp) if latest else None
         now = event_logical_time({"logical_date": verdict.logical_date}, None)
         assert now is not None
@@ -142,7 +151,7 @@ class DriftEventOperator(BaseOperator):
             )
             raise AirflowSkipException(reason)
         extra = drift_event_extra(verdict, context["run_id"])
-        context["outlet_events"][DRIFT_ASSET].extra = extra
+        context["outlet_events"][self.asset].extra = extra
         self.log.info("drift event for %s: %s", verdict.logical_date, ", ".join(verdict.crossed))
         return extra
 
@@ -151,6 +160,7 @@ def drift_event_task(settings: Settings) -> BaseOperator:
     """The monitor DAG's last task: emit the drift event (see :class:`DriftEventOperator`)."""
     return DriftEventOperator(
         task_id="emit_drift_event",
+        asset=drift_asset(settings),
         cooldown_hours=settings.drift.cooldown_hours,
         retries=settings.orchestration.retries,
         trigger_rule="all_done",  # a failed release step does not hold back a drift event

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline_steps.core.errors import failure_class
+from pipeline_steps.core.errors import failure_class, is_empty_day
 
 
 def step_failure(step: str, code: int, output: list[str], reason: str) -> Exception:
-    """The exception a failed step's task raises: ``AirflowFailException`` (no retry) for a
-    permanent failure (bad data, bad configuration), ``AirflowException`` (retried with backoff)
-    for anything else, see ``pipeline_steps.core.errors``."""
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    """The exception a failed step's task raises: ``AirflowSkipException`` for an ordinary empty
+    day, ``AirflowFailException`` (no retry) for a permanent failure (bad data, bad
+    configuration), ``AirflowException`` (retried with backoff) for anything else, see
+    ``pipeline_steps.core.errors``."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+    if is_empty_day(code, output):
+        return AirflowSkipException(f"step {step}: {reason}")
     if failure_class(code, output) == "permanent":
         return AirflowFailException(
             f"step {step} failed permanently (exit code {code}; not retried): {reason}"

@@ -9,9 +9,9 @@
   staged candidate stay as they are. Otherwise it ends skipped at once.
 - ``emit_champion_event`` (:class:`ChampionEventOperator`): every move of the champion alias
   made by a DAG (a promotion, forced or not; a release; an automatic rollback) records an event
-  of the ``<registered model>_champion`` asset whose ``extra`` names the version, the one it
-  replaced, the run and the reason: serving DAGs are scheduled on it
-  (``dags/flight_delay_serving.py``).
+  of the ``<domain>_champion`` asset whose ``extra`` names the version, the one it
+  replaced, the run and the reason: the domain's serving DAG is scheduled on it
+  (:mod:`pipeline_steps.orchestration.domains`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ PROMOTE_TASK = "promote"
 
 
 def champion_asset(settings: Settings) -> Asset:
-    """The asset every move of the registered model's champion alias updates."""
-    name = settings.mlflow.registered_model
+    """The domain's champion asset, ``<domain.name>_champion``: every move of its registered
+    model's champion alias updates it."""
+    name = settings.domain.name
     return Asset(name=f"{name}_champion", uri=f"trainyard://champion/{name}")
 
 
@@ -224,8 +225,10 @@ MONITOR_TRIGGER = (
 """A monitor run's trigger as the release step reads it: a backfill never moves an alias."""
 
 
-def monitor_run_args() -> list[str]:
-    """The release step's argv after ``trainyard step release``: the run, the day, the trigger."""
+def monitor_run_args(config: str | None = None) -> list[str]:
+    """The release step's argv after ``trainyard step release``: the run, the day, the trigger
+    (and the domain's settings file, if given)."""
     from pipeline_steps.orchestration.runners import DEFAULT_RUN_ARGS
 
-    return [*DEFAULT_RUN_ARGS, "--trigger", MONITOR_TRIGGER]
+    config_args = ["--config", config] if config else []
+    return [*DEFAULT_RUN_ARGS, "--trigger", MONITOR_TRIGGER, *config_args]

@@ -21,10 +21,11 @@ taken for a failure by Airflow (and retried)."""
 
 
 def _run_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The run id, day and ``--set`` values out of a rendered argv."""
+    """The run id, day, settings file and ``--set`` values out of a rendered argv."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--logical-date", required=True)
+    parser.add_argument("--config", default=None)
     parser.add_argument("--set", action="append", default=[])
     known, _ = parser.parse_known_args(list(argv))
     return known
@@ -39,7 +40,7 @@ def run_context(argv: Sequence[str]) -> Any:
     return RunContext(
         run_id=args.run_id,
         logical_date=date.fromisoformat(args.logical_date[:10]),
-        settings=load_settings(overrides=args.set),
+        settings=load_settings(args.config, overrides=args.set),
     )
 
 

@@ -196,6 +196,10 @@ class SourceDataSensor(BaseSensorOperator):
         self.log.info("%s", availability.message)
         if availability.final:
             raise AirflowSkipException(availability.message)
+        if availability.ready and self.settings.domain.empty_days == "skip":
+            empty = empty_day_message(self.settings, day)
+            if empty is not None:
+                raise AirflowSkipException(empty)
         return availability.ready
 
     def execute(self, context: Any) -> Any:
@@ -210,6 +214,22 @@ class SourceDataSensor(BaseSensorOperator):
                 f"{source_availability(self.settings, day).message}; waited {waited} "
                 "(orchestration.data_wait_s), ending the run skipped"
             ) from exc
+
+
+def empty_day_message(settings: Settings, day: date) -> str | None:
+    """Why ``day`` is an ordinary empty day (the source has it, but no row of the labelled
+    dataset), or None when it has rows. Reads the day's rows until the first one."""
+    from pipeline_steps.core.domain import load_domain
+    from pipeline_steps.domain.sources import open_source
+
+    domain = load_domain(settings.domain.module)
+    source = open_source(settings.ingest, domain)
+    if any(batch.num_rows for batch in source.batches(domain.labelled_dataset, day)):
+        return None
+    return (
+        f"{day} has no row of {domain.labelled_dataset} in source {source.name}: an ordinary "
+        "empty day of this domain (domain.empty_days: skip), the run ends skipped"
+    )
 
 
 def source_availability(settings: Settings, day: date) -> Any:

@@ -86,9 +86,17 @@ def tuning_params(settings: Settings) -> dict[str, Any]:
     }
 
 
-def tuning_run_args() -> list[str]:
-    """The argv after ``trainyard step <name>`` in a tuning run."""
-    return ["--run-id", "{{ run_id }}", "--logical-date", TUNING_DAY, *set_arguments(TUNING_FORM)]
+def tuning_run_args(config: str | None = None) -> list[str]:
+    """The argv after ``trainyard step <name>`` in a tuning run; with ``config``, the domain's
+    settings file every step loads."""
+    return [
+        "--run-id",
+        "{{ run_id }}",
+        "--logical-date",
+        TUNING_DAY,
+        *set_arguments(TUNING_FORM),
+        *(["--config", config] if config else []),
+    ]
 
 
 class PrepareStudyOperator(BaseOperator):

@@ -142,7 +142,7 @@ def check_file(
     if table.num_rows == 0:
         kind = "only a header" if not path.endswith(".parquet") else "a schema and no rows"
         raise FileRejected(f"file {path} has no rows ({kind}): nothing to validate")
-    lake = Lake(settings.lake.root)
+    lake = Lake(settings.lake_root)
     dated = bool(settings.ingest.date_column) and settings.ingest.date_column in table.column_names
     if day is not None or not (dated or _needs_date(file.read_text())):
         return [_judge(lake, suite, table, day or _next_day(lake, suite), settings, domain)]

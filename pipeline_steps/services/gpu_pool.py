@@ -1,11 +1,14 @@
-"""The Airflow pool of GPU slots, created (or resized) where Airflow is set up.
+"""The Airflow pools of the deployment's domains, created (or resized) where Airflow is set up.
 
-``orchestration.gpu_pool`` with ``orchestration.gpu_pool_slots`` slots: the train task and the
-tuning trials take one slot per GPU (:mod:`pipeline_steps.orchestration.pools`), and a task of a
-pool that does not exist is never scheduled. ``make airflow-db`` runs ``python -m
+For every domain (:mod:`pipeline_steps.core.deployment`): ``orchestration.gpu_pool`` with
+``orchestration.gpu_pool_slots`` slots (the train task and the tuning trials take one slot per
+GPU, :mod:`pipeline_steps.orchestration.pools`) and, with ``domain.team``, the team's pool
+``orchestration.pool`` with ``pool_slots`` slots (every other task of the team's DAGs). A task
+of a pool that does not exist is never scheduled. ``make airflow-db`` runs ``python -m
 pipeline_steps.services.gpu_pool``; ``trainyard services up`` and docker-compose's
-``airflow-init`` call :func:`pool_command` after ``airflow db migrate``. Setting the pool again
-resizes it to the settings' size (a size changed in the UI does not survive the next setup).
+``airflow-init`` call :func:`deployment_pool_commands` after ``airflow db migrate``. Setting a
+pool again resizes it to the settings' size (a size changed in the UI does not survive the next
+setup); two domains naming one pool share it, at the first one's size.
 """
 
 from __future__ import annotations
@@ -15,31 +18,52 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.deployment import domain_settings_files
+from pipeline_steps.core.settings import Settings
 
 POOL_DESCRIPTION = "GPUs of trainyard's training and tuning (orchestration.gpu_pool_slots)"
+TEAM_POOL_DESCRIPTION = "Tasks of team {team}'s trainyard DAGs (orchestration.pool_slots)"
 
 
-def pool_command(settings: Settings, airflow: str = "airflow") -> list[str] | None:
-    """``airflow pools set`` for the GPU pool (creates it or sets its size); None without one."""
+def pool_commands(settings: Settings, airflow: str = "airflow") -> list[list[str]]:
+    """``airflow pools set`` for the domain's GPU pool and its team's pool (creates each or
+    sets its size); none without either."""
     orch = settings.orchestration
-    if not orch.gpu_pool:
-        return None
-    return [airflow, "pools", "set", orch.gpu_pool, str(orch.gpu_pool_slots), POOL_DESCRIPTION]
+    commands = []
+    if orch.gpu_pool:
+        commands.append(
+            [airflow, "pools", "set", orch.gpu_pool, str(orch.gpu_pool_slots), POOL_DESCRIPTION]
+        )
+    if orch.pool:
+        description = TEAM_POOL_DESCRIPTION.format(team=settings.domain.team or orch.pool)
+        commands.append([airflow, "pools", "set", orch.pool, str(orch.pool_slots), description])
+    return commands
 
 
-def ensure_pool(environ: Mapping[str, str] | None = None, airflow: str = "airflow") -> str:
-    """Create or resize the GPU pool of the settings in ``environ`` (default: this process's),
+def deployment_pool_commands(
+    environ: Mapping[str, str] | None = None, airflow: str = "airflow"
+) -> list[list[str]]:
+    """The pool commands of every domain of the deployment in ``environ``, each pool once."""
+    commands: dict[str, list[str]] = {}
+    for domain in domain_settings_files(environ):
+        for command in pool_commands(domain.settings, airflow):
+            commands.setdefault(command[3], command)
+    return list(commands.values())
+
+
+def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airflow") -> str:
+    """Create or resize the pools of the deployment in ``environ`` (default: this process's),
     with the Airflow of that environment; what was done, in words. Raises
     ``CalledProcessError`` (with Airflow's output) when Airflow refuses."""
-    command = pool_command(load_settings(environ=environ), airflow)
-    if command is None:
-        return "orchestration.gpu_pool is empty: no GPU pool"
+    commands = deployment_pool_commands(environ, airflow)
+    if not commands:
+        return "orchestration.gpu_pool is empty and no domain has a team: no pool"
     env = None if environ is None else dict(environ)
-    subprocess.run(command, check=True, env=env, capture_output=True, text=True)
-    return f"Airflow pool {command[3]} has {command[4]} slot(s)"
+    for command in commands:
+        subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+    return "; ".join(f"Airflow pool {c[3]} has {c[4]} slot(s)" for c in commands)
 
 
 if __name__ == "__main__":
     beside = Path(sys.executable).parent / "airflow"  # the Airflow of this interpreter's venv
-    print(ensure_pool(airflow=str(beside) if beside.exists() else "airflow"))
+    print(ensure_pools(airflow=str(beside) if beside.exists() else "airflow"))

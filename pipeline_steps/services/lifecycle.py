@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from pipeline_steps.services import processes as proc
-from pipeline_steps.services.gpu_pool import ensure_pool
+from pipeline_steps.services.gpu_pool import ensure_pools
 from pipeline_steps.services.profile import (
     DATABASES,
     PROCESSES,
@@ -145,7 +145,7 @@ def migrate_airflow(profile: Profile) -> None:
         raise proc.ServiceError(f"airflow db migrate failed (log: {out})")
     # the GPU pool, with the settings the scheduler reads
     try:
-        log.info(ensure_pool(proc.environment(profile, "airflow-scheduler"), airflow))
+        log.info(ensure_pools(proc.environment(profile, "airflow-scheduler"), airflow))
     except subprocess.CalledProcessError as exc:
         said = (exc.stderr or exc.stdout or "").strip()[-500:]
         raise proc.ServiceError(f"airflow pools set failed: {said}") from exc

@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime
 from pipeline_steps import __version__
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import Source
-from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.errors import EmptyDay, StepError
 from pipeline_steps.core.lake import MANIFEST, Discard, Lake, PartitionWriter, schema_fingerprint
 from pipeline_steps.core.manifests import (
     IngestedPartition,
@@ -112,7 +112,10 @@ def _write_version(ctx: RunContext, source: Source, dataset: str, day: date) -> 
         digest = writer.close()
         if dataset == ctx.domain.labelled_dataset and writer.rows == 0:
             # raised inside the staged folder: nothing stays behind
-            raise StepError(ctx.domain.empty_message(day, source.name))
+            message = ctx.domain.empty_message(day, source.name)
+            if ctx.settings.domain.empty_days == "skip":
+                raise EmptyDay(f"{message}; an ordinary day of this domain (domain.empty_days)")
+            raise StepError(message)
         if latest is not None and latest.sha256 == digest:
             outcome = (latest, "cached")
             raise Discard

@@ -263,7 +263,7 @@ def record_in_run(settings: Settings, manifest: ReleaseManifest) -> None:
     cfg = settings.mlflow
     tags = connect(cfg).get_model_version(cfg.registered_model, manifest.candidate).tags or {}
     if RUN_TAG in tags:
-        lake = Lake(settings.lake.root, settings.ingest.pins)
+        lake = Lake(settings.lake_root, settings.ingest.pins)
         lake.write_json(to_json(manifest), Lake.run_dir(tags[RUN_TAG]), "release.json")
 
 
@@ -283,7 +283,7 @@ def apply_approval(
         raise StepError(f"the release of {manifest.logical_date} was not waiting for approval")
     if manifest.champion_before is None:
         raise StepError("a release waiting for approval always has a champion to compare with")
-    lake = Lake(settings.lake.root, settings.ingest.pins)
+    lake = Lake(settings.lake_root, settings.ingest.pins)
     folder = report_folder(manifest.logical_date)
     where = lake.path(folder, "evaluation.json")
     evaluation = load_manifest(EvaluateManifest, lake.read_json(folder, "evaluation.json"), where)

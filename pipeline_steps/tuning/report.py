@@ -26,7 +26,7 @@ def describe_study(settings: Settings, name: str | None = None) -> str:
     the study whose best trial was recorded last."""
     import optuna
 
-    lake = Lake(settings.lake.root)
+    lake = Lake(settings.lake_root)
     if name is None:
         name = read_best(lake, settings).study
     try:

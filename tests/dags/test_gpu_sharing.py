@@ -32,13 +32,18 @@ def _dags(monkeypatch: pytest.MonkeyPatch, **environ: str) -> dict:
 def test_on_kubernetes_training_outranks_tuning_for_the_gpu_slots(monkeypatch) -> None:
     dags = _dags(monkeypatch, **KUBERNETES)
     trial = dags["flight_delay_tuning"].get_task("trial").partial_kwargs
-    for dag_id in ("flight_delay_training", "hotel_rate_training"):
-        train = dags[dag_id].get_task("train")
-        assert (train.pool, train.pool_slots) == ("gpu", 4), dag_id
+    # the flights example has no team: the shared pools; the hotel example's team its own
+    pools = {"flight_delay": ("gpu", "default_pool"), "hotel_rate": ("gpu-revenue", "team-revenue")}
+    for domain, (gpu_pool, pool) in pools.items():
+        dag = dags[f"{domain}_training"]
+        train = dag.get_task("train")
+        assert (train.pool, train.pool_slots) == (gpu_pool, 4), domain
         assert (train.priority_weight, train.weight_rule) == (10, "absolute")
         assert train.priority_weight > trial["priority_weight"]
-        for other in ("ingest", "evaluate"):  # no GPU: Airflow's default pool
-            assert dags[dag_id].get_task(other).pool == "default_pool"
+        for other in ("trigger", "ingest", "evaluate"):  # no GPU: the team's pool
+            assert dag.get_task(other).pool == pool
+        hotel_trial = dags[f"{domain}_tuning"].get_task("trial").partial_kwargs
+        assert hotel_trial["pool"] == gpu_pool
     assert (trial["pool"], trial["pool_slots"]) == ("gpu", 4)
     assert (trial["priority_weight"], trial["weight_rule"]) == (1, "absolute")
 
@@ -128,14 +133,17 @@ def test_no_queue_no_label(make_settings) -> None:
 
 def test_setting_up_airflow_creates_and_resizes_the_gpu_pool(airflow_db: Path) -> None:
     """What ``make airflow-db``, ``trainyard services up`` and compose's ``airflow-init`` run."""
-    from pipeline_steps.services.gpu_pool import ensure_pool
+    from pipeline_steps.services.gpu_pool import ensure_pools
     from pipeline_steps.steps.registry import executable
 
     airflow = executable("airflow")
     environ = {**os.environ, "TRAINYARD_ORCHESTRATION__GPU_POOL": "gpu-test"}
     for slots in ("12", "6"):
-        said = ensure_pool({**environ, "TRAINYARD_ORCHESTRATION__GPU_POOL_SLOTS": slots}, airflow)
-        assert said == f"Airflow pool gpu-test has {slots} slot(s)"
+        said = ensure_pools({**environ, "TRAINYARD_ORCHESTRATION__GPU_POOL_SLOTS": slots}, airflow)
+        # the hotel example's team pool beside it
+        assert said == (
+            f"Airflow pool gpu-test has {slots} slot(s); Airflow pool team-revenue has 16 slot(s)"
+        )
         listed = subprocess.run(
             [airflow, "pools", "get", "gpu-test", "-o", "plain"],
             capture_output=True,
@@ -153,7 +161,10 @@ def test_the_pool_module_runs_as_make_airflow_db_runs_it(airflow_db: Path) -> No
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "Airflow pool gpu has 64 slot(s)"
+    assert done.stdout.strip() == (  # the flights example's, then the hotel example team's
+        "Airflow pool gpu has 64 slot(s); Airflow pool gpu-revenue has 64 slot(s); "
+        "Airflow pool team-revenue has 16 slot(s)"
+    )
     assert "RuntimeWarning" not in done.stderr
 
 

@@ -212,7 +212,7 @@ def test_seeding_from_an_empty_source_file_fails_with_one_line(
         assert "Traceback" not in done.stderr
         last = done.stderr.strip().splitlines()[-1]
         assert "failed (permanent)" in last and f"{FIRST_DAY}" in last
-    assert not (home / "lake" / "validated").exists()
+    assert not (home / "lake" / "flight_delay" / "validated").exists()
 
 
 def _with_surprise(ctx: RunContext) -> None:

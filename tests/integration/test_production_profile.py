@@ -213,7 +213,7 @@ def test_credentials_are_required_everywhere(production: Profile) -> None:
     pipeline = (production["MLFLOW_TRACKING_USERNAME"], production["MLFLOW_TRACKING_PASSWORD"])
     user = json.dumps({"username": "intruder", "password": "intruder-password-1"}).encode()
     assert proc.http_status(f"{mlflow}/api/2.0/mlflow/users/create", pipeline, user) == 403
-    lineage = f"{s3}/{production['S3_BUCKET']}/lake/runs/prod__{DAYS[0]}/lineage.json"
+    lineage = f"{s3}/{production['S3_BUCKET']}/lake/flight_delay/runs/prod__{DAYS[0]}/lineage.json"
     assert proc.http_status(lineage) == 403  # an unsigned read
     assert proc.http_status(lineage, data=b"{}", method="PUT") == 403  # an unsigned write
     stranger = boto3.client(

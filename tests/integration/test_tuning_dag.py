@@ -37,7 +37,7 @@ def test_a_small_study_runs_as_mapped_trials_and_continues_when_run_again(airflo
     }
     first = _tune(FIRST_DAY, conf)
     settings = load_settings()
-    lake = Lake(settings.lake.root)
+    lake = Lake(settings.lake_root)
     best = lake.read_json("tuning", "best", "flight_delay.json")
     study = open_study(settings, best["study"])
     states = optuna.trial.TrialState

@@ -112,7 +112,7 @@ def test_a_pinned_lake_reads_the_pinned_version_even_after_a_newer_one_is_valida
     lake_home, make_settings
 ) -> None:
     day = HISTORY[-1]
-    lake = Lake(str(lake_home / "lake"))
+    lake = Lake(str(lake_home / "lake" / "flight_delay"))
     first = Lake.raw_version("weather", day, 1)
     second = Lake.raw_version("weather", day, 2)
     lake.fs.copy(lake.path(first), lake.path(second), recursive=True)
@@ -161,6 +161,6 @@ def test_a_replay_of_a_run_recorded_with_retired_settings_leaves_them_out(
     replayed_settings = replay_settings(original, False, [], tmp_path / "replay.yaml")
     assert replayed_settings.drift == settings.drift
     replayed = replace(original, settings=to_json(replayed_settings.to_dict()))
-    lines = diff(original, replayed, Lake(settings.lake.root))
+    lines = diff(original, replayed, Lake(settings.lake_root))
     settings_line = next(line for line in lines if line.item == "settings")
     assert settings_line.identical, settings_line.detail

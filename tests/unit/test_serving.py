@@ -167,7 +167,7 @@ def _flights_csv(home: Path, tmp_path: Path, drop: tuple[str, ...] = ()) -> Path
     """One validated history day's flights as a CSV file, without ``drop``."""
     from pipeline_steps.core.lake import Lake
 
-    lake = Lake(str(home / "lake"))
+    lake = Lake(str(home / "lake" / "flight_delay"))
     folder = lake.validated_partition("flights", HISTORY[-1])
     assert folder is not None
     table = lake.read_table(folder, "data.parquet").slice(0, 20).drop_columns(list(drop))

@@ -1,0 +1,86 @@
+"""The domains one deployment runs: each a settings file (and the package it names).
+
+The default domain (no file: ``TRAINYARD_CONFIG``, else the package defaults, the flights
+example), the hotel-rates example (``orchestration.example_domains``), and every ``*.yaml`` of
+``orchestration.domains_dir`` (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``). Airflow builds each
+one's DAGs (:mod:`pipeline_steps.orchestration.domains`), its pools are created where Airflow is
+set up (:mod:`pipeline_steps.services.gpu_pool`), ``trainyard domains`` lists them.
+
+Settings only: DAG parsing imports this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline_steps.core.settings import PROJECT_ROOT, Settings, SettingsError, load_settings
+
+HOTEL_EXAMPLE = PROJECT_ROOT / "examples" / "hotel_rates" / "settings.yaml"
+"""The second shipped example's settings file (``orchestration.example_domains``)."""
+
+
+@dataclass(frozen=True)
+class DomainFile:
+    """One domain of the deployment: its settings file (None: the default domain) and its
+    settings."""
+
+    path: Path | None
+    settings: Settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.domain.name
+
+    @property
+    def config(self) -> str | None:
+        return str(self.path) if self.path is not None else None
+
+
+def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings of the domain of file ``path`` (None: the default domain); a refusal names
+    the file."""
+    try:
+        return load_settings(path, environ=environ)
+    except SettingsError as exc:
+        where = path if path is not None else "the default domain (TRAINYARD_CONFIG)"
+        raise SettingsError(f"{where}: {exc}") from exc
+
+
+def domain_settings_files(environ: Mapping[str, str] | None = None) -> list[DomainFile]:
+    """The deployment's domains: the default one (``TRAINYARD_CONFIG``, else the flights
+    example), the hotel example when ``orchestration.example_domains`` is on, and each
+    ``*.yaml`` of ``orchestration.domains_dir`` (sorted by name). Raises ``SettingsError`` when
+    a file is refused or two files name the same domain."""
+    environ = os.environ if environ is None else environ
+    base = load_domain_settings(None, environ)
+    found = [DomainFile(None, base)]
+    paths: list[Path] = []
+    orch = base.orchestration
+    if orch.example_domains:
+        paths.append(HOTEL_EXAMPLE)
+    if orch.domains_dir:
+        folder = Path(orch.domains_dir).expanduser().resolve()
+        if not folder.is_dir():
+            raise SettingsError(
+                f"orchestration.domains_dir {folder} is not a folder (of domain settings files)"
+            )
+        paths += sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    seen: dict[str, Path | None] = {base.domain.name: None}
+    config = environ.get("TRAINYARD_CONFIG")
+    default_file = Path(config).resolve() if config else None
+    for path in dict.fromkeys(p.resolve() for p in paths):
+        if default_file is not None and path == default_file:
+            continue  # the default domain's own file, already there
+        domain = DomainFile(path, load_domain_settings(path, environ))
+        if domain.name in seen:
+            other = seen[domain.name] or "the default domain"
+            raise SettingsError(
+                f"{path}: domain.name {domain.name!r} is also the name of {other}; each domain "
+                "needs its own (it names the DAGs, assets and lake folder)"
+            )
+        seen[domain.name] = path
+        found.append(domain)
+    return found

