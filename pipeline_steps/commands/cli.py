@@ -2,7 +2,7 @@
 
     trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
     trainyard seed --start D1 --end D2      ingest + validate history before a first run
-    trainyard report [--logical-date D | --start D1 --end D2] [--costs | --champion]
+    trainyard report [--run-id R | --logical-date D | --start D1 --end D2] [--costs | --champion]
                                             summarise the recorded runs, list their costs, or
                                             show the champion's moves and daily score
     trainyard rollback --to-version N --reason TEXT [--user NAME]
@@ -158,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(cal)
 
     report = sub.add_parser("report", help="summarise recorded runs, or list what they cost")
-    report.add_argument("--logical-date", type=_date, help="only runs of this date")
+    report.add_argument("--run-id", help="this run only (the run ids: --logical-date D)")
+    report.add_argument(
+        "--logical-date",
+        type=_date,
+        help="only runs of this date: each listed, the training run summarised",
+    )
     report.add_argument("--start", type=_date, help="only runs of logical dates from this one on")
     report.add_argument("--end", type=_date, help="only runs of logical dates up to this one")
     shown = report.add_mutually_exclusive_group()
@@ -501,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.logical_date and (args.start or args.end):
                 raise StepError("--logical-date and --start/--end select runs two ways; use one")
+            if args.run_id and (args.logical_date or args.start or args.end or args.champion):
+                raise StepError("--run-id selects one run; leave out the dates and --champion")
             print_report(
                 load_settings(args.config, args.set),
                 args.logical_date,
@@ -508,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.end,
                 costs=args.costs,
                 champion=args.champion,
+                run_id=args.run_id,
             )
             return 0
     except (StepError, SettingsError) as exc:

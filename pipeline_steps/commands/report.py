@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Any
 
 from pipeline_steps.core.domain import load_domain
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.lake import Lake, safe_run_key
 from pipeline_steps.core.manifests import (
     STEPS,
     EvaluateManifest,
@@ -18,14 +19,22 @@ from pipeline_steps.core.manifests import (
     HoldoutMetrics,
     IngestManifest,
     M,
+    Manifest,
     ManifestError,
+    MonitorManifest,
     PromoteManifest,
+    ReleaseManifest,
     TrainManifest,
     ValidateManifest,
     load_manifest,
     load_record,
 )
-from pipeline_steps.core.settings import CostSettings, Settings
+from pipeline_steps.core.settings import (
+    CostSettings,
+    Settings,
+    changed_settings,
+    without_retired,
+)
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import RunCost, StepUsage, UsageTotals, read_usage
@@ -34,6 +43,13 @@ from pipeline_steps.evaluation.champion import ChampionHistory, MonitoredDay, Mo
 
 log = logging.getLogger(__name__)
 SEED_PREFIX = "seed__"
+KINDS = (
+    ("_training", "training"),
+    ("_tuning", "tuning"),
+    ("_drift_monitor", "monitoring"),
+    ("_serving", "serving"),
+)
+"""A run's kind by the suffix of the DAG that recorded it (:mod:`pipeline_steps.orchestration`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,9 +62,35 @@ class RecordedRun:
     train: TrainManifest | None = None
     evaluate: EvaluateManifest | None = None
     promote: PromoteManifest | None = None
+    monitor: MonitorManifest | None = None
+    release: ReleaseManifest | None = None
     trigger: Trigger | None = None
     usage: list[StepUsage] = field(default_factory=list)
     """The usage records of its step processes (``runs/<run>/usage/``)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The settings document it trained with (``lineage.json``); empty before its promote."""
+
+    @property
+    def manifests(self) -> list[Manifest]:
+        """Every step manifest the run recorded, in the pipeline's order."""
+        steps = (self.ingest, self.validate, self.features, self.train, self.evaluate)
+        later = (self.promote, self.monitor, self.release)
+        return [m for m in (*steps, *later) if m is not None]
+
+    @property
+    def dag_ids(self) -> list[str]:
+        """The Airflow DAGs whose tasks recorded its manifests (one run id may be a run of
+        several DAGs: the training and the monitor of one scheduled day), oldest first."""
+        return list(dict.fromkeys(m.dag_id for m in self.manifests if m.dag_id))
+
+    @property
+    def kind(self) -> str:
+        """What the run was: ``training``, ``tuning``, ``monitoring``, ``serving`` (by its DAGs,
+        else by what it recorded), or ``by hand`` (steps run without Airflow)."""
+        kinds = [kind for dag in self.dag_ids for suffix, kind in KINDS if dag.endswith(suffix)]
+        if self.train or self.promote:
+            kinds.insert(0, "training")
+        return " + ".join(dict.fromkeys(kinds)) or "by hand"
 
     @property
     def steps_run(self) -> list[str]:
@@ -81,11 +123,31 @@ def read_run(lake: Lake, name: str) -> RecordedRun | None:
         train=load(TrainManifest),
         evaluate=load(EvaluateManifest),
         promote=load(PromoteManifest),
+        monitor=load(MonitorManifest),
+        release=load(ReleaseManifest),
         trigger=load_record(Trigger, lake.read_json("runs", name, "trigger.json"), name)
         if lake.exists("runs", name, "trigger.json")
         else None,
         usage=read_usage(lake, f"runs/{name}"),
+        settings=_recorded_settings(lake, name),
     )
+
+
+def _recorded_settings(lake: Lake, name: str) -> dict[str, Any]:
+    if not lake.exists("runs", name, "lineage.json"):
+        return {}
+    settings = lake.read_json("runs", name, "lineage.json").get("settings")
+    return settings if isinstance(settings, dict) else {}
+
+
+def describe_settings(document: dict[str, Any]) -> str:
+    """What the settings a run trained with changed from the package defaults (its settings
+    file, environment and form together), or ``defaults``."""
+    changed = changed_settings(without_retired(document))
+    if not changed:
+        return "defaults"
+    values = ", ".join(f"{k}={v!r}" for k, v in sorted(changed.items()))
+    return f"{len(changed)} changed from the defaults: {values}"
 
 
 def recorded_runs(lake: Lake) -> list[RecordedRun]:
@@ -175,11 +237,14 @@ def summarise(
     what its steps used and cost at ``rates`` (default: the ``cost`` settings' defaults)."""
     ingest = run.ingest
     lines = [
-        f"run {ingest.run_id or '?'}  (logical date {ingest.logical_date})",
+        f"run {ingest.run_id or '?'}  (logical date {ingest.logical_date}; {run.kind}"
+        + (f", DAG {', '.join(run.dag_ids)})" if run.dag_ids else ")"),
     ]
     if run.trigger:
         lines.append(f"  trigger              {run.trigger.describe()}")
-        lines.append(f"  settings             {run.trigger.describe_overrides()}")
+        lines.append(f"  trigger form         {run.trigger.describe_overrides()}")
+    if run.settings:
+        lines.append(f"  settings             {describe_settings(run.settings)}")
     lines.append(f"  rows ingested        {ingest.rows} {rows_label}")
     if run.validate:
         checks = sum(d.evaluated for d in run.validate.datasets.values())
@@ -335,32 +400,40 @@ def _score(value: float) -> str:
     return "n/a" if value != value else f"{value:.4f}"
 
 
-def _day_row(day: MonitoredDay) -> list[str]:
+DAY_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
+    "binary": (
+        ("auc", "AUC"),
+        ("log_loss", "log loss"),
+        ("accuracy", "accuracy"),
+        ("positive_rate", "positive rate"),
+    ),
+    "multiclass": (("log_loss", "log loss"), ("accuracy", "accuracy"), ("macro_f1", "macro-F1")),
+    "regression": (("rmse", "RMSE"), ("mae", "MAE"), ("r2", "R2"), ("label_mean", "mean label")),
+}
+"""The champion's daily metrics in the report, by task: its task's, and the day's base rate."""
+
+
+def _day_row(day: MonitoredDay, task: str) -> list[str]:
     m = day.metrics
     return [
         day.day,
         day.version,
-        _score(m.auc),
-        _score(m.log_loss),
-        _score(m.accuracy),
-        _score(m.positive_rate),
+        *[_score(getattr(m, name)) for name, _ in DAY_METRICS[task]],
         str(m.rows),
         _score(day.mean_score),
         ", ".join(day.crossed) if day.drift_detected else "none",
     ]
 
 
-_DAY_COLUMNS = (
-    "date",
-    "version",
-    "AUC",
-    "log loss",
-    "accuracy",
-    "positive rate",
-    "rows",
-    "mean score",
-    "drift",
-)
+def _day_columns(task: str) -> list[str]:
+    return [
+        "date",
+        "version",
+        *[title for _, title in DAY_METRICS[task]],
+        "rows",
+        "mean score",
+        "drift",
+    ]
 
 
 def champion_report(history: ChampionHistory, monitoring_experiment: str) -> list[str]:
@@ -383,7 +456,9 @@ def champion_report(history: ChampionHistory, monitoring_experiment: str) -> lis
         f"{_count(len(history.days), 'day')})",
     ]
     if history.days:
-        lines += _table([list(_DAY_COLUMNS), *[_day_row(day) for day in history.days]])
+        task = history.days[-1].metrics.task
+        task = task if task in DAY_METRICS else "binary"
+        lines += _table([_day_columns(task), *[_day_row(day, task) for day in history.days]])
     else:
         lines.append("  none: the drift monitor has not scored the champion on these days")
     return lines
@@ -420,12 +495,26 @@ def print_report(
     end: date | None = None,
     costs: bool = False,
     champion: bool = False,
+    run_id: str | None = None,
 ) -> None:
-    """Print the latest run of each logical date (of ``logical_date``, or in [``start``,
-    ``end``]) to stdout; with ``costs``, the cost table of every run there instead; with
-    ``champion``, the champion's history instead: every move of its alias, and its daily score
-    on the monitored days of that date or range. Raises ``StepError`` when ``end`` is before
-    ``start``; what MLflow raises when the registry cannot be reached."""
+    """Print the recorded runs to stdout: the run ``run_id``; else for each logical date (of
+    ``logical_date``, or in [``start``, ``end``]) every run of it (its DAG and kind) and the
+    latest training run's summary (the latest run's when none trained); with ``costs``, the cost
+    table of every run there instead; with ``champion``, the champion's history instead: every
+    move of its alias, and its daily score on the monitored days of that date or range. Raises
+    ``StepError`` when ``end`` is before ``start`` or the run ``run_id`` is not recorded; what
+    MLflow raises when the registry cannot be reached."""
+    lake = Lake(settings.lake_root)
+    labelled = load_domain(settings.domain.module).labelled_dataset
+    if run_id:
+        run = read_run(lake, safe_run_key(run_id))
+        if run is None:
+            raise StepError(
+                f"no recorded run {run_id!r} in {lake.path('runs')} (its ingest never completed; "
+                "`trainyard report --logical-date D` lists the runs of a day)"
+            )
+        print("\n".join(summarise(run, rows_label=labelled, rates=settings.cost)))
+        return
     if champion:
         if start and end and end < start:
             raise StepError(f"--end {end} is before --start {start}")
@@ -434,7 +523,7 @@ def print_report(
         history = champion_history(settings, start, end)
         print("\n".join(champion_report(history, settings.mlflow.monitoring_experiment)))
         return
-    runs = select_runs(recorded_runs(Lake(settings.lake_root)), logical_date, start, end)
+    runs = select_runs(recorded_runs(lake), logical_date, start, end)
     if not runs:
         print(f"no recorded runs{_range(logical_date, start, end)}")
         return
@@ -442,8 +531,31 @@ def print_report(
         print(f"cost of {_count(len(runs), 'run')}{_range(logical_date, start, end)}")
         print("\n".join(cost_table(runs, settings.cost)))
         return
-    latest = {run.ingest.logical_date: run for run in runs}
-    labelled = load_domain(settings.domain.module).labelled_dataset
-    for _, run in sorted(latest.items()):
-        print("\n".join(summarise(run, rows_label=labelled, rates=settings.cost)))
+    by_day: dict[str, list[RecordedRun]] = {}
+    for run in runs:
+        by_day.setdefault(run.ingest.logical_date, []).append(run)
+    for day, of_day in sorted(by_day.items()):
+        shown = pick_run(of_day)
+        if len(of_day) > 1:
+            print(f"{_count(len(of_day), 'run')} of {day}, oldest first (the one marked * below):")
+            print("\n".join(_table([list(_RUN_COLUMNS), *[_run_row(r, shown) for r in of_day]])))
+            print("  another: trainyard report --run-id RUN")
+            print()
+        print("\n".join(summarise(shown, rows_label=labelled, rates=settings.cost)))
         print()
+
+
+_RUN_COLUMNS = ("run", "kind", "DAG", "recorded")
+
+
+def _run_row(run: RecordedRun, shown: RecordedRun) -> list[str]:
+    mark = "* " if run is shown else "  "
+    at = _when(run.ingest.recorded_at) if run.ingest.recorded_at else "?"
+    return [mark + (run.ingest.run_id or "?"), run.kind, ", ".join(run.dag_ids) or "-", at]
+
+
+def pick_run(runs: list[RecordedRun]) -> RecordedRun:
+    """The run of a day a report shows: the latest that trained (a tuning or monitoring run of
+    the same day does not hide the training's decision), else the latest."""
+    trained = [run for run in runs if "training" in run.kind]
+    return (trained or runs)[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from functools import cached_property
@@ -78,10 +79,11 @@ class RunContext:
         return load_record(Trigger, self.lake.read_json(self.run_dir, TRIGGER_FILE), where)
 
     def record(self, manifest: M) -> M:
-        """Store a step's manifest as ``runs/<run>/<step>.json`` with the run id and the time,
-        and return it as the step prints it (without those two)."""
+        """Store a step's manifest as ``runs/<run>/<step>.json`` with the run id, the time and
+        the Airflow DAG recording it, and return it as the step prints it (without those)."""
         recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
-        stored = replace(manifest, run_id=self.run_id, recorded_at=recorded_at)
+        dag_id = os.environ.get("AIRFLOW_CTX_DAG_ID") or None  # set by Airflow for its tasks
+        stored = replace(manifest, run_id=self.run_id, recorded_at=recorded_at, dag_id=dag_id)
         self.lake.write_json(stored.to_json(), self.run_dir, f"{manifest.STEP}.json")
         return manifest
 

@@ -63,6 +63,8 @@ class Manifest(StepOutput):
     """Set when recorded under ``runs/<run>/`` (not part of the printed line)."""
     recorded_at: str | None = field(default=None, metadata=OMIT_NONE)
     """UTC time the manifest was recorded."""
+    dag_id: str | None = field(default=None, metadata=OMIT_NONE)
+    """The Airflow DAG whose task recorded it (``AIRFLOW_CTX_DAG_ID``); None run by hand."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1293,6 +1293,39 @@ def settings_environment(settings: Settings, baseline: Settings) -> dict[str, st
     return env
 
 
+DEPLOYMENT_SETTINGS = frozenset(
+    {
+        "lake.root",
+        "mlflow.tracking_uri",
+        "mlflow.artifact_root",
+        "tuning.storage",
+        "promotion.lock",
+    }
+)
+"""Where the deployment keeps its state: resolved per machine, never a domain's choice."""
+
+
+def changed_settings(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``{section.key: value}`` of a settings document (``Settings.to_dict()``) for every
+    setting that differs from the package defaults of a domain of the same name and team (so
+    the names derived from them do not count), the deployment's paths and services left out:
+    what its settings file, environment and ``--set`` values changed."""
+    domain = document.get("domain", {})
+    baseline = load_settings(
+        overrides=[f"domain.{k}={json.dumps(domain[k])}" for k in ("name", "team") if k in domain],
+        environ={},
+    ).to_dict()
+    changed: dict[str, Any] = {}
+    for section, values in document.items():
+        if not isinstance(values, Mapping):
+            continue
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            if name not in DEPLOYMENT_SETTINGS and value != baseline.get(section, {}).get(key):
+                changed[name] = value
+    return changed
+
+
 def env_value(value: Any) -> str:
     """A setting's value as ``TRAINYARD_<SECTION>__<KEY>`` holds it: a string as it is where
     the loader reads it back unchanged (``/lake``), else JSON (``""``, ``"0123"``, ``[32, 16]``),

@@ -48,7 +48,7 @@ def day_with_rows(settings: Settings, first: str) -> tuple[str, list[str]]:
     :data:`MAX_EMPTY_DAYS` or the source's coverage."""
     from pipeline_steps.orchestration.trigger import empty_day_message, source_availability
 
-    day, passed = date.fromisoformat(first), []
+    day, passed = date.fromisoformat(first), list[str]()
     for _ in range(MAX_EMPTY_DAYS):
         availability = source_availability(settings, day)
         if not availability.ready:

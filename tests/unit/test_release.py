@@ -404,7 +404,9 @@ def test_the_serving_example_serves_the_day_after_the_move() -> None:
         next_day({}, None)
 
 
-def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdict() -> None:
+def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdict(
+    settings,
+) -> None:
     from types import SimpleNamespace
 
     from airflow.sdk.exceptions import AirflowSkipException
@@ -416,9 +418,10 @@ def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdi
         ReleaseManifest,
         RollbackCheck,
     )
-    from pipeline_steps.orchestration.assets import DRIFT_ASSET, DriftEventOperator
+    from pipeline_steps.orchestration.assets import DriftEventOperator, drift_asset
 
-    task = DriftEventOperator(task_id="emit_drift_event", cooldown_hours=72)
+    asset = drift_asset(settings)
+    task = DriftEventOperator(task_id="emit_drift_event", asset=asset, cooldown_hours=72)
     quiet = MonitorManifest(
         logical_date="2013-06-10",
         drift_detected=False,
@@ -460,7 +463,7 @@ def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdi
     def context(monitor, release):
         payloads = {"monitor": monitor, "release": release}
         ti = SimpleNamespace(xcom_pull=lambda task_ids: payloads[task_ids])
-        outlet = {DRIFT_ASSET: SimpleNamespace(extra=None)}
+        outlet = {asset: SimpleNamespace(extra=None)}
         return {"ti": ti, "run_id": "scheduled__2013-06-10", "outlet_events": outlet}
 
     with pytest.raises(AirflowSkipException, match="no verdict"):
@@ -468,7 +471,7 @@ def test_the_drift_event_asks_for_retraining_after_a_rollback_whatever_the_verdi
     emitted = context(quiet.to_json(), rolled.to_json())
     extra = task.execute(emitted)
     assert extra["rollback"] == "champion 2 worse than version 1"
-    assert emitted["outlet_events"][DRIFT_ASSET].extra == extra
+    assert emitted["outlet_events"][asset].extra == extra
     assert extra["logical_date"] == "2013-06-10"
 
 

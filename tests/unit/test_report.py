@@ -1,6 +1,10 @@
 from dataclasses import replace
+from datetime import date
+
+import pytest
 
 from pipeline_steps.commands.report import RecordedRun, summarise
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import (
     DriftSummary,
     PromoteManifest,
@@ -63,3 +67,75 @@ def test_an_earlier_runs_drift_reading_is_not_shown() -> None:
     text = "\n".join(summarise(RecordedRun(ingest=ingest_manifest(), validate=validated)))
     assert "validation           passed (cached" in text
     assert "drift" not in text and "weather.temp" not in text
+
+
+def _record(lake, run_id: str, dag_id: str | None, *manifests) -> None:
+    from pipeline_steps.core.lake import safe_run_key
+
+    for manifest in manifests:
+        stored = replace(manifest, run_id=run_id, dag_id=dag_id, recorded_at=manifest.recorded_at)
+        lake.write_json(stored.to_json(), "runs", safe_run_key(run_id), f"{manifest.STEP}.json")
+
+
+def test_a_day_s_runs_are_listed_and_the_training_run_summarised(make_settings, capsys) -> None:
+    """A tuning run of the same day, recorded later, does not hide the training's decision;
+    ``--run-id`` shows any run."""
+    from pipeline_steps.commands.report import print_report
+    from pipeline_steps.core.lake import Lake
+
+    settings = make_settings()
+    lake = Lake(settings.lake_root)
+    day = "2013-06-02"
+    ingest = replace(ingest_manifest(), logical_date=day, recorded_at="2026-11-27T01:00:00")
+    trained = replace(train_manifest("abc", "runs:/abc/model"), metrics={"val_loss": 0.4})
+    promoted = PromoteManifest(
+        logical_date=day,
+        registered_model="flight_delay",
+        version="2",
+        decision="promoted",
+        reasons=["passed the gate"],
+        champion_before="1",
+        champion_after="2",
+    )
+    _record(lake, "scheduled__2013-06-02", "flight_delay_training", ingest, trained, promoted)
+    later = replace(ingest, recorded_at="2026-11-27T02:00:00")
+    _record(lake, "manual__tune", "flight_delay_tuning", later, features_manifest())
+
+    print_report(settings, date(2013, 6, 2))
+    text = capsys.readouterr().out
+    assert "2 runs of 2013-06-02, oldest first (the one marked * below):" in text
+    rows = [line.split() for line in text.splitlines() if "__" in line and "UTC" in line]
+    assert rows[0][:4] == ["*", "scheduled__2013-06-02", "training", "flight_delay_training"]
+    assert rows[1][:3] == ["manual__tune", "tuning", "flight_delay_tuning"]
+    assert "run scheduled__2013-06-02  (logical date 2013-06-02; training, DAG" in text
+    assert "PROMOTED: passed the gate" in text
+
+    print_report(settings, run_id="manual__tune")
+    text = capsys.readouterr().out
+    assert text.startswith("run manual__tune  (logical date 2013-06-02; tuning, DAG ")
+    assert "PROMOTED" not in text
+    with pytest.raises(StepError, match="no recorded run 'nope'"):
+        print_report(settings, run_id="nope")
+
+
+def test_the_settings_line_lists_what_the_settings_file_changed(make_settings) -> None:
+    from pipeline_steps.commands.report import describe_settings
+    from pipeline_steps.core.settings import load_settings
+    from tests.conftest import ROOT
+
+    hotel = load_settings(ROOT / "examples" / "hotel_rates" / "settings.yaml", environ={})
+    described = describe_settings(hotel.to_dict())
+    assert "changed from the defaults" in described
+    for change in (
+        "domain.module='hotel_rates.domain'",
+        "train.epochs=40",
+        "release.shadow_days=7",
+    ):
+        assert change in described
+    # names derived from domain.name, and where the deployment keeps its state, are no changes
+    for derived in ("mlflow.experiment", "mlflow.registered_model", "lake.root", "tracking_uri"):
+        assert derived not in described
+    assert describe_settings(make_settings().to_dict()) == (
+        "3 changed from the defaults: features.window_days=4, train.epochs=2, "
+        "validation.data_docs=False"
+    )
