@@ -242,6 +242,13 @@ SETTINGS = """\
 #   export TRAINYARD_CONFIG={{ d.folder }}/settings.yaml
 domain:
   module: {{ (d.name ~ ".domain") | tojson }}
+  # DAGs {{ d.name }}_training, _drift_monitor, _tuning and _serving; assets {{ d.name }}_drift and
+  # {{ d.name }}_champion; experiments {{ d.name }}_training, _monitoring and _tuning; registered
+  # model {{ d.name }}; its lake folder <lake.root>/{{ d.name }} (docs/teams.md).
+  name: {{ d.name | tojson }}
+  # team: your-team  # tags, Airflow pools and the Kueue queue of the team owning the domain
+{{ d.empty_days_note | wrap("  # ") }}
+  empty_days: {{ d.empty_days | tojson }}
 ingest:
   source: file
 {{ d.ingest_note | wrap("  # ") }}
@@ -276,10 +283,23 @@ evaluate:
 train:
 {{ d.sizes.batch_note | wrap("  # ") }}
   batch_size: {{ d.sizes.batch_size }}
-mlflow:
-  experiment: {{ (d.name ~ "_training") | tojson }}
-  registered_model: {{ d.name | tojson }}
-  monitoring_experiment: {{ (d.name ~ "_monitoring") | tojson }}
+tuning:
+  search_space: {{ (d.folder ~ "/tuning.yaml") | tojson }}
 orchestration:
   start_date: {{ d.roles.first_day.isoformat() | tojson }}
+"""
+
+TUNING = """\
+# Search space of {{ d.name }}_tuning (setting tuning.search_space), in the format of trainyard's
+# tuning/flight_delay.yaml: each key a train setting, drawn from a range or a set. Batch sizes
+# around the drafted train.batch_size ({{ d.sizes.batch_size }}).
+parameters:
+  learning_rate: {low: 3.0e-4, high: 3.0e-2, log: true, grid: [1.0e-3, 3.0e-3, 1.0e-2]}
+  weight_decay: {low: 1.0e-6, high: 1.0e-2, log: true, grid: [1.0e-5, 1.0e-3]}
+  batch_size: {choices: {{ d.tuning_batch_sizes | tojson }}}
+  dropout: {low: 0.0, high: 0.4, grid: [0.0, 0.2]}
+architectures:
+  mlp:
+    hidden_dims: {choices: [[64, 32], [128, 64], [256, 128]]}
+    embedding_dim: {choices: [4, 8, 16]}
 """

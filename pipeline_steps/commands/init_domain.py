@@ -216,6 +216,31 @@ class DomainDraft:
         )
 
     @property
+    def empty_days(self) -> str:
+        """``domain.empty_days``: ``skip`` when the sample has days without rows."""
+        with_rows, spanned = self.row_counts.days_with_rows
+        return "skip" if with_rows < spanned else "fail"
+
+    @property
+    def empty_days_note(self) -> str:
+        with_rows, spanned = self.row_counts.days_with_rows
+        if with_rows < spanned:
+            return (
+                f"{spanned - with_rows} of the sample's {spanned} days have no rows: a day "
+                "without rows is ordinary here, its runs end skipped (fail: a broken feed)."
+            )
+        return (
+            f"Every one of the sample's {spanned} days has rows: a day without any is a broken "
+            "feed and fails its run (skip: ordinary, its runs end skipped)."
+        )
+
+    @property
+    def tuning_batch_sizes(self) -> list[int]:
+        """The batch sizes a trial draws: half, once and twice the drafted one."""
+        size = self.sizes.batch_size
+        return sorted({max(8, size // 2), size, size * 2})
+
+    @property
     def settings_summary(self) -> str:
         roles = self.roles
         return (
@@ -304,8 +329,11 @@ class InitResult:
             "Next:",
             *(f"  {command}" for command in self.next_commands()),
             "",
-            "Or run the DAG on these settings (with both exports where the scheduler runs):",
-            f"  airflow dags trigger flight_delay_training --logical-date {roles.last_day}",
+            "Or run its DAGs under Airflow: put settings.yaml in the deployment's domains folder"
+            " (orchestration.domains_dir, docs/teams.md), its package on the scheduler's "
+            f"PYTHONPATH; then {d.name}_training, _drift_monitor, _tuning and _serving appear:",
+            f"  airflow dags unpause {d.name}_training",
+            f"  airflow dags trigger {d.name}_training --logical-date {roles.last_day}",
         ]
         return "\n".join(lines)
 
@@ -533,6 +561,7 @@ def write_files(draft: DomainDraft, folder: Path) -> list[str]:
         "feature_repo/feature_store.yaml": env.from_string(domain_templates.FEATURE_STORE),
         "feature_repo/features.py": env.from_string(domain_templates.FEATURES_MODULE),
         "settings.yaml": env.from_string(domain_templates.SETTINGS),
+        "tuning.yaml": env.from_string(domain_templates.TUNING),
     }
     for relative, content in files.items():
         path = folder / relative

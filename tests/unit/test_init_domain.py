@@ -106,6 +106,7 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
         "settings.yaml",
         "shop_orders/__init__.py",
         "shop_orders/domain.py",
+        "tuning.yaml",
     ]
     domain = importlib.import_module("shop_orders.domain").DOMAIN
     assert (domain.key, domain.label, domain.task) == ("order_id", "price", "regression")
@@ -130,6 +131,18 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     assert (settings.evaluate.holdout_days, settings.features.window_days) == (25, 75)
     assert settings.train.batch_size == 32
     assert "evaluate.holdout_days 25: The sample has 12.0 rows a day" in printed
+    # its own names: DAGs, assets, experiments, model, lake folder; its own search space
+    assert settings.domain.name == "shop_orders"
+    assert settings.mlflow.experiment == "shop_orders_training"
+    assert settings.mlflow.registered_model == "shop_orders"
+    assert settings.tuning.experiment == "shop_orders_tuning"
+    assert settings.tuning.search_space == f"{out}/tuning.yaml"
+    assert "airflow dags trigger shop_orders_training" in printed
+    assert "flight_delay" not in printed
+    from pipeline_steps.tuning.space import load_space
+
+    shared = {p.name: p for p in load_space(settings.tuning.search_space).shared}
+    assert shared["batch_size"].choices == (16, 32, 64)
 
 
 def test_every_rule_says_why_with_the_sample_figure(shop) -> None:
