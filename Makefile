@@ -8,7 +8,16 @@ STAMP := $(VENV)/.installed
 # The embedded default profile: everything under .trainyard/, nothing to start.
 export TRAINYARD_HOME ?= $(CURDIR)/.trainyard
 export AIRFLOW_HOME ?= $(TRAINYARD_HOME)/airflow
-export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+# `make airflow DAGS=folder DOMAINS=folder`: another DAG folder; a folder of domains (settings
+# files, or domain folders as `trainyard init-domain` writes them, each put on PYTHONPATH).
+DAGS ?= $(CURDIR)/dags
+export AIRFLOW__CORE__DAGS_FOLDER := $(abspath $(DAGS))
+ifdef DOMAINS
+export TRAINYARD_ORCHESTRATION__DOMAINS_DIR := $(abspath $(DOMAINS))
+empty :=
+space := $(empty) $(empty)
+export PYTHONPATH := $(subst $(space),:,$(strip $(patsubst %/,%,$(dir $(wildcard $(abspath $(DOMAINS))/*/settings.yaml)))))$(if $(PYTHONPATH),:$(PYTHONPATH))
+endif
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 # user:role (the password is generated; `make airflow` prints it)
@@ -83,7 +92,7 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080
+airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080 (DAGS=, DOMAINS=)
 	@$(BIN)/python scripts/airflow_login.py
 	$(BIN)/airflow standalone
 

@@ -253,7 +253,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     draft.add_argument("--out", help="folder to write (default: ./NAME)")
     draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
+
+    sub.add_parser(
+        "domains",
+        help="list the deployment's domains (TRAINYARD_CONFIG, the examples, "
+        "orchestration.domains_dir) with their DAGs; exit 2 naming a refused file",
+    )
     return parser
+
+
+def describe_domains() -> str:
+    """One block per domain of the deployment: its name, team, settings file and DAGs."""
+    from pipeline_steps.core.deployment import domain_settings_files
+
+    lines = []
+    for domain in domain_settings_files():
+        s = domain.settings
+        lines += [
+            f"{domain.name}  team {s.domain.team or '-'}  empty days {s.domain.empty_days}",
+            f"  settings  {domain.config or 'the default (TRAINYARD_CONFIG or the defaults)'}",
+            f"  DAGs      {', '.join(f'{domain.name}_{k}' for k in DAG_KINDS)}",
+            f"  lake      {s.lake_root}",
+            f"  MLflow    {s.mlflow.experiment}, model {s.mlflow.registered_model}",
+        ]
+    return "\n".join(lines)
+
+
+DAG_KINDS = ("training", "drift_monitor", "tuning", "serving")
 
 
 def emit(manifest: StepOutput) -> None:
@@ -432,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.trigger,
                 trial,
             )
+        elif args.command == "domains":
+            print(describe_domains(), flush=True)
+            return 0
         elif args.command == "seed":
             manifest = seed(args.start, args.end, args.config, args.set)
         elif args.command == "validate":

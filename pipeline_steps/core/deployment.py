@@ -2,7 +2,9 @@
 
 The default domain (no file: ``TRAINYARD_CONFIG``, else the package defaults, the flights
 example), the hotel-rates example (``orchestration.example_domains``), and every ``*.yaml`` of
-``orchestration.domains_dir`` (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``). Airflow builds each
+``orchestration.domains_dir`` (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``), and the
+``settings.yaml`` of each of its subfolders (a domain folder as ``init-domain`` writes it). Airflow
+builds each
 one's DAGs (:mod:`pipeline_steps.orchestration.domains`), its pools are created where Airflow is
 set up (:mod:`pipeline_steps.services.gpu_pool`), ``trainyard domains`` lists them.
 
@@ -52,8 +54,9 @@ def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = 
 def domain_settings_files(environ: Mapping[str, str] | None = None) -> list[DomainFile]:
     """The deployment's domains: the default one (``TRAINYARD_CONFIG``, else the flights
     example), the hotel example when ``orchestration.example_domains`` is on, and each
-    ``*.yaml`` of ``orchestration.domains_dir`` (sorted by name). Raises ``SettingsError`` when
-    a file is refused or two files name the same domain."""
+    ``*.yaml`` of ``orchestration.domains_dir`` and ``settings.yaml`` of its subfolders (a
+    domain folder as ``trainyard init-domain`` writes it), sorted by path. Raises
+    ``SettingsError`` when a file is refused or two files name the same domain."""
     environ = os.environ if environ is None else environ
     base = load_domain_settings(None, environ)
     found = [DomainFile(None, base)]
@@ -67,7 +70,10 @@ def domain_settings_files(environ: Mapping[str, str] | None = None) -> list[Doma
             raise SettingsError(
                 f"orchestration.domains_dir {folder} is not a folder (of domain settings files)"
             )
-        paths += sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+        # a settings file per domain, or a folder per domain as init-domain writes it
+        paths += sorted(
+            [*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*/settings.yaml")]
+        )
     seen: dict[str, Path | None] = {base.domain.name: None}
     config = environ.get("TRAINYARD_CONFIG")
     default_file = Path(config).resolve() if config else None

@@ -152,3 +152,22 @@ def test_parsing_imports_no_heavy_library_nor_a_domain_package() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_trainyard_domains_lists_them_and_names_a_refused_file(tmp_path) -> None:
+    import os
+
+    folder = tmp_path / "domains"
+    _domain_file(folder / "room_demand", "room_demand").rename(
+        folder / "room_demand" / "settings.yaml"
+    )  # a domain folder as init-domain writes it
+    env = {**os.environ, "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(folder)}
+    command = [sys.executable, "-m", "pipeline_steps.commands.cli", "domains"]
+    listed = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "room_demand  team pricing  empty days skip" in listed.stdout
+    assert "room_demand_training, room_demand_drift_monitor" in listed.stdout
+    (folder / "bad.yaml").write_text("domain:\n  name: Room Demand\n")
+    refused = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert refused.returncode == 2
+    assert f"{folder / 'bad.yaml'}: domain.name must be lowercase" in refused.stderr
