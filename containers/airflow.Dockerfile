@@ -43,5 +43,5 @@ COPY --chown=airflow:0 examples /opt/trainyard/examples
 # the second example's domain package, installed as a team installs its own
 RUN pip install --no-cache-dir --no-deps -e /opt/trainyard/examples/hotel_rates
 COPY --chown=airflow:0 containers/airflow_init.py /opt/trainyard/containers/
-ENV TRAINYARD_VALIDATION__EXPECTATIONS_DIR=/opt/trainyard/expectations \
-    TRAINYARD_FEATURES__FEATURE_REPO=/opt/trainyard/feature_repo
+# No TRAINYARD_* setting of a domain here: the environment reaches every domain's steps, and the
+# defaults (the flights example's files) already resolve under /opt/trainyard (editable install).

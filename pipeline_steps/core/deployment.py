@@ -51,19 +51,23 @@ def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = 
         raise SettingsError(f"{where}: {exc}") from exc
 
 
-def domain_settings_files(environ: Mapping[str, str] | None = None) -> list[DomainFile]:
+def domain_settings_files(
+    environ: Mapping[str, str] | None = None, refused: list[str] | None = None
+) -> list[DomainFile]:
     """The deployment's domains: the default one (``TRAINYARD_CONFIG``, else the flights
     example), the hotel example when ``orchestration.example_domains`` is on, and each
     ``*.yaml`` of ``orchestration.domains_dir`` and ``settings.yaml`` of its subfolders (a
-    domain folder as ``trainyard init-domain`` writes it), sorted by path. Raises
-    ``SettingsError`` when a file is refused or two files name the same domain."""
+    domain folder as ``trainyard init-domain`` writes it), sorted by path.
+
+    A file the settings loader refuses, or one naming a domain an earlier one named, raises
+    ``SettingsError`` naming it; with ``refused``, its message goes there instead and the
+    other domains are returned (one team's bad file does not take the others' DAGs down). The
+    default domain's own settings always raise."""
     environ = os.environ if environ is None else environ
     base = load_domain_settings(None, environ)
     found = [DomainFile(None, base)]
-    paths: list[Path] = []
     orch = base.orchestration
-    if orch.example_domains:
-        paths.append(HOTEL_EXAMPLE)
+    paths = [HOTEL_EXAMPLE] if orch.example_domains else []
     if orch.domains_dir:
         folder = Path(orch.domains_dir).expanduser().resolve()
         if not folder.is_dir():
@@ -80,13 +84,19 @@ def domain_settings_files(environ: Mapping[str, str] | None = None) -> list[Doma
     for path in dict.fromkeys(p.resolve() for p in paths):
         if default_file is not None and path == default_file:
             continue  # the default domain's own file, already there
-        domain = DomainFile(path, load_domain_settings(path, environ))
-        if domain.name in seen:
-            other = seen[domain.name] or "the default domain"
-            raise SettingsError(
-                f"{path}: domain.name {domain.name!r} is also the name of {other}; each domain "
-                "needs its own (it names the DAGs, assets and lake folder)"
-            )
+        try:
+            domain = DomainFile(path, load_domain_settings(path, environ))
+            if domain.name in seen:
+                other = seen[domain.name] or "the default domain"
+                raise SettingsError(
+                    f"{path}: domain.name {domain.name!r} is also the name of {other}; each "
+                    "domain needs its own (it names the DAGs, assets and lake folder)"
+                )
+        except SettingsError as exc:
+            if refused is None:
+                raise
+            refused.append(str(exc))
+            continue
         seen[domain.name] = path
         found.append(domain)
     return found

@@ -287,8 +287,15 @@ def _dags_of(domain: DomainFile) -> dict[str, DAG]:
 
 
 def all_dags() -> dict[str, DAG]:
-    """Every DAG of every domain of the deployment (:func:`domain_settings_files`)."""
+    """Every DAG of every domain of the deployment (:func:`domain_settings_files`). A domain
+    whose settings file is refused is left out, its reason logged as an error by the DAG
+    processor (``trainyard domains`` shows it too): the other domains' DAGs keep running."""
+    import logging
+
     dags: dict[str, DAG] = {}
-    for domain in domain_settings_files():
+    refused: list[str] = []
+    for domain in domain_settings_files(refused=refused):
         dags |= _dags_of(domain)
+    for reason in refused:
+        logging.getLogger(__name__).error("domain left out: %s", reason)
     return dags

@@ -43,9 +43,10 @@ def pool_commands(settings: Settings, airflow: str = "airflow") -> list[list[str
 def deployment_pool_commands(
     environ: Mapping[str, str] | None = None, airflow: str = "airflow"
 ) -> list[list[str]]:
-    """The pool commands of every domain of the deployment in ``environ``, each pool once."""
+    """The pool commands of every domain of the deployment in ``environ``, each pool once (a
+    domain whose settings file is refused has none: it has no DAGs either)."""
     commands: dict[str, list[str]] = {}
-    for domain in domain_settings_files(environ):
+    for domain in domain_settings_files(environ, refused=[]):
         for command in pool_commands(domain.settings, airflow):
             commands.setdefault(command[3], command)
     return list(commands.values())

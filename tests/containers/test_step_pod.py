@@ -170,7 +170,9 @@ def test_a_stopped_training_pod_checkpoints_and_its_retry_resumes(pods: Pods) ->
     argv, termination, _ = pods.command(pod, "--detach", "--name", name)
     subprocess.run(argv, check=True, capture_output=True)
     try:
-        checkpoints = Path(Lake(str(pods.lake)).path(Lake.run_dir(run_id), "checkpoints"))
+        checkpoints = Path(
+            Lake(str(pods.lake / "flight_delay")).path(Lake.run_dir(run_id), "checkpoints")
+        )
         deadline = time.monotonic() + 600
         while not list(checkpoints.glob("step-*.pt")) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -122,23 +122,35 @@ def test_the_settings_name_the_domain_s_experiments_model_and_lake(tmp_path) -> 
     assert named.mlflow.registered_model == "rooms"
 
 
-def test_two_files_naming_one_domain_are_refused_naming_both(monkeypatch, tmp_path) -> None:
+def test_a_refused_file_leaves_out_its_domain_alone_naming_it(
+    monkeypatch, tmp_path, caplog
+) -> None:
+    """One team's bad file (a refused setting, a name taken) takes no other domain's DAGs
+    down; the DAG processor's log and ``trainyard domains`` name it."""
     folder = tmp_path / "domains"
     _domain_file(folder, "room_demand")
     (folder / "copy.yaml").write_text((folder / "room_demand.yaml").read_text())
+    bad = _domain_file(folder, "yield_curve")
+    bad.write_text(bad.read_text().replace("team: pricing", "team: Pricing Team"))
     bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
-    (error,) = bag.import_errors.values()
-    assert "room_demand.yaml: domain.name 'room_demand' is also the name of" in error
-    assert "copy.yaml" in error
+    assert bag.import_errors == {}
+    assert {dag_id.rsplit("_", 2)[0] for dag_id in bag.dag_ids} >= {"flight", "hotel"}
+    assert "room_demand_training" in bag.dag_ids  # from copy.yaml, first by name
+    assert not any(dag_id.startswith("yield_curve") for dag_id in bag.dag_ids)
+    logged = caplog.text
+    assert f"{bad}: domain.team must be lowercase" in logged
+    assert "domain.name 'room_demand' is also the name of" in logged
 
 
-def test_a_refused_settings_file_is_the_import_error_naming_it(monkeypatch, tmp_path) -> None:
-    folder = tmp_path / "domains"
-    path = _domain_file(folder, "room_demand")
-    path.write_text(path.read_text().replace("team: pricing", "team: Pricing Team"))
-    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
-    (error,) = bag.import_errors.values()
-    assert f"{path}: domain.team must be lowercase" in error
+def test_environment_meant_for_the_default_domain_does_not_take_the_others_down(
+    monkeypatch,
+) -> None:
+    """A deployment-wide override the hotel example refuses (a window shorter than its
+    ``min_train_days``) leaves the hotel DAGs out, not the flights ones."""
+    bag = _bag(monkeypatch, TRAINYARD_FEATURES__WINDOW_DAYS="4")
+    assert bag.import_errors == {}
+    assert "flight_delay_training" in bag.dag_ids
+    assert "hotel_rate_training" not in bag.dag_ids
 
 
 def test_parsing_imports_no_heavy_library_nor_a_domain_package() -> None:

@@ -129,7 +129,7 @@ def _mlflow(profile: Profile) -> Any:
 
 
 def _lake(profile: Profile) -> Lake:
-    return Lake(f"s3://{profile['S3_BUCKET']}/lake")
+    return Lake(f"s3://{profile['S3_BUCKET']}/lake/flight_delay")
 
 
 def _run_all(profile: Profile, days: list[str]) -> list[str]:

@@ -133,10 +133,13 @@ def test_compose_gives_the_init_everything_it_reads(
 
     env = {key: str(value) for key, value in service["environment"].items()}
     assert airflow_init.main(env) == 0
-    migrate, pool, passwords, bucket, user = calls
+    migrate, gpu, team_gpu, team, passwords, bucket, user = calls
     assert migrate == ["airflow", "db", "migrate"]
-    # the GPU pool the training and tuning tasks take their slots from, before the scheduler
-    assert pool[:5] == ["airflow", "pools", "set", "gpu", "64"]
+    # the GPU pool the training and tuning tasks take their slots from, before the scheduler;
+    # the hotel example's team's GPU pool and the pool of its other tasks
+    assert gpu[:5] == ["airflow", "pools", "set", "gpu", "64"]
+    assert team_gpu[:5] == ["airflow", "pools", "set", "gpu-revenue", "64"]
+    assert team[:5] == ["airflow", "pools", "set", "team-revenue", "16"]
     assert passwords == (
         Path("/opt/airflow/auth/passwords.json"),
         {"admin": env["AIRFLOW_ADMIN_PASSWORD"]},
