@@ -1,10 +1,15 @@
 """Drift-triggered scheduling against a real scheduler and dag-processor.
 
-A temporary Airflow home; the dag-processor parses the real DAG files and the scheduler creates
-runs. The default pool has no slots, so the scheduler creates runs but executes none of their
-tasks: a created training run stays active, which is what the max_active_runs case needs, and
-nothing trains. The monitor DAG itself runs through ``airflow dags test`` (its tasks in-process)
-on the seeded lake, with thresholds that make the seeded days drift.
+A temporary Airflow home; the dag-processor parses the real DAG files (three domains: the
+flights example, the hotel example and a third domain from its settings file in a domains
+folder) and the scheduler creates runs. Drift found by the flights monitor queues the flights
+training and no other domain's.
+
+The pools have no slots (the teams' pools do not exist), so the scheduler creates runs but
+executes none of their tasks: a created training run stays active, which is what the
+max_active_runs case needs, and nothing trains. The monitor DAG itself runs through
+``airflow dags test`` (its tasks in-process) on the seeded lake, with thresholds that make the
+seeded days drift.
 """
 
 from __future__ import annotations
@@ -27,11 +32,30 @@ from tests.conftest import FIRST_DAY, ROOT
 pytestmark = pytest.mark.slow
 TRAINING = "flight_delay_training"
 MONITOR = "flight_delay_drift_monitor"
+OTHER_TRAININGS = ("hotel_rate_training", "room_demand_training")
+THIRD = f"""\
+domain:
+  module: hotel_rates.domain
+  name: room_demand
+  team: pricing
+  empty_days: skip
+features:
+  feature_repo: {ROOT}/examples/hotel_rates/feature_repo
+  project: hotel_rates
+  window_days: 42
+  min_train_days: 14
+validation:
+  expectations_dir: {ROOT}/examples/hotel_rates/expectations
+"""
+"""A third domain: the hotel bookings under another name and team, as a team adds one."""
 
 
 @pytest.fixture
 def airflow(lake_home: Path, tmp_path: Path) -> Iterator[dict[str, Any]]:
     home = tmp_path / "airflow"
+    domains = tmp_path / "domains"
+    domains.mkdir()
+    (domains / "room_demand.yaml").write_text(THIRD)
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -55,6 +79,7 @@ def airflow(lake_home: Path, tmp_path: Path) -> Iterator[dict[str, Any]]:
         "TRAINYARD_DRIFT__MIN_WEIGHTED_RATIO": "0",
         "TRAINYARD_DRIFT__CALIBRATION_QUANTILE": "0.01",
         "TRAINYARD_DRIFT__COOLDOWN_HOURS": "72",
+        "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(domains),
     }
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     logs = tmp_path / "logs"
@@ -112,18 +137,23 @@ def _monitor(airflow: dict[str, Any], day: str, **env: str) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def _training_runs(db: Path) -> list[tuple[Any, ...]]:
+def _training_runs(db: Path, dag_id: str = TRAINING) -> list[tuple[Any, ...]]:
     return _query(
         db,
         "SELECT id, run_id, run_type, state FROM dag_run WHERE dag_id = ? "
         "AND run_type = 'asset_triggered' ORDER BY id",
-        TRAINING,
+        dag_id,
     )
 
 
 def _events(db: Path) -> list[dict[str, Any]]:
     rows = _query(db, "SELECT extra FROM asset_event ORDER BY id")
     return [json.loads(extra) for (extra,) in rows]
+
+
+def _event_assets(db: Path) -> list[dict[str, Any]]:
+    rows = _query(db, "SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id")
+    return [{"uri": uri} for (uri,) in rows]
 
 
 def _consumed(db: Path, run_pk: int) -> list[dict[str, Any]]:
@@ -150,18 +180,18 @@ def _emit_state(db: Path, day: str) -> list[str]:
 
 def test_drift_event_queues_training_and_the_cooldown_holds_the_next(airflow) -> None:
     db = airflow["db"]
+    watched = (TRAINING, MONITOR, *OTHER_TRAININGS)
     _wait(
-        "the dag-processor to serialise both DAGs",
+        "the dag-processor to serialise the three domains' DAGs",
         lambda: (
             len(
                 _query(
                     db,
-                    "SELECT dag_id FROM serialized_dag WHERE dag_id IN (?, ?)",
-                    TRAINING,
-                    MONITOR,
+                    "SELECT dag_id FROM serialized_dag WHERE dag_id IN (?, ?, ?, ?)",
+                    *watched,
                 )
             )
-            == 2
+            == len(watched)
         ),
     )
     # The cron creates today's run as soon as the DAG is known; it stays active (no pool slots)
@@ -186,6 +216,10 @@ def test_drift_event_queues_training_and_the_cooldown_holds_the_next(airflow) ->
     assert [r[2] for r in runs] == ["asset_triggered"]
     assert runs[0][3] in ("queued", "running")
     assert [e["logical_date"] for e in _consumed(db, runs[0][0])] == [day]
+    # its own domain's training only: the event is of the flights drift asset
+    assert {e["uri"] for e in _event_assets(db)} == {"trainyard://drift/flight_delay"}
+    for other in OTHER_TRAININGS:
+        assert _training_runs(db, other) == [], other
 
     # 2. the day is checked again and still drifts, inside the cooldown: no event, no run
     _monitor(airflow, day)
