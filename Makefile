@@ -60,9 +60,14 @@ tune: airflow-db ## run the tuning DAG (8 trials) on the demo's window and print
 # The tiers: `fast` has no service, DAG run, training or container; `containers` is the image
 # tier alone; `test` is everything, as CI runs it. `make test-profile` prints where the time goes.
 FAST := not slow and not services and not containers
-# One pytest-xdist worker per core; tests/scheduling.py hands out whole modules, longest first.
-WORKERS ?= auto
+# tests/scheduling.py hands out whole modules, longest first.
+# One pytest-xdist worker per core, and one more for `make test`: the deployments' unit mostly
+# waits on its processes (health checks, a scheduler's loop), and a third worker takes modules
+# meanwhile (docs/development.md). `test-fast` runs in-process tests only: one per core.
+WORKERS ?= $(shell expr $$(nproc) + 1)
+FAST_WORKERS ?= auto
 PARALLEL := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
+FAST_PARALLEL := -n $(FAST_WORKERS) --dist loadscope --no-loadscope-reorder
 # more pytest options for the test targets, e.g. PYTEST_ARGS="-x" or "--profile-json FILE"
 PYTEST_ARGS ?=
 PYTEST_PROFILE := --profile-json tests/durations.json
@@ -75,7 +80,7 @@ test: $(STAMP) ## lint, type-check and run the whole test suite (what CI runs)
 
 test-fast: $(STAMP) ## ruff + the tests with no service, DAG run, training or container (< 5 min)
 	$(BIN)/ruff check .
-	$(BIN)/pytest $(PARALLEL) -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
+	$(BIN)/pytest $(FAST_PARALLEL) -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
 
 test-containers: $(STAMP) ## the container tier alone: builds the images (when their inputs changed) and runs them
 	$(BIN)/pytest -m containers --durations=10 --profile-tiers $(PYTEST_ARGS)
