@@ -24,6 +24,7 @@ from airflow.sdk import Asset, BaseOperator, Param
 
 from pipeline_steps.core.manifests import PromoteManifest, ReleaseManifest
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.team_credentials import as_team
 
 RELEASE_TASK = "release"
 APPROVAL_TASK = "approve_release"
@@ -116,13 +117,14 @@ class ReleaseApprovalOperator(ApprovalOperator):
             ) from exc
         approved = answer["chosen_options"][0] == self.APPROVE
         comment = str((answer.get("params_input") or {}).get("comment") or "")
-        done = apply_approval(
-            self.settings,
-            self._release(context),
-            approved=approved,
-            by=_responder(answer),
-            comment=comment,
-        )
+        with as_team(self.settings.domain.team):
+            done = apply_approval(
+                self.settings,
+                self._release(context),
+                approved=approved,
+                by=_responder(answer),
+                comment=comment,
+            )
         self.log.info("%s: %s", done.action, "; ".join(done.reasons))
         return done.to_json()
 

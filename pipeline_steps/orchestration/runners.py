@@ -36,6 +36,7 @@ from pipeline_steps.core.settings import (
     load_settings,
     settings_environment,
 )
+from pipeline_steps.core.team_credentials import team_environment
 from pipeline_steps.orchestration.elastic import (
     ELASTIC_POD_LABELS,
     disruption_budget,
@@ -78,10 +79,13 @@ class LocalStepOperator(BaseOperator):
     template_fields = ("argv",)
     ui_color = "#e8f4ea"
 
-    def __init__(self, *, step: str, argv: list[str], **kwargs: Any) -> None:
+    def __init__(self, *, step: str, argv: list[str], team: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.step = step
         self.argv = argv
+        self.team = team
+        """The domain's team: the step writes to MLflow as the team's user when the deployment
+        holds its password (:mod:`pipeline_steps.core.team_credentials`)."""
         self._process: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -90,7 +94,7 @@ class LocalStepOperator(BaseOperator):
         argv = local_argv(self.argv)
         self.log.info("running %s", " ".join(argv))
         started = time.monotonic()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **team_environment(self.team)}
         self._process = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -382,4 +386,5 @@ def step_task(step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_R
             return multi_node_training(settings, run_args, **task_args)
         return kubernetes_step(step, settings, run_args, **task_args)
     argv = step_argv(step, settings, run_args)
-    return LocalStepOperator(task_id=step, step=step, argv=argv, **task_args)
+    team = settings.domain.team
+    return LocalStepOperator(task_id=step, step=step, argv=argv, team=team, **task_args)

@@ -11,6 +11,7 @@ in the lake. A run triggered by hand serves the day after its logical date.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from datetime import date, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.team_credentials import team_environment
 
 SERVING_DAY_TASK = "serving_day"
 SERVING_DAY = "{{ ti.xcom_pull(task_ids='serving_day')['day'] }}"
@@ -114,7 +116,8 @@ class ScoreDayOperator(BaseOperator):
         argv = ["trainyard", "predict", "--logical-date", self.day, "--output", str(output)]
         argv += ["--config", self.config] if self.config else []
         self.log.info("running %s", " ".join(argv))
-        done = subprocess.run(argv, capture_output=True, text=True)
+        team = team_environment(self.settings.domain.team)  # MLflow as the team's user
+        done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **team})
         for line in (done.stdout + done.stderr).splitlines():
             self.log.info("%s", line)
         if done.returncode != 0:

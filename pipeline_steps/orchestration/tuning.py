@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.team_credentials import as_team
 from pipeline_steps.orchestration.params import TUNING_FORM, form_params, set_arguments
 from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
 from pipeline_steps.orchestration.runners import pod_arguments, retry_args
@@ -118,8 +119,10 @@ class PrepareStudyOperator(BaseOperator):
         from pipeline_steps.tuning.results import prepare
         from pipeline_steps.tuning.space import SpaceError
 
+        ctx = run_context(self.run_args)
         try:
-            plan = prepare(run_context(self.run_args))
+            with as_team(ctx.settings.domain.team):
+                plan = prepare(ctx)
         except (SpaceError, StepError) as exc:
             raise AirflowFailException(str(exc)) from exc
         context["ti"].xcom_push(key="plan", value=to_json(plan))
@@ -151,7 +154,10 @@ def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
             **common,
         ).expand(slot=slots)
     argv = step_argv("train", settings, run_args)
-    return LocalTrialOperator.partial(step="train", argv=argv, **common).expand(slot=slots)
+    team = settings.domain.team
+    return LocalTrialOperator.partial(step="train", argv=argv, team=team, **common).expand(
+        slot=slots
+    )
 
 
 class RecordBestOperator(BaseOperator):
@@ -177,7 +183,8 @@ class RecordBestOperator(BaseOperator):
             raise AirflowFailException("prepare_study did not run: no study to record")
         ctx = run_context(self.run_args)
         try:
-            best = finish(ctx, plan["study"])
+            with as_team(ctx.settings.domain.team):
+                best = finish(ctx, plan["study"])
         except StepError as exc:
             raise AirflowFailException(str(exc)) from exc
         self.log.info(

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import shutil
 import subprocess
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from pipeline_steps.core.deployment import domain_settings_files
+from pipeline_steps.core.team_credentials import password_variable, team_user
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.gpu_pool import ensure_pools
 from pipeline_steps.services.profile import (
@@ -24,6 +27,7 @@ from pipeline_steps.services.profile import (
     Profile,
     ensure_env,
     load_profile,
+    write_env_file,
 )
 
 log = logging.getLogger(__name__)
@@ -127,6 +131,37 @@ def prepare_mlflow_user(profile: Profile) -> None:
         raise proc.ServiceError(f"MLflow refused to set the password of user {user}: HTTP {status}")
 
 
+def prepare_team_users(profile: Profile, teams: list[str] | None = None) -> Profile:
+    """Each team's own MLflow user (``team-<team>``, :mod:`pipeline_steps.core.team_credentials`)
+    for the teams of the deployment's domains (or ``teams``), its password generated into
+    ``.env`` (``MLFLOW_TEAM_<TEAM>_PASSWORD``) when missing and set by the admin; the profile
+    with those passwords, which the Airflow workers' environment then holds."""
+    if teams is None:
+        environ = proc.environment(profile, "airflow-scheduler")
+        found = domain_settings_files(environ, refused=[])
+        teams = sorted({d.settings.domain.team for d in found if d.settings.domain.team})
+    missing = {
+        password_variable(team): secrets.token_urlsafe(24)
+        for team in teams
+        if password_variable(team) not in profile.values
+    }
+    if missing:
+        values = {**profile.values, **missing}
+        write_env_file(profile.env_file, values)
+        profile = replace(profile, values=values)
+    admin = (profile["MLFLOW_ADMIN_USER"], profile["MLFLOW_ADMIN_PASSWORD"])
+    for team in teams:
+        user, password = team_user(team), profile[password_variable(team)]
+        body = json.dumps({"username": user, "password": password}).encode()
+        status = proc.http_status(f"{profile.mlflow_url}/api/2.0/mlflow/users/create", admin, body)
+        if status == 200:
+            continue
+        url = f"{profile.mlflow_url}/api/2.0/mlflow/users/update-password"
+        if proc.http_status(url, admin, body, method="PATCH") != 200:
+            raise proc.ServiceError(f"MLflow refused to set the password of user {user}")
+    return profile
+
+
 def migrate_airflow(profile: Profile) -> None:
     profile.airflow_home.mkdir(parents=True, exist_ok=True)
     airflow = str(proc.BIN / "airflow")
@@ -172,6 +207,7 @@ def up(given: Profile | None = None) -> Profile:
         START_TIMEOUT_S,
     )
     prepare_mlflow_user(profile)
+    profile = ready = prepare_team_users(profile)
     if proc.running_pid(profile, "airflow-apiserver") is None:
         migrate_airflow(profile)
     for name in PROCESSES[2:]:

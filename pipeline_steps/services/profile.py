@@ -13,6 +13,7 @@ database prefix and Redis databases, taken from the environment when the file is
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 from base64 import urlsafe_b64encode
@@ -73,6 +74,10 @@ DEFAULTS: dict[str, str] = {
 }
 """Plain settings of the profile and their defaults (an environment variable of the same name
 wins when ``.env`` is first written)."""
+
+TEAM_PASSWORD = re.compile(r"MLFLOW_TEAM_[A-Z0-9_]+_PASSWORD")
+"""A team's MLflow password in ``.env`` (generated for the teams of the deployment's domains,
+:func:`pipeline_steps.services.lifecycle.prepare_team_users`)."""
 
 DATABASES = ("airflow", "mlflow", "mlflow_auth", "optuna", "feast")
 """One PostgreSQL database per component, ``<TRAINYARD_DB_PREFIX>_<name>``."""
@@ -216,6 +221,8 @@ class Profile:
             "TRAINYARD_MLFLOW__TRACKING_URI": self.mlflow_url,
             "MLFLOW_TRACKING_USERNAME": self["MLFLOW_TRACKING_USERNAME"],
             "MLFLOW_TRACKING_PASSWORD": self["MLFLOW_TRACKING_PASSWORD"],
+            # each team's MLflow password: its domains' steps write as the team's user
+            **{k: v for k, v in self.values.items() if TEAM_PASSWORD.fullmatch(k)},
             # Artifacts come through the server: moto answers some of the ranged requests of a
             # presigned multipart download with 500.
             "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",

@@ -259,3 +259,30 @@ def test_no_secret_in_logs_lake_or_mlflow(production: Profile) -> None:
         if value.encode() in content
     ]
     assert not leaks, leaks
+
+
+def test_a_team_cannot_write_another_team_s_model(production: Profile, monkeypatch) -> None:
+    """Each team's steps write to MLflow as the team's user (``team-<team>``): a model one
+    team registered is read by every user and written by its team alone, another team's user
+    refused with HTTP 403 (MLflow's basic auth, ``default_permission = READ``)."""
+    from mlflow.exceptions import MlflowException
+
+    from pipeline_steps.core.team_credentials import password_variable, team_environment
+
+    # the hotel example's team got its user when the profile started; the workers hold it
+    assert password_variable("revenue") in proc.environment(production, "airflow-worker")
+    profile = lifecycle.prepare_team_users(production, ["alpha", "beta"])
+
+    def client_of(team: str) -> Any:
+        for key, value in team_environment(team, profile.values).items():
+            monkeypatch.setenv(key, value)
+        return _mlflow(profile)
+
+    client_of("alpha").create_registered_model("alpha_demand")
+    beta = client_of("beta")
+    assert beta.get_registered_model("alpha_demand").name == "alpha_demand"
+    with pytest.raises(MlflowException) as refused:
+        beta.set_registered_model_tag("alpha_demand", "owner", "beta")
+    assert refused.value.get_http_status_code() == 403, refused.value
+    client_of("alpha").set_registered_model_tag("alpha_demand", "owner", "alpha")
+    assert _mlflow(profile).get_registered_model("alpha_demand").tags == {"owner": "alpha"}
