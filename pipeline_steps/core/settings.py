@@ -1311,17 +1311,22 @@ def changed_settings(document: Mapping[str, Any]) -> dict[str, Any]:
     the names derived from them do not count), the deployment's paths and services left out:
     what its settings file, environment and ``--set`` values changed."""
     domain = document.get("domain", {})
-    baseline = load_settings(
-        overrides=[f"domain.{k}={json.dumps(domain[k])}" for k in ("name", "team") if k in domain],
-        environ={},
-    ).to_dict()
+    model = document.get("train", {}).get("model", "mlp")
+    overrides = [f"domain.{k}={json.dumps(domain[k])}" for k in ("name", "team") if k in domain]
+    # the same model's own hyperparameters are its defaults, not a change
+    baseline = load_settings(overrides=[*overrides, f"train.model={model}"], environ={})
+    defaults = json.loads(json.dumps(baseline.to_dict()))  # tuples as the document's lists
     changed: dict[str, Any] = {}
-    for section, values in document.items():
+    for section, values in json.loads(json.dumps(document, default=str)).items():
         if not isinstance(values, Mapping):
             continue
         for key, value in values.items():
             name = f"{section}.{key}"
-            if name not in DEPLOYMENT_SETTINGS and value != baseline.get(section, {}).get(key):
+            default = defaults.get(section, {}).get(key)
+            if name == "train.hyperparameters" and isinstance(value, Mapping):
+                hyper = default if isinstance(default, Mapping) else {}
+                changed |= {f"train.{k}": v for k, v in value.items() if hyper.get(k) != v}
+            elif name not in DEPLOYMENT_SETTINGS and value != default:
                 changed[name] = value
     return changed
 

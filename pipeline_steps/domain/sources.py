@@ -286,6 +286,26 @@ class FileSource:
             return Availability(False, f"no data for {day} in source file: nothing matches {url}")
         return Availability(True, f"{url} has files for {day}")
 
+    def later_rows(self, dataset: str, day: date) -> bool:
+        """Whether the files that may hold ``day`` hold rows of a later day: a source that has
+        moved past the day, which will not get its rows any more. False without
+        ``date_column`` (the path alone selects the day) or without files."""
+        if not self.date_column:
+            return False
+        try:
+            fs, files = self.files(dataset, day)
+        except StepError:
+            return False
+        dated = (self.date_format, self.time_zone)
+        for path in files:
+            for batch in self._read(fs, path, self.schemas.get(dataset)):
+                if self.date_column not in batch.schema.names or not batch.num_rows:
+                    continue
+                latest = pc.max(days_of(batch.column(self.date_column), *dated)).as_py()
+                if latest is not None and latest > day:
+                    return True
+        return False
+
     def batches(self, dataset: str, day: date) -> Iterator[pa.RecordBatch]:
         fs, files = self.files(dataset, day)
         for path in files:

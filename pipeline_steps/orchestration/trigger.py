@@ -6,9 +6,11 @@ waits for that day's data.
              together (the settings loader); returns ``{"logical_date", "trigger"}``. Every step
              receives both through its argv. A drift-started run has no logical date of its own
              in Airflow: it trains for the drifting day the newest event names.
-``wait_for_data``  a reschedule-mode sensor that waits until the source has the day's data and
-             ends the run skipped (not failed) when it never comes or lies outside the source's
-             coverage.
+``wait_for_data``  a reschedule-mode sensor that waits until the source has rows of the day and
+             ends the run skipped (not failed) when they never come or the day lies outside the
+             source's coverage; a day without rows is skipped at once where that is ordinary
+             (``domain.empty_days: skip``), and goes on to fail at ingest where it is not and the
+             source already holds later days (a broken feed).
 """
 
 from __future__ import annotations
@@ -196,11 +198,18 @@ class SourceDataSensor(BaseSensorOperator):
         self.log.info("%s", availability.message)
         if availability.final:
             raise AirflowSkipException(availability.message)
-        if availability.ready and self.settings.domain.empty_days == "skip":
-            empty = empty_day_message(self.settings, day)
-            if empty is not None:
-                raise AirflowSkipException(empty)
-        return availability.ready
+        if not availability.ready:
+            return False
+        empty = empty_day_message(self.settings, day)
+        if empty is None:
+            return True
+        if not source_moved_on(self.settings, day):
+            self.log.info("no row for %s yet (the files hold no later day): waiting", day)
+            return False
+        if self.settings.domain.empty_days == "skip":
+            raise AirflowSkipException(empty)
+        self.log.warning("%s; the source holds later days: ingest fails the run", empty)
+        return True  # a broken feed (domain.empty_days: fail): the run fails at ingest
 
     def execute(self, context: Any) -> Any:
         from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
@@ -230,6 +239,19 @@ def empty_day_message(settings: Settings, day: date) -> str | None:
         f"{day} has no row of {domain.labelled_dataset} in source {source.name}: an ordinary "
         "empty day of this domain (domain.empty_days: skip), the run ends skipped"
     )
+
+
+def source_moved_on(settings: Settings, day: date) -> bool:
+    """Whether a day without rows is missing, not late: a file source's files hold rows of
+    later days; any other source that has the day (its availability) has moved on."""
+    from pipeline_steps.core.domain import load_domain
+    from pipeline_steps.domain.sources import FileSource, open_source
+
+    domain = load_domain(settings.domain.module)
+    source = open_source(settings.ingest, domain)
+    if not isinstance(source, FileSource):
+        return True
+    return source.later_rows(domain.labelled_dataset, day)
 
 
 def source_availability(settings: Settings, day: date) -> Any:

@@ -116,8 +116,12 @@ def test_the_sensor_skips_an_empty_day_before_any_step(make_settings, export) ->
     with pytest.raises(AirflowSkipException, match="ordinary empty day"):
         sensor.poke({})
     assert SourceDataSensor(settings=sparse, day=str(FRIDAY)).poke({}) is True
-    strict = _settings(make_settings, export, empty_days="fail")  # ingest fails it, as before
+    # a Saturday the export has moved past: ingest fails it where empty days are not ordinary
+    strict = _settings(make_settings, export, empty_days="fail")
     assert SourceDataSensor(settings=strict, day=str(SATURDAY)).poke({}) is True
+    # the day after the export's last: its rows may still come, both wait (then end skipped)
+    for settings in (sparse, strict):
+        assert SourceDataSensor(settings=settings, day="2013-06-10").poke({}) is False
 
 
 def test_seed_passes_empty_days_by_and_reports_them(make_settings, export, monkeypatch) -> None:
