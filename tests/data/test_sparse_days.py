@@ -30,13 +30,17 @@ SATURDAY, FRIDAY, SUNDAY = date(2013, 6, 8), date(2013, 6, 7), date(2013, 6, 9)
 @pytest.fixture(scope="module")
 def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Mesa's flights of 2013-06-01..09 as ``DataFrame.to_parquet`` writes them."""
+    return write_export(tmp_path_factory.mktemp("mesa"))
+
+
+def write_export(folder: Path) -> Path:
+    """Mesa's flights of 2013-06-01..09 in ``folder``/flights.parquet (``to_parquet``)."""
     table = _full_table("flights")
     june = pc.and_(pc.equal(table["month"], 6), pc.less_equal(table["day"], 9))
     frame = table.filter(pc.and_(pc.equal(table["carrier"], "YV"), june)).to_pandas()
     frame["flight_date"] = [
         f"{y:04d}-{m:02d}-{d:02d}" for y, m, d in frame[["year", "month", "day"]].values
     ]
-    folder = tmp_path_factory.mktemp("mesa")
     frame.to_parquet(folder / "flights.parquet")
     return folder
 

@@ -32,6 +32,7 @@ from tests.conftest import FIRST_DAY, ROOT
 pytestmark = pytest.mark.slow
 TRAINING = "flight_delay_training"
 MONITOR = "flight_delay_drift_monitor"
+DOMAINS = ("flight_delay", "hotel_rate", "room_demand")
 OTHER_TRAININGS = ("hotel_rate_training", "room_demand_training")
 THIRD = f"""\
 domain:
@@ -180,19 +181,11 @@ def _emit_state(db: Path, day: str) -> list[str]:
 
 def test_drift_event_queues_training_and_the_cooldown_holds_the_next(airflow) -> None:
     db = airflow["db"]
-    watched = (TRAINING, MONITOR, *OTHER_TRAININGS)
-    _wait(
+    kinds = ("training", "drift_monitor", "tuning", "serving")
+    watched = {f"{domain}_{kind}" for domain in DOMAINS for kind in kinds}
+    _wait(  # every DAG of every domain, from their settings files alone
         "the dag-processor to serialise the three domains' DAGs",
-        lambda: (
-            len(
-                _query(
-                    db,
-                    "SELECT dag_id FROM serialized_dag WHERE dag_id IN (?, ?, ?, ?)",
-                    *watched,
-                )
-            )
-            == len(watched)
-        ),
+        lambda: watched <= {row[0] for row in _query(db, "SELECT dag_id FROM serialized_dag")},
     )
     # The cron creates today's run as soon as the DAG is known; it stays active (no pool slots)
     # until it is marked done, as a finished run would be: the drift runs come after it.
