@@ -292,10 +292,18 @@ def all_dags() -> dict[str, DAG]:
     processor (``trainyard domains`` shows it too): the other domains' DAGs keep running."""
     import logging
 
+    from airflow.sdk import get_parsing_context
+
+    # A task's process parses the file for its own DAG alone (Airflow's parsing context): it
+    # builds that one, not every DAG of every domain.
+    wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
     refused: list[str] = []
     for domain in domain_settings_files(refused=refused):
-        dags |= _dags_of(domain)
+        for kind, builder in BUILDERS.items():
+            if wanted is None or wanted == f"{domain.name}_{kind}":
+                dag = builder(domain.settings, domain.config)
+                dags[dag.dag_id] = dag
     for reason in refused:
         logging.getLogger(__name__).error("domain left out: %s", reason)
     return dags

@@ -183,3 +183,13 @@ def test_trainyard_domains_lists_them_and_names_a_refused_file(tmp_path) -> None
     refused = subprocess.run(command, capture_output=True, text=True, env=env)
     assert refused.returncode == 2
     assert f"{folder / 'bad.yaml'}: domain.name must be lowercase" in refused.stderr
+
+
+def test_a_task_s_process_builds_its_own_dag_alone(monkeypatch) -> None:
+    """Airflow parses the DAG file again for every task it runs, naming the DAG in its parsing
+    context: the file then builds that DAG only."""
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID
+
+    bag = _bag(monkeypatch, **{_AIRFLOW_PARSING_CONTEXT_DAG_ID: "hotel_rate_tuning"})
+    assert bag.import_errors == {}
+    assert bag.dag_ids == ["hotel_rate_tuning"]

@@ -269,9 +269,11 @@ def test_a_team_cannot_write_another_team_s_model(production: Profile, monkeypat
 
     from pipeline_steps.core.team_credentials import password_variable, team_environment
 
-    # the hotel example's team got its user when the profile started; the workers hold it
-    assert password_variable("revenue") in proc.environment(production, "airflow-worker")
     profile = lifecycle.prepare_team_users(production, ["alpha", "beta"])
+    # the passwords are the profile's (.env), and the Airflow workers' environment holds them
+    for team in ("alpha", "beta"):
+        assert password_variable(team) in load_profile().values
+        assert password_variable(team) in proc.environment(profile, "airflow-worker")
 
     def client_of(team: str) -> Any:
         for key, value in team_environment(team, profile.values).items():
