@@ -40,5 +40,5 @@ What to open next:
   trainyard report --champion      every move of the champion alias, and why
   trainyard predict --logical-date 2013-06-02   the champion's probabilities from the online store
 Evaluation reports: $TRAINYARD_HOME/lake/flight_delay/reports/evaluation/date=<date>/run=<run>/index.html
-Artifacts: $TRAINYARD_HOME/lake (partitions, reports, training sets, runs/<run>/lineage.json)
+Artifacts: $TRAINYARD_HOME/lake/flight_delay (the domain's folder of the lake: partitions, reports, training sets, runs/<run>/lineage.json)
 MSG
