@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, feature_columns
+from pipeline_steps.core.environment import environment
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feast_import import import_feast
 from pipeline_steps.core.feast_sources import FEAST_OFFLINE
@@ -191,20 +192,13 @@ def feast_environment(
 ) -> Iterator[None]:
     """``$TRAINYARD_FEAST_DIR`` (and ``$TRAINYARD_FEAST_PROJECT``, ``$TRAINYARD_FEAST_OFFLINE``
     when given) set for the block, the previous values back afterwards."""
-    saved = {key: os.environ.get(key) for key in (FEAST_DIR, FEAST_PROJECT, FEAST_OFFLINE)}
-    os.environ[FEAST_DIR] = folder
+    values = {FEAST_DIR: folder}
     if project:
-        os.environ[FEAST_PROJECT] = project
+        values[FEAST_PROJECT] = project
     if offline:
-        os.environ[FEAST_OFFLINE] = offline
-    try:
+        values[FEAST_OFFLINE] = offline
+    with environment(values):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager

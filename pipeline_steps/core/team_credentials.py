@@ -9,7 +9,7 @@ writing them. The deployment keeps the team's password in ``MLFLOW_TEAM_<TEAM>_P
 team's name upper-cased, ``-`` as ``_``) in the environment of Airflow's workers; where it is
 absent, the team's steps write as the deployment's one user (``MLFLOW_TRACKING_USERNAME``).
 
-Standard library only: the DAG files' operators call this while running.
+Standard library only (and the foundation): the DAG files' operators call this while running.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+
+from pipeline_steps.core.environment import environment
 
 
 def team_user(team: str) -> str:
@@ -43,14 +45,5 @@ def team_environment(team: str, environ: Mapping[str, str] | None = None) -> dic
 def as_team(team: str) -> Iterator[None]:
     """Within the block, this process's MLflow calls authenticate as ``team``'s user (see
     :func:`team_environment`); the environment is restored after."""
-    changes = team_environment(team)
-    saved = {key: os.environ.get(key) for key in changes}
-    os.environ.update(changes)
-    try:
+    with environment(team_environment(team)):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
