@@ -272,14 +272,11 @@ def describe_domains() -> str:
         lines += [
             f"{domain.name}  team {s.domain.team or '-'}  empty days {s.domain.empty_days}",
             f"  settings  {domain.config or 'the default (TRAINYARD_CONFIG or the defaults)'}",
-            f"  DAGs      {', '.join(f'{domain.name}_{k}' for k in DAG_KINDS)}",
+            f"  DAGs      {', '.join(domain.dag_ids)}",
             f"  lake      {s.lake_root}",
             f"  MLflow    {s.mlflow.experiment}, model {s.mlflow.registered_model}",
         ]
     return "\n".join(lines)
-
-
-DAG_KINDS = ("training", "drift_monitor", "tuning", "serving")
 
 
 def emit(manifest: StepOutput) -> None:

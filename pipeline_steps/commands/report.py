@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
+from pipeline_steps.core.deployment import DAG_KINDS
 from pipeline_steps.core.domain import load_domain
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake, safe_run_key
@@ -43,13 +44,6 @@ from pipeline_steps.evaluation.champion import ChampionHistory, MonitoredDay, Mo
 
 log = logging.getLogger(__name__)
 SEED_PREFIX = "seed__"
-KINDS = (
-    ("_training", "training"),
-    ("_tuning", "tuning"),
-    ("_drift_monitor", "monitoring"),
-    ("_serving", "serving"),
-)
-"""A run's kind by the suffix of the DAG that recorded it (:mod:`pipeline_steps.orchestration`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +81,12 @@ class RecordedRun:
     def kind(self) -> str:
         """What the run was: ``training``, ``tuning``, ``monitoring``, ``serving`` (by its DAGs,
         else by what it recorded), or ``by hand`` (steps run without Airflow)."""
-        kinds = [kind for dag in self.dag_ids for suffix, kind in KINDS if dag.endswith(suffix)]
+        kinds = [
+            what
+            for dag in self.dag_ids
+            for kind, what in DAG_KINDS.items()
+            if dag.endswith(f"_{kind}")
+        ]
         if self.train or self.promote:
             kinds.insert(0, "training")
         return " + ".join(dict.fromkeys(kinds)) or "by hand"
@@ -505,7 +504,11 @@ def print_report(
     ``StepError`` when ``end`` is before ``start`` or the run ``run_id`` is not recorded; what
     MLflow raises when the registry cannot be reached."""
     lake = Lake(settings.lake_root)
-    labelled = load_domain(settings.domain.module).labelled_dataset
+
+    def summary(run: RecordedRun) -> str:
+        labelled = load_domain(settings.domain.module).labelled_dataset
+        return "\n".join(summarise(run, rows_label=labelled, rates=settings.cost))
+
     if run_id:
         run = read_run(lake, safe_run_key(run_id))
         if run is None:
@@ -513,7 +516,7 @@ def print_report(
                 f"no recorded run {run_id!r} in {lake.path('runs')} (its ingest never completed; "
                 "`trainyard report --logical-date D` lists the runs of a day)"
             )
-        print("\n".join(summarise(run, rows_label=labelled, rates=settings.cost)))
+        print(summary(run))
         return
     if champion:
         if start and end and end < start:
@@ -541,7 +544,7 @@ def print_report(
             print("\n".join(_table([list(_RUN_COLUMNS), *[_run_row(r, shown) for r in of_day]])))
             print("  another: trainyard report --run-id RUN")
             print()
-        print("\n".join(summarise(shown, rows_label=labelled, rates=settings.cost)))
+        print(summary(shown))
         print()
 
 

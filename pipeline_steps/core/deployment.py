@@ -22,6 +22,14 @@ from pipeline_steps.core.settings import PROJECT_ROOT, Settings, SettingsError, 
 
 HOTEL_EXAMPLE = PROJECT_ROOT / "examples" / "hotel_rates" / "settings.yaml"
 """The second shipped example's settings file (``orchestration.example_domains``)."""
+DAG_KINDS = {
+    "training": "training",
+    "drift_monitor": "monitoring",
+    "tuning": "tuning",
+    "serving": "serving",
+}
+"""Every domain's DAGs, ``<domain.name>_<kind>``, and what each does in a word (its tag, and
+the kind of run ``trainyard report`` names)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,11 @@ class DomainFile:
     @property
     def config(self) -> str | None:
         return str(self.path) if self.path is not None else None
+
+    @property
+    def dag_ids(self) -> list[str]:
+        """Its DAGs' ids, one per :data:`DAG_KINDS`."""
+        return [f"{self.name}_{kind}" for kind in DAG_KINDS]
 
 
 def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -32,25 +32,27 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, chain
 
-from pipeline_steps.core.deployment import DomainFile, domain_settings_files, load_domain_settings
+from pipeline_steps.core.deployment import (
+    DAG_KINDS,
+    DomainFile,
+    domain_settings_files,
+    load_domain_settings,
+)
 from pipeline_steps.core.manifests import STEPS
 from pipeline_steps.core.settings import Settings
 
-KINDS = ("training", "drift_monitor", "tuning", "serving")
-
 
 def dag_id(settings: Settings, kind: str) -> str:
-    """The id of the domain's DAG of ``kind`` (one of :data:`KINDS`)."""
+    """The id of the domain's DAG of ``kind`` (one of ``DAG_KINDS``)."""
     return f"{settings.domain.name}_{kind}"
 
 
 def tags(settings: Settings, kind: str) -> list[str]:
     """The DAG's tags: trainyard, its kind, its domain and its team."""
     team = settings.domain.team
-    kind_tag = {"drift_monitor": "monitoring"}.get(kind, kind)
     return [
         "trainyard",
-        kind_tag,
+        DAG_KINDS[kind],
         f"domain:{settings.domain.name}",
         *([f"team:{team}"] if team else []),
     ]
@@ -278,11 +280,14 @@ def build_dags(settings_file: str | Path | None = None) -> dict[str, DAG]:
     return _dags_of(domain)
 
 
-def _dags_of(domain: DomainFile) -> dict[str, DAG]:
+def _dags_of(domain: DomainFile, wanted: str | None = None) -> dict[str, DAG]:
+    """The domain's DAGs by id; only the one of id ``wanted`` (none if not the domain's) when
+    given."""
     dags = {}
-    for builder in BUILDERS.values():
-        dag = builder(domain.settings, domain.config)
-        dags[dag.dag_id] = dag
+    for kind, builder in BUILDERS.items():
+        if wanted is None or wanted == dag_id(domain.settings, kind):
+            dag = builder(domain.settings, domain.config)
+            dags[dag.dag_id] = dag
     return dags
 
 
@@ -300,10 +305,7 @@ def all_dags() -> dict[str, DAG]:
     dags: dict[str, DAG] = {}
     refused: list[str] = []
     for domain in domain_settings_files(refused=refused):
-        for kind, builder in BUILDERS.items():
-            if wanted is None or wanted == f"{domain.name}_{kind}":
-                dag = builder(domain.settings, domain.config)
-                dags[dag.dag_id] = dag
+        dags |= _dags_of(domain, wanted)
     for reason in refused:
         logging.getLogger(__name__).error("domain left out: %s", reason)
     return dags

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from datetime import date, timedelta
 from os import PathLike
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
@@ -26,6 +26,9 @@ from pipeline_steps.core.manifests import to_json
 from pipeline_steps.core.settings import Settings, SettingsError, load_settings
 from pipeline_steps.core.trigger import SettingOverride, Trigger, TriggerKind
 from pipeline_steps.orchestration.params import FORM, overrides_of, set_arguments
+
+if TYPE_CHECKING:  # the domain types import pyarrow; parsing a DAG file must not
+    from pipeline_steps.core.domain import Source
 
 TRIGGER_TASK = "trigger"
 _TRIGGER = f"ti.xcom_pull(task_ids='{TRIGGER_TASK}')"
@@ -207,7 +210,10 @@ class SourceDataSensor(BaseSensorOperator):
             self.log.info("no row for %s yet (the files hold no later day): waiting", day)
             return False
         if self.settings.domain.empty_days == "skip":
-            raise AirflowSkipException(empty)
+            raise AirflowSkipException(
+                f"{empty}: an ordinary empty day of this domain (domain.empty_days: skip), the "
+                "run ends skipped"
+            )
         self.log.warning("%s; the source holds later days: ingest fails the run", empty)
         return True  # a broken feed (domain.empty_days: fail): the run fails at ingest
 
@@ -225,40 +231,34 @@ class SourceDataSensor(BaseSensorOperator):
             ) from exc
 
 
-def empty_day_message(settings: Settings, day: date) -> str | None:
-    """Why ``day`` is an ordinary empty day (the source has it, but no row of the labelled
-    dataset), or None when it has rows. Reads the day's rows until the first one."""
+def _labelled_source(settings: Settings) -> tuple[str, Source]:
+    """The domain's labelled dataset and the source ingest reads it from."""
     from pipeline_steps.core.domain import load_domain
     from pipeline_steps.domain.sources import open_source
 
     domain = load_domain(settings.domain.module)
-    source = open_source(settings.ingest, domain)
-    if any(batch.num_rows for batch in source.batches(domain.labelled_dataset, day)):
+    return domain.labelled_dataset, open_source(settings.ingest, domain)
+
+
+def empty_day_message(settings: Settings, day: date) -> str | None:
+    """What is missing when the source has ``day`` but no row of the labelled dataset on it,
+    or None when it has rows. Reads the day's rows until the first one."""
+    dataset, source = _labelled_source(settings)
+    if any(batch.num_rows for batch in source.batches(dataset, day)):
         return None
-    return (
-        f"{day} has no row of {domain.labelled_dataset} in source {source.name}: an ordinary "
-        "empty day of this domain (domain.empty_days: skip), the run ends skipped"
-    )
+    return f"{day} has no row of {dataset} in source {source.name}"
 
 
 def source_moved_on(settings: Settings, day: date) -> bool:
     """Whether a day without rows is missing, not late: a file source's files hold rows of
     later days; any other source that has the day (its availability) has moved on."""
-    from pipeline_steps.core.domain import load_domain
-    from pipeline_steps.domain.sources import FileSource, open_source
+    from pipeline_steps.domain.sources import FileSource
 
-    domain = load_domain(settings.domain.module)
-    source = open_source(settings.ingest, domain)
-    if not isinstance(source, FileSource):
-        return True
-    return source.later_rows(domain.labelled_dataset, day)
+    dataset, source = _labelled_source(settings)
+    return not isinstance(source, FileSource) or source.later_rows(dataset, day)
 
 
 def source_availability(settings: Settings, day: date) -> Any:
     """Whether the configured source has the labelled dataset's rows for ``day``."""
-    from pipeline_steps.core.domain import load_domain
-    from pipeline_steps.domain.sources import open_source
-
-    domain = load_domain(settings.domain.module)
-    source = open_source(settings.ingest, domain)
-    return source.availability(domain.labelled_dataset, day)
+    dataset, source = _labelled_source(settings)
+    return source.availability(dataset, day)
