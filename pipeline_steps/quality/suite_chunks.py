@@ -41,6 +41,8 @@ from pipeline_steps.quality.suites import (
     as_frame,
     gx_context,
     suite_outcome,
+    validate_batch,
+    whole_frame_batch,
     with_defaults,
 )
 
@@ -76,19 +78,25 @@ def run_suite_chunked(
         expectations=[_fresh(e) for e, _ in expectations if e.expectation_type not in WHOLE_TABLE],
     )
     context = gx_context(data_docs_dir)
-    checkpoint = add_checkpoint(context, dataset, rowwise, [])
     aggregates = Aggregates.for_expectations(whole)
-    first: Any = None
+    runs: list[Any] = []  # the Checkpoint's runs, whose first one the Data Docs name
+    if data_docs_dir:
+        checkpoint = add_checkpoint(context, dataset, rowwise, [])
+    else:
+        batch = whole_frame_batch(context, dataset)
     merged: Any = None
     for frame in prefetch(
         _chunks(parquet, chunk_rows, columns)
     ):  # the next chunk is read meanwhile
-        run = checkpoint.run(
-            batch_parameters={"dataframe": frame}, expectation_parameters=parameters
-        )
-        if first is None:
-            first = run
-        result = next(iter(run.run_results.values()))
+        if data_docs_dir:
+            runs.append(
+                checkpoint.run(
+                    batch_parameters={"dataframe": frame}, expectation_parameters=parameters
+                )
+            )
+            result = next(iter(runs[-1].run_results.values()))
+        else:
+            result = validate_batch(batch, frame, rowwise, parameters)
         merged = result if merged is None else _merge(merged, result)
         aggregates.add(frame)
 
@@ -101,6 +109,7 @@ def run_suite_chunked(
     ]
     _restate(merged)
     if data_docs_dir:
+        first = runs[0]
         identifier = next(iter(first.run_results))
         context.suites.delete(suite.name)
         context.suites.add(_fresh_suite(suite))

@@ -1,4 +1,4 @@
-"""Great Expectations suites stored as JSON, run through one Checkpoint per dataset.
+"""Great Expectations suites stored as JSON, run on a dataset's partitions.
 
 A suite file is GX's own JSON form (``name``, ``expectations`` with ``type``, ``kwargs``,
 ``meta``), plus an optional ``severity`` per expectation: ``critical`` (default) stops the run,
@@ -221,21 +221,24 @@ def run_suite(
     *,
     engine: Engine = "pandas",
 ) -> SuiteOutcome:
-    """Validate ``frame`` with a Checkpoint; render Data Docs into ``data_docs_dir`` if given.
+    """Validate ``frame`` against ``suite``; render Data Docs into ``data_docs_dir`` if given.
 
-    ``engine="spark"`` validates a Spark DataFrame through GX's Spark datasource (see
-    :mod:`pipeline_steps.quality.spark_suite`, which prepares the frame and the suite)."""
+    Without Data Docs the batch is validated directly; with them, through a Checkpoint, whose
+    stored result the Data Docs action renders (the Checkpoint's freshness checks and result
+    store cost more than the expectations on a day's partition). ``engine="spark"`` validates a
+    Spark DataFrame through GX's Spark datasource (see :mod:`pipeline_steps.quality.spark_suite`,
+    which prepares the frame and the suite)."""
     from great_expectations.checkpoint import UpdateDataDocsAction
 
     context = gx_context(data_docs_dir)
-    actions = (
-        [UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])] if data_docs_dir else []
-    )
+    values = with_defaults(suite, parameters)
+    if not data_docs_dir:
+        batch = whole_frame_batch(context, dataset, engine=engine)
+        validation = validate_batch(batch, frame, suite, values)
+        return suite_outcome(dataset, validation, None)
+    actions = [UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])]
     checkpoint = add_checkpoint(context, dataset, suite, actions, engine=engine)
-    outcome = checkpoint.run(
-        batch_parameters={"dataframe": frame},
-        expectation_parameters=with_defaults(suite, parameters),
-    )
+    outcome = checkpoint.run(batch_parameters={"dataframe": frame}, expectation_parameters=values)
     return suite_outcome(dataset, next(iter(outcome.run_results.values())), data_docs_dir)
 
 
@@ -249,12 +252,14 @@ def gx_context(data_docs_dir: str | None) -> Any:
 
     from pipeline_steps.quality.gx_compat import (
         patch_column_domains,
+        patch_expectation_kwargs,
         patch_quantile_expectation,
         skip_batch_fingerprint,
     )
 
     patch_quantile_expectation()
     patch_column_domains()
+    patch_expectation_kwargs()
     skip_batch_fingerprint()
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -273,6 +278,33 @@ def gx_context(data_docs_dir: str | None) -> Any:
     return context
 
 
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES}
+
+
+def whole_frame_batch(context: Any, dataset: str, *, engine: Engine = "pandas") -> Any:
+    """A batch definition of a whole dataframe (passed at run time): a pandas one, or with
+    ``engine="spark"`` a Spark one, which GX does not cache (the caller decides whether the frame
+    is cached, and releases it)."""
+    if engine == "spark":
+        source = context.data_sources.add_spark("lake", persist=False)
+    else:
+        source = context.data_sources.add_pandas("lake")
+    return source.add_dataframe_asset(dataset).add_batch_definition_whole_dataframe("partition")
+
+
+def validate_batch(
+    batch: Any,
+    frame: pd.DataFrame | pyspark.sql.DataFrame,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any],
+) -> Any:
+    """GX's validation result of ``frame`` (through the batch definition ``batch``) against
+    ``suite`` with the run's ``parameters``, no Checkpoint involved."""
+    return batch.get_batch(batch_parameters={"dataframe": frame}).validate(
+        suite, result_format=RESULT_FORMAT, expectation_parameters=parameters
+    )
+
+
 def add_checkpoint(
     context: Any,
     dataset: str,
@@ -281,16 +313,11 @@ def add_checkpoint(
     *,
     engine: Engine = "pandas",
 ) -> Any:
-    """One Checkpoint validating a whole dataframe (passed at run time) against ``suite``: a
-    pandas one, or with ``engine="spark"`` a Spark one, which GX does not cache (the caller
-    decides whether the frame is cached, and releases it)."""
+    """One Checkpoint validating a whole dataframe (passed at run time) against ``suite``, for
+    the runs whose result the Data Docs render."""
     import great_expectations as gx
 
-    if engine == "spark":
-        source = context.data_sources.add_spark("lake", persist=False)
-    else:
-        source = context.data_sources.add_pandas("lake")
-    batch = source.add_dataframe_asset(dataset).add_batch_definition_whole_dataframe("partition")
+    batch = whole_frame_batch(context, dataset, engine=engine)
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name=dataset, data=batch, suite=context.suites.add(suite))
     )
@@ -299,7 +326,7 @@ def add_checkpoint(
             name=dataset,
             validation_definitions=[definition],
             actions=actions,
-            result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES},
+            result_format=RESULT_FORMAT,
         )
     )
 

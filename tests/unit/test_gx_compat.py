@@ -10,6 +10,7 @@ import pytest
 from pipeline_steps.quality.gx_compat import (
     domain_columns,
     patch_column_domains,
+    patch_expectation_kwargs,
     patch_quantile_expectation,
     skip_batch_fingerprint,
     to_builtin,
@@ -115,6 +116,8 @@ def _gx_says(symbol: str, what: str) -> str:
             "_validate",
             ["self", "metrics", "runtime_configuration", "execution_engine"],
         ),
+        ("great_expectations.expectations:Expectation", "_get_domain_kwargs", ["self"]),
+        ("great_expectations.expectations:Expectation", "_get_success_kwargs", ["self"]),
     ],
 )
 def test_patched_methods_keep_their_names_and_signatures(
@@ -216,3 +219,45 @@ def test_quantile_results_are_json_safe_after_the_patch() -> None:
             "details": {"success_details": [True]},
         },
     }, _gx_says("ExpectColumnQuantileValuesToBeBetween._validate", "returns another result")
+
+
+# sha256 of GX's own kwargs lookups: patch_expectation_kwargs returns what they return, reading
+# the configuration once.
+KWARGS_SHA256 = {
+    "_get_domain_kwargs": "91ad2a0670ff463ad99457f1e5c351b7fbd64cac8f6c200a18a437552f2adfd0",
+    "_get_success_kwargs": "fe376905e18bc525a128d251281e7f48309e82f820f23c8e1d93d85e2739b26f",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KWARGS_SHA256))
+def test_the_kwargs_lookups_the_patch_mirrors_are_unchanged(name: str) -> None:
+    from great_expectations.expectations.expectation import Expectation
+
+    source = inspect.getsource(inspect.unwrap(getattr(Expectation, name)))
+    assert hashlib.sha256(source.encode()).hexdigest() == KWARGS_SHA256[name], _gx_says(
+        f"Expectation.{name}",
+        "has changed (source hash differs); patch_expectation_kwargs returns what it returns - "
+        "read the new source, align the patch, then record the new hash in KWARGS_SHA256",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("ExpectColumnValuesToBeBetween", {"column": "a", "min_value": 0, "mostly": 0.9}),
+        ("ExpectColumnPairValuesToBeEqual", {"column_A": "a", "column_B": "b"}),
+        ("ExpectCompoundColumnsToBeUnique", {"column_list": ["a", "b"]}),
+        ("ExpectTableRowCountToBeBetween", {"min_value": 1, "max_value": {"$PARAMETER": "x"}}),
+    ],
+)
+def test_patched_kwargs_lookups_return_great_expectations_own_values(name, kwargs) -> None:
+    import great_expectations.expectations as gxe
+    from great_expectations.expectations.expectation import Expectation
+
+    patch_expectation_kwargs()
+    expectation = getattr(gxe, name)(**kwargs)
+    for lookup in ("_get_domain_kwargs", "_get_success_kwargs"):
+        theirs = inspect.unwrap(getattr(Expectation, lookup))(expectation)
+        assert getattr(expectation, lookup)() == theirs, _gx_says(
+            f"Expectation.{lookup}", f"returns other kwargs for {name}"
+        )
