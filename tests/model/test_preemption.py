@@ -1,7 +1,7 @@
 """Spot capacity on CPU with gloo: SIGTERM stops every rank at one step boundary with a
 checkpoint and a transient exit, and the retry ends with the weights of an uninterrupted run; a
 checkpoint resumes on another number of processes (3 → 2 → 4) along the uninterrupted loss
-curve; FSDP follows DDP and resumes exactly."""
+curve; FSDP, preempted and resumed, follows DDP."""
 
 import re
 import signal
@@ -124,18 +124,20 @@ def test_a_checkpoint_resumes_on_two_then_four_processes_along_the_same_loss_cur
         assert torch.allclose(tensor, final_weights(elastic)[name], rtol=1e-3, atol=1e-4), name
 
 
-def test_fsdp_follows_ddp_and_resumes_exactly(prepared, two_ranks) -> None:
-    ddp, fsdp, preempted = two_ranks, prepared("fsdp"), prepared("fsdp-spot")
+def test_fsdp_preempted_and_resumed_follows_ddp(prepared, two_ranks) -> None:
+    """A sharded run, preempted mid-epoch and retried, ends where the uninterrupted DDP run
+    does: its loss curve and weights (FSDP's resume from a sharded checkpoint, optimizer state
+    included; a reset Adam state or a step redone would leave the curve)."""
+    ddp, preempted = two_ranks, prepared("fsdp-spot")
     sharded = ("train.strategy=fsdp",)
-    run_torchrun(fsdp, 2, (*BASE, *sharded))
-    for a, b in zip(_history(ddp), _history(fsdp), strict=True):
-        for metric in ("train_loss", "val_loss"):
-            assert b[metric] == pytest.approx(a[metric], rel=1e-3), (metric, a, b)
-
     _, stopped, _ = preempt(preempted, 2, lambda at: at.epoch == 1 and at.step > 0, *sharded)
     manifest = manifest_of(run_torchrun(preempted, 2, (*BASE, *sharded)))
     assert manifest["resumed_from"]["step"] == stopped
-    assert_same_weights(final_weights(fsdp), final_weights(preempted))
+    for a, b in zip(_history(ddp), _history(preempted), strict=True):
+        for metric in ("train_loss", "val_loss"):
+            assert b[metric] == pytest.approx(a[metric], rel=1e-3), (metric, a, b)
+    for name, tensor in final_weights(ddp).items():
+        assert torch.allclose(tensor, final_weights(preempted)[name], rtol=1e-3, atol=1e-4), name
 
 
 def _history(ctx: RunContext) -> list[dict]:
