@@ -48,14 +48,15 @@ def day_with_rows(settings: Settings, first: str) -> tuple[str, list[str]]:
     """The first day from ``first`` whose source has rows, and the empty days passed by (a
     domain with ``domain.empty_days: skip``); ``ValueError`` when none within
     :data:`MAX_EMPTY_DAYS` or the source's coverage."""
-    from pipeline_steps.orchestration.trigger import empty_day_message, source_availability
+    from pipeline_steps.orchestration.trigger import LabelledSource
 
+    labelled = LabelledSource.of(settings)
     day, passed = date.fromisoformat(first), list[str]()
     for _ in range(MAX_EMPTY_DAYS):
-        availability = source_availability(settings, day)
+        availability = labelled.availability(day)
         if not availability.ready:
             raise ValueError(f"no day with rows to serve from {first}: {availability.message}")
-        if empty_day_message(settings, day) is None:
+        if labelled.empty_day_message(day) is None:
             return day.isoformat(), passed
         passed.append(day.isoformat())
         day += timedelta(days=1)

@@ -16,6 +16,7 @@ waits for that day's data.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import date, timedelta
 from os import PathLike
 from typing import TYPE_CHECKING, Any
@@ -197,16 +198,17 @@ class SourceDataSensor(BaseSensorOperator):
         if (context.get("params") or {}).get("pin_raw_version"):
             self.log.info("raw version pinned: the day's data is in the lake already")
             return True
-        availability = source_availability(self.settings, day)
+        labelled = LabelledSource.of(self.settings)
+        availability = labelled.availability(day)
         self.log.info("%s", availability.message)
         if availability.final:
             raise AirflowSkipException(availability.message)
         if not availability.ready:
             return False
-        empty = empty_day_message(self.settings, day)
+        empty = labelled.empty_day_message(day)
         if empty is None:
             return True
-        if not source_moved_on(self.settings, day):
+        if not labelled.moved_on(day):
             self.log.info("no row for %s yet (the files hold no later day): waiting", day)
             return False
         if self.settings.domain.empty_days == "skip":
@@ -231,34 +233,46 @@ class SourceDataSensor(BaseSensorOperator):
             ) from exc
 
 
-def _labelled_source(settings: Settings) -> tuple[str, Source]:
-    """The domain's labelled dataset and the source ingest reads it from."""
-    from pipeline_steps.core.domain import load_domain
-    from pipeline_steps.domain.sources import open_source
+@dataclass(frozen=True)
+class LabelledSource:
+    """The domain's labelled dataset and the source ingest reads it from, opened once for the
+    questions a sensor or a serving search asks of a day."""
 
-    domain = load_domain(settings.domain.module)
-    return domain.labelled_dataset, open_source(settings.ingest, domain)
+    dataset: str
+    source: Source
+
+    @classmethod
+    def of(cls, settings: Settings) -> LabelledSource:
+        from pipeline_steps.core.domain import load_domain
+        from pipeline_steps.domain.sources import open_source
+
+        domain = load_domain(settings.domain.module)
+        return cls(domain.labelled_dataset, open_source(settings.ingest, domain))
+
+    def availability(self, day: date) -> Any:
+        """Whether the source has the labelled dataset's rows for ``day``."""
+        return self.source.availability(self.dataset, day)
+
+    def empty_day_message(self, day: date) -> str | None:
+        """What is missing when the source has ``day`` but no row of the labelled dataset on
+        it, or None when it has rows. Reads the day's rows until the first one."""
+        if any(batch.num_rows for batch in self.source.batches(self.dataset, day)):
+            return None
+        return f"{day} has no row of {self.dataset} in source {self.source.name}"
+
+    def moved_on(self, day: date) -> bool:
+        """Whether a day without rows is missing, not late: a file source's files hold rows of
+        later days; any other source that has the day (its availability) has moved on."""
+        from pipeline_steps.domain.sources import FileSource
+
+        return not isinstance(self.source, FileSource) or self.source.later_rows(self.dataset, day)
 
 
 def empty_day_message(settings: Settings, day: date) -> str | None:
-    """What is missing when the source has ``day`` but no row of the labelled dataset on it,
-    or None when it has rows. Reads the day's rows until the first one."""
-    dataset, source = _labelled_source(settings)
-    if any(batch.num_rows for batch in source.batches(dataset, day)):
-        return None
-    return f"{day} has no row of {dataset} in source {source.name}"
-
-
-def source_moved_on(settings: Settings, day: date) -> bool:
-    """Whether a day without rows is missing, not late: a file source's files hold rows of
-    later days; any other source that has the day (its availability) has moved on."""
-    from pipeline_steps.domain.sources import FileSource
-
-    dataset, source = _labelled_source(settings)
-    return not isinstance(source, FileSource) or source.later_rows(dataset, day)
+    """:meth:`LabelledSource.empty_day_message` of the domain's source."""
+    return LabelledSource.of(settings).empty_day_message(day)
 
 
 def source_availability(settings: Settings, day: date) -> Any:
     """Whether the configured source has the labelled dataset's rows for ``day``."""
-    dataset, source = _labelled_source(settings)
-    return source.availability(dataset, day)
+    return LabelledSource.of(settings).availability(day)

@@ -79,7 +79,7 @@ def run_suite_chunked(
     )
     context = gx_context(data_docs_dir)
     aggregates = Aggregates.for_expectations(whole)
-    runs: list[Any] = []  # the Checkpoint's runs, whose first one the Data Docs name
+    first: Any = None  # the Checkpoint's first run, which the Data Docs name
     if data_docs_dir:
         checkpoint = add_checkpoint(context, dataset, rowwise, [])
     else:
@@ -89,12 +89,12 @@ def run_suite_chunked(
         _chunks(parquet, chunk_rows, columns)
     ):  # the next chunk is read meanwhile
         if data_docs_dir:
-            runs.append(
-                checkpoint.run(
-                    batch_parameters={"dataframe": frame}, expectation_parameters=parameters
-                )
+            run = checkpoint.run(
+                batch_parameters={"dataframe": frame}, expectation_parameters=parameters
             )
-            result = next(iter(runs[-1].run_results.values()))
+            if first is None:
+                first = run
+            result = next(iter(run.run_results.values()))
         else:
             result = validate_batch(batch, frame, rowwise, parameters)
         merged = result if merged is None else _merge(merged, result)
@@ -109,7 +109,6 @@ def run_suite_chunked(
     ]
     _restate(merged)
     if data_docs_dir:
-        first = runs[0]
         identifier = next(iter(first.run_results))
         context.suites.delete(suite.name)
         context.suites.add(_fresh_suite(suite))
