@@ -6,7 +6,7 @@ peak RSS (the process's own memory high-water mark) is its own:
 
     .venv/bin/python benchmarks/validation_drift.py --rows 1000000 10000000 --repeat 3
 
-Modes: ``gx`` (the suite through GX Checkpoints, as the validate step runs it: whole, or in
+Modes: ``gx`` (the suite as the validate step runs it, without Data Docs: whole, or in
 chunks of ``validation.chunk_rows`` rows for larger partitions) and ``plain`` (the same checks as
 one pyarrow/numpy pass). The ``drift`` modes went with the validate step's drift measurement;
 drift is the monitor's (``benchmarks/drift_trigger_rate.py``).
