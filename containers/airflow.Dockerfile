@@ -42,6 +42,6 @@ COPY --chown=airflow:0 tuning /opt/trainyard/tuning
 COPY --chown=airflow:0 examples /opt/trainyard/examples
 # the second example's domain package, installed as a team installs its own
 RUN pip install --no-cache-dir --no-deps -e /opt/trainyard/examples/hotel_rates
-COPY --chown=airflow:0 containers/airflow_init.py /opt/trainyard/containers/
+COPY --chown=airflow:0 containers/airflow_init.py containers/airflow_health.py /opt/trainyard/containers/
 # No TRAINYARD_* setting of a domain here: the environment reaches every domain's steps, and the
 # defaults (the flights example's files) already resolve under /opt/trainyard (editable install).

@@ -1,6 +1,12 @@
 """Where the suite's time goes: ``pytest --profile-tiers`` prints wall seconds per test module and
 per tier at the end of the run (``make test-profile``), and ``--profile-json FILE`` writes them.
 
+Beside each module's wall seconds, its CPU seconds: the test process's own and those of the
+processes it started and waited for (steps, ranks, services it stopped). On a machine with
+fewer cores than workers, wall seconds grow with whatever else runs; CPU seconds say what a
+module costs the suite. Containers' CPU is not counted (the engine's processes are not the
+test's children).
+
 A test's time is its set-up, call and tear-down, so a session fixture's cost lands on the first
 test that asks for it, where it is paid. Each test counts in one tier, its heaviest marker:
 ``containers`` over ``services`` over ``spark`` over ``gpu`` over ``slow``, and ``fast`` for the
@@ -11,8 +17,10 @@ difference to the session's wall time is collection and the terminal's own work.
 from __future__ import annotations
 
 import json
+import resource
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,17 @@ import pytest
 
 TIERS = ("containers", "services", "spark", "gpu", "slow")
 """The tiers, heaviest first; a test with none of these markers is in ``fast``."""
+CPU_KEY = "cpu_s"
+"""The user property by which a test report carries its phase's CPU seconds."""
+_PHASE_CPU = pytest.StashKey[float]()
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that were waited for."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,26 +67,33 @@ class Profile:
         self.started = time.monotonic()
         self.tiers: dict[str, str] = {}
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
         self.outcomes: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # under pytest-xdist the reports come from the workers, with the markers in keywords
         self.tiers.setdefault(report.nodeid, tier_of(report.keywords))
         self.seconds[report.nodeid] += report.duration
+        self.cpu[report.nodeid] += sum(v for k, v in report.user_properties if k == CPU_KEY)
         if report.when == "call" or report.outcome != "passed":
             self.outcomes[report.nodeid] = report.outcome
 
     def table(self) -> dict[str, Any]:
         """``{"wall_s", "modules": {path: row}, "tiers": {tier: row}}``; a row holds
-        ``tests`` and ``seconds``."""
-        modules: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
-        tiers: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
+        ``tests``, ``seconds`` (wall) and ``cpu_s``."""
+
+        def row() -> dict[str, float]:
+            return {"tests": 0, "seconds": 0.0, CPU_KEY: 0.0}
+
+        modules: dict[str, dict[str, float]] = defaultdict(row)
+        tiers: dict[str, dict[str, float]] = defaultdict(row)
         for nodeid, seconds in self.seconds.items():
             module = nodeid.split("::", 1)[0]  # xdist's loadgroup appends @group to the id
             tier = self.tiers.get(nodeid, "fast")
-            for row in (modules[module], tiers[tier]):
-                row["tests"] += 1
-                row["seconds"] += seconds
+            for counted in (modules[module], tiers[tier]):
+                counted["tests"] += 1
+                counted["seconds"] += seconds
+                counted[CPU_KEY] += self.cpu.get(nodeid, 0.0)
         return {
             "wall_s": time.monotonic() - self.started,
             "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]["seconds"])),
@@ -77,15 +103,17 @@ class Profile:
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         table = self.table()
         write = terminalreporter.write_line
-        terminalreporter.section("wall seconds per tier")
+        terminalreporter.section("wall and CPU seconds per tier")
         for tier, row in table["tiers"].items():
-            write(f"{tier:<12} {row['tests']:>5} tests {row['seconds']:>9.1f} s")
+            seconds, cpu = row["seconds"], row[CPU_KEY]
+            write(f"{tier:<12} {row['tests']:>5} tests {seconds:>9.1f} s {cpu:>9.1f} cpu")
         total = sum(row["seconds"] for row in table["tiers"].values())
-        write(f"{'tests':<12} {len(self.seconds):>5} tests {total:>9.1f} s")
+        cpu = sum(row[CPU_KEY] for row in table["tiers"].values())
+        write(f"{'tests':<12} {len(self.seconds):>5} tests {total:>9.1f} s {cpu:>9.1f} cpu")
         write(f"{'session':<12} {'':>11} {table['wall_s']:>9.1f} s (collection included)")
-        terminalreporter.section("wall seconds per module")
+        terminalreporter.section("wall and CPU seconds per module")
         for module, row in table["modules"].items():
-            write(f"{row['seconds']:>9.1f} s {row['tests']:>5}  {module}")
+            write(f"{row['seconds']:>9.1f} s {row[CPU_KEY]:>9.1f} cpu {row['tests']:>5}  {module}")
         path = config.getoption("profile_json")
         if path:
             write(f"written to {save(table, Path(path))}")
@@ -98,26 +126,55 @@ def save(table: dict[str, Any], path: Path) -> Path:
         modules = dict(json.loads(path.read_text()).get("modules", {}))
     except (OSError, ValueError, AttributeError):
         modules = {}
-    modules.update(
-        {
-            m: {"tests": r["tests"], "seconds": round(r["seconds"], 1)}
-            for m, r in table["modules"].items()
-        }
-    )
+
+    def rounded(row: dict[str, float]) -> dict[str, float]:
+        return {"tests": row["tests"], **{k: round(row[k], 1) for k in ("seconds", CPU_KEY)}}
+
+    modules.update({m: rounded(r) for m, r in table["modules"].items()})
     merged = {
         "wall_s": round(table["wall_s"], 1),
-        "tiers": {
-            t: {"tests": r["tests"], "seconds": round(r["seconds"], 1)}
-            for t, r in table["tiers"].items()
-        },
+        "tiers": {t: rounded(r) for t, r in table["tiers"].items()},
         "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]["seconds"])),
     }
     path.write_text(json.dumps(merged, indent=1) + "\n")
     return path
 
 
+def _timed(item: pytest.Item) -> Iterator[None]:
+    item.stash[_PHASE_CPU] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _timed(item)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield from _timed(item)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield from _timed(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    started = item.stash.get(_PHASE_CPU, None)
+    if started is not None and profiling(item.config):
+        report = outcome.get_result()
+        report.user_properties.append((CPU_KEY, round(cpu_seconds() - started, 3)))
+
+
+def profiling(config: pytest.Config) -> bool:
+    return bool(config.getoption("profile_tiers") or config.getoption("profile_json"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller sums the reports
         return
-    if config.getoption("profile_tiers") or config.getoption("profile_json"):
+    if profiling(config):
         config.pluginmanager.register(Profile(), "trainyard-profile")
