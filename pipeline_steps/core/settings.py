@@ -27,10 +27,12 @@ from pipeline_steps.core.fingerprints import json_sha256
 from pipeline_steps.core.models import ModelError
 from pipeline_steps.core.models import resolve as resolve_model
 from pipeline_steps.core.tasks import task_spec
+from pipeline_steps.core.team_credentials import team_secret
 
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DOMAIN_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _TEAM_NAME = re.compile(r"[a-z]([-a-z0-9]{0,30}[a-z0-9])?")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -1059,6 +1061,12 @@ class KubernetesSettings:
     """Kueue LocalQueue of this team: the ``kueue.x-k8s.io/queue-name`` label on every step
     pod and training Job, so Kueue admits them within the team's quota. Empty: ``domain.team``
     (a LocalQueue named after the team), else no label."""
+    mlflow_secret: str = ""
+    """Secret of the namespace whose keys ``MLFLOW_TRACKING_USERNAME`` and
+    ``MLFLOW_TRACKING_PASSWORD`` every step pod, trial pod and training Job takes as environment
+    (``envFrom``): the MLflow user the domain's steps write as. Empty: ``trainyard-mlflow-<team>``
+    for a domain with ``domain.team`` (its team's user, ``team-<team>``), else none (the pods
+    carry no MLflow login of the domain's own)."""
     lake_pvc: str = ""
     """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
     lake_mount_path: str = "/lake"
@@ -1077,6 +1085,12 @@ class KubernetesSettings:
         if self.termination_grace_s < 1:
             raise SettingsError(
                 f"kubernetes.termination_grace_s must be at least 1, got {self.termination_grace_s}"
+            )
+        if self.mlflow_secret and not _SECRET_NAME.fullmatch(self.mlflow_secret):
+            raise SettingsError(
+                "kubernetes.mlflow_secret must be a Kubernetes Secret name (at most 253 "
+                "lowercase letters, digits, '-' or '.', starting and ending alphanumeric), got "
+                f"{self.mlflow_secret!r}"
             )
         if self.queue_name and not _LABEL_VALUE.fullmatch(self.queue_name):
             raise SettingsError(
@@ -1405,7 +1419,9 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
             gpu_pool=f"gpu-{team}" if team and orch.gpu_pool == "gpu" else orch.gpu_pool,
         ),
         kubernetes=dataclasses.replace(
-            settings.kubernetes, queue_name=settings.kubernetes.queue_name or team
+            settings.kubernetes,
+            queue_name=settings.kubernetes.queue_name or team,
+            mlflow_secret=settings.kubernetes.mlflow_secret or team_secret(team),
         ),
     )
 

@@ -8,6 +8,8 @@ experiments and registered model are the team's, and another team's user is refu
 writing them. The deployment keeps the team's password in ``MLFLOW_TEAM_<TEAM>_PASSWORD`` (the
 team's name upper-cased, ``-`` as ``_``) in the environment of Airflow's workers; where it is
 absent, the team's steps write as the deployment's one user (``MLFLOW_TRACKING_USERNAME``).
+On Kubernetes the team's pods take its login from a Secret, ``trainyard-mlflow-<team>``
+(``kubernetes.mlflow_secret``).
 
 Standard library only (and the foundation): the DAG files' operators call this while running.
 """
@@ -24,6 +26,12 @@ from pipeline_steps.core.environment import environment
 def team_user(team: str) -> str:
     """The team's MLflow user name."""
     return f"team-{team}"
+
+
+def team_secret(team: str) -> str:
+    """The Kubernetes Secret holding the team's MLflow login (``kubernetes.mlflow_secret``);
+    empty for no team."""
+    return f"trainyard-mlflow-{team}" if team else ""
 
 
 def password_variable(team: str) -> str:

@@ -217,7 +217,8 @@ def pod_arguments(
 ) -> dict[str, Any]:
     """What a step's pod looks like, for a single pod and for the pods of a training Job.
     Requests equal the limits for GPUs, so that a quota system (Kueue) counts what the pod
-    uses; ``kubernetes.queue_name`` labels the pod for Kueue."""
+    uses; ``kubernetes.queue_name`` labels the pod for Kueue; the MLflow login comes from
+    ``kubernetes.mlflow_secret`` (the team's Secret)."""
     from kubernetes.client import models as k8s
 
     cfg = settings.kubernetes
@@ -260,6 +261,11 @@ def pod_arguments(
         "cmds": step_argv(step, settings, run_args),
         "arguments": [],
         "env_vars": pod_environment(settings),
+        "env_from": [
+            k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.mlflow_secret))
+        ]
+        if cfg.mlflow_secret
+        else None,
         "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
         "node_selector": cfg.node_selector | cfg.spot_node_selector if train else None,
         "tolerations": [k8s.V1Toleration(**t) for t in (*cfg.tolerations, *cfg.spot_tolerations)]

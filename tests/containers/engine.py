@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,17 @@ def _memory(quantity: str) -> str:
 
 
 def docker_run(
-    pod: dict[str, Any], claims: dict[str, Path], termination_log: Path, xcom: Path
+    pod: dict[str, Any],
+    claims: dict[str, Path],
+    termination_log: Path,
+    xcom: Path,
+    secret_values: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
     """The ``docker run`` options and command of the pod ``pod`` (KubernetesPodOperator's
     arguments). ``claims`` maps a PersistentVolumeClaim's name to the host folder standing in
-    for it; ``termination_log`` and ``xcom`` are host paths for what the kubelet and the XCom
-    sidecar provide."""
+    for it, ``secret_values`` a Secret's name to its keys and values (for ``envFrom``);
+    ``termination_log`` and ``xcom`` are host paths for what the kubelet and the XCom sidecar
+    provide."""
     security, container = pod["security_context"], pod["container_security_context"]
     assert security.run_as_non_root and security.run_as_user != 0
     options = ["--user", str(security.run_as_user)]
@@ -109,6 +114,9 @@ def docker_run(
     options += ["--mount", f"type=bind,source={xcom},destination={XCOM_DIR}"]
     for name, value in pod["env_vars"].items():
         options += ["--env", f"{name}={value}"]
+    for source in pod.get("env_from") or []:  # a Secret the test stands in for, or a KeyError
+        for name, value in (secret_values or {})[source.secret_ref.name].items():
+            options += ["--env", f"{name}={value}"]
     limits = pod["container_resources"].limits
     options += ["--cpus", limits["cpu"], "--memory", _memory(limits["memory"])]
     command: Sequence[str] = pod["cmds"] + pod["arguments"]

@@ -338,9 +338,50 @@ def test_a_fixed_size_job_stays_as_it_was(make_settings, monkeypatch) -> None:
     assert "--nnodes=3" in argv and "--node-rank=$(JOB_COMPLETION_INDEX)" in argv
 
 
+def _secret_refs(container) -> list[str]:
+    return [source.secret_ref.name for source in container.env_from or []]
+
+
+def test_a_team_s_pods_take_its_mlflow_login_from_its_secret(make_settings, monkeypatch) -> None:
+    """Step pods, tuning trials and every pod of a training Job authenticate to MLflow as the
+    team's user: ``envFrom`` the team's Secret (``trainyard-mlflow-<team>``), or the one
+    ``kubernetes.mlflow_secret`` names; a domain without a team carries none."""
+    import kubernetes_validate
+    from kubernetes.client import ApiClient
+
+    from pipeline_steps.orchestration.tuning import trial_tasks, tuning_run_args
+
+    team = make_settings("orchestration.runtime=kubernetes", "domain.team=alpha")
+    pod = step_task("validate", team).build_pod_request_obj(dry_run=True)
+    assert _secret_refs(pod.spec.containers[0]) == ["trainyard-mlflow-alpha"]
+    manifest = ApiClient().sanitize_for_serialization(pod) | {"apiVersion": "v1", "kind": "Pod"}
+    kubernetes_validate.validate(manifest, "1.30", strict=True)
+    # a Secret's keys become variables: nothing of the login is in the pod spec itself
+    assert not {e.name for e in pod.spec.containers[0].env} & {"MLFLOW_TRACKING_PASSWORD"}
+
+    trials = trial_tasks(team, tuning_run_args(), [0, 1]).partial_kwargs
+    assert [source.secret_ref.name for source in trials["env_from"]] == ["trainyard-mlflow-alpha"]
+
+    nodes = make_settings(
+        "orchestration.runtime=kubernetes", "domain.team=alpha", "kubernetes.train_nodes=2"
+    )
+    job = _train_group(nodes, monkeypatch)["job"].build_job_request_obj()
+    assert _secret_refs(job.spec.template.spec.containers[0]) == ["trainyard-mlflow-alpha"]
+
+    named = make_settings(
+        "orchestration.runtime=kubernetes", "domain.team=alpha", "kubernetes.mlflow_secret=ml-b"
+    )
+    pod = step_task("promote", named).build_pod_request_obj(dry_run=True)
+    assert _secret_refs(pod.spec.containers[0]) == ["ml-b"]
+    alone = make_settings("orchestration.runtime=kubernetes")
+    pod = step_task("train", alone).build_pod_request_obj(dry_run=True)
+    assert _secret_refs(pod.spec.containers[0]) == []
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
+        (["kubernetes.mlflow_secret=Team_B"], "kubernetes.mlflow_secret"),
         (["kubernetes.train_min_nodes=5"], "kubernetes.train_min_nodes"),
         (["kubernetes.queue_name=Team A!"], "kubernetes.queue_name"),
         (["kubernetes.termination_grace_s=0"], "kubernetes.termination_grace_s"),
