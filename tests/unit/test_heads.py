@@ -1,7 +1,10 @@
 """The task heads: a label that does not fit the task is refused by name, regression learns on
 the standardised label and predicts in its units, and binary keeps its loss and histograms."""
 
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -10,6 +13,7 @@ import torch
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.steps.train.heads import AUC_BINS, Head, fit_head
+from tests.conftest import ROOT
 
 CLASSES = ["low", "mid", "high"]
 
@@ -61,3 +65,16 @@ def test_binary_is_the_logistic_loss_on_one_logit() -> None:
     assert float(head(logits, labels)) == pytest.approx(expected)
     sums = head.validation_sums(logits, labels)
     assert len(sums) == 2 + 2 * AUC_BINS and head.validation_metrics(sums.tolist())["val_auc"] == 0
+
+
+def test_a_training_rank_imports_no_evaluation_library() -> None:
+    """Every rank of every training imports the loop; the validation metrics it computes are
+    numpy's (:func:`binned_auc`), so scikit-learn and SciPy (1 s of CPU a rank) stay out."""
+    code = (
+        "import sys, json; import pipeline_steps.steps.train.loop; "
+        "print(json.dumps([m for m in ('sklearn', 'scipy') if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
