@@ -14,7 +14,6 @@ once.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from pipeline_steps.core.manifests import Interval
 from pipeline_steps.core.tasks import task_spec
@@ -64,6 +63,8 @@ def _scores(p: np.ndarray) -> np.ndarray:
 
 
 def _auc(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    from scipy.stats import mannwhitneyu  # here: SciPy costs the steps that only import 1 s
+
     positives = int(y.sum())
     if positives == 0 or positives == len(y):
         return np.full(len(rows), np.nan)

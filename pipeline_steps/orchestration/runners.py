@@ -261,9 +261,7 @@ def pod_arguments(
         "cmds": step_argv(step, settings, run_args),
         "arguments": [],
         "env_vars": pod_environment(settings),
-        "env_from": [
-            k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.mlflow_secret))
-        ]
+        "env_from": [k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.mlflow_secret))]
         if cfg.mlflow_secret
         else None,
         "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
