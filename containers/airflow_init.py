@@ -118,9 +118,11 @@ def ensure_mlflow_user(
 
 
 def main(environ: Mapping[str, str] = os.environ) -> int:
-    from pipeline_steps.services.gpu_pool import deployment_pool_commands
+    from pipeline_steps.services.gpu_pool import deployment_pool_commands, multi_team
 
     subprocess.run(["airflow", "db", "migrate"], check=True)
+    if multi_team(environ):  # the bundles' teams, which the teams' pools belong to
+        subprocess.run(["airflow", "teams", "sync"], check=True)
     for pool in deployment_pool_commands(environ):
         subprocess.run(pool, check=True)
         print(f"airflow-init: Airflow pool {pool[3]} has {pool[4]} slot(s)")

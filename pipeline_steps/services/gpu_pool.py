@@ -9,10 +9,16 @@ pipeline_steps.services.gpu_pool``; ``trainyard services up`` and docker-compose
 ``airflow-init`` call :func:`deployment_pool_commands` after ``airflow db migrate``. Setting a
 pool again resizes it to the settings' size (a size changed in the UI does not survive the next
 setup); two domains naming one pool share it, at the first one's size.
+
+Under Airflow's multi-team mode (``AIRFLOW__CORE__MULTI_TEAM=True``, each team a DAG bundle
+of its own, docs/teams.md) a team's pools belong to the team (``--team-name``): Airflow then
+refuses them to the tasks of another team's DAGs. The teams are created from the bundles'
+configuration first (``airflow teams sync``); a domain whose team is no bundle's is named.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -25,18 +31,49 @@ POOL_DESCRIPTION = "GPUs of trainyard's training and tuning (orchestration.gpu_p
 TEAM_POOL_DESCRIPTION = "Tasks of team {team}'s trainyard DAGs (orchestration.pool_slots)"
 
 
-def pool_commands(settings: Settings, airflow: str = "airflow") -> list[list[str]]:
+def multi_team(environ: Mapping[str, str]) -> bool:
+    """Whether the Airflow of ``environ`` runs in multi-team mode (``[core] multi_team``)."""
+    return environ.get("AIRFLOW__CORE__MULTI_TEAM", "").strip().lower() in ("true", "1", "t")
+
+
+def pool_commands(
+    settings: Settings, airflow: str = "airflow", teams: bool = False
+) -> list[list[str]]:
     """``airflow pools set`` for the domain's GPU pool and its team's pool (creates each or
-    sets its size); none without either."""
+    sets its size); none without either. With ``teams`` (multi-team mode), the pools named
+    after the domain's team belong to it; a shared GPU pool stays everyone's."""
     orch = settings.orchestration
+    team = settings.domain.team
     commands = []
+
+    def owned(pool: str) -> list[str]:
+        return ["--team-name", team] if teams and team and pool.endswith(f"-{team}") else []
+
     if orch.gpu_pool:
         commands.append(
-            [airflow, "pools", "set", orch.gpu_pool, str(orch.gpu_pool_slots), POOL_DESCRIPTION]
+            [
+                airflow,
+                "pools",
+                "set",
+                orch.gpu_pool,
+                str(orch.gpu_pool_slots),
+                POOL_DESCRIPTION,
+                *owned(orch.gpu_pool),
+            ]
         )
     if orch.pool:
-        description = TEAM_POOL_DESCRIPTION.format(team=settings.domain.team or orch.pool)
-        commands.append([airflow, "pools", "set", orch.pool, str(orch.pool_slots), description])
+        description = TEAM_POOL_DESCRIPTION.format(team=team or orch.pool)
+        commands.append(
+            [
+                airflow,
+                "pools",
+                "set",
+                orch.pool,
+                str(orch.pool_slots),
+                description,
+                *owned(orch.pool),
+            ]
+        )
     return commands
 
 
@@ -45,9 +82,10 @@ def deployment_pool_commands(
 ) -> list[list[str]]:
     """The pool commands of every domain of the deployment in ``environ``, each pool once (a
     domain whose settings file is refused has none: it has no DAGs either)."""
+    environ = os.environ if environ is None else environ
     commands: dict[str, list[str]] = {}
     for domain in domain_settings_files(environ, refused=[]):
-        for command in pool_commands(domain.settings, airflow):
+        for command in pool_commands(domain.settings, airflow, multi_team(environ)):
             commands.setdefault(command[3], command)
     return list(commands.values())
 
@@ -55,14 +93,31 @@ def deployment_pool_commands(
 def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airflow") -> str:
     """Create or resize the pools of the deployment in ``environ`` (default: this process's),
     with the Airflow of that environment; what was done, in words. Raises
-    ``CalledProcessError`` (with Airflow's output) when Airflow refuses."""
+    ``CalledProcessError`` (with Airflow's output) when Airflow refuses, ``PoolError`` naming
+    the team when a team's pool has no team of that name in multi-team mode."""
     commands = deployment_pool_commands(environ, airflow)
     if not commands:
         return "orchestration.gpu_pool is empty and no domain has a team: no pool"
     env = None if environ is None else dict(environ)
+    if multi_team(os.environ if environ is None else environ):
+        subprocess.run(
+            [airflow, "teams", "sync"], check=True, env=env, capture_output=True, text=True
+        )
     for command in commands:
-        subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0 and "--team-name" in command:
+            team = command[command.index("--team-name") + 1]
+            raise PoolError(
+                f"pool {command[3]}: Airflow has no team {team!r} (domain.team); in multi-team "
+                "mode each team is the team_name of a DAG bundle "
+                "([dag_processor] dag_bundle_config_list), see docs/teams.md"
+            )
+        done.check_returncode()
     return "; ".join(f"Airflow pool {c[3]} has {c[4]} slot(s)" for c in commands)
+
+
+class PoolError(RuntimeError):
+    """A pool Airflow cannot create as the settings ask."""
 
 
 if __name__ == "__main__":

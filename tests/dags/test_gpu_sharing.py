@@ -2,6 +2,7 @@
 their priorities, every step pod carries the team's Kueue queue label and requests what it
 uses, and the pool exists once Airflow is set up."""
 
+import json
 import os
 import subprocess
 import sys
@@ -207,3 +208,56 @@ def test_the_job_task_waits_for_a_queued_jobs_pods_and_skips_lost_ones(monkeypat
     monkeypatch.setattr(PodManager, "fetch_requested_container_logs", refused)
     with pytest.raises(ApiException):
         manager.fetch_requested_container_logs(lost, containers=True)
+
+
+def test_pools_of_a_team_are_its_own_in_multi_team_mode(make_settings) -> None:
+    from pipeline_steps.services.gpu_pool import pool_commands
+
+    team = make_settings("domain.team=revenue", "orchestration.gpu_pool=gpu")
+    owned = {c[3]: c[6:] for c in pool_commands(team, teams=True)}
+    assert owned == {
+        "gpu-revenue": ["--team-name", "revenue"],
+        "team-revenue": ["--team-name", "revenue"],
+    }
+    shared = make_settings("domain.team=revenue", "orchestration.gpu_pool=gpus-of-all")
+    assert {c[3]: c[6:] for c in pool_commands(shared, teams=True)}["gpus-of-all"] == []
+    assert all(len(c) == 6 for c in pool_commands(team, teams=False))
+
+
+@pytest.mark.slow
+def test_multi_team_airflow_gives_each_team_its_pools(tmp_path: Path) -> None:
+    """Under Airflow's multi-team mode the setup creates the bundles' teams and gives each team
+    its pools; a domain whose team is no bundle's is named."""
+    from pipeline_steps.services.gpu_pool import PoolError, ensure_pools
+    from pipeline_steps.steps.registry import executable
+
+    airflow = executable("airflow")
+    bundle = {
+        "name": "revenue",
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(tmp_path)},
+        "team_name": "revenue",
+    }
+    environ = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([bundle]),
+    }
+    subprocess.run([airflow, "db", "migrate"], env=environ, check=True, capture_output=True)
+    said = ensure_pools(environ, airflow)
+    assert "Airflow pool team-revenue has 16 slot(s)" in said
+    listed = subprocess.run(
+        [airflow, "pools", "list", "-o", "json"], env=environ, capture_output=True, text=True
+    )
+    teams = {p["pool"]: p.get("team_name") for p in json.loads(listed.stdout)}
+    assert teams["team-revenue"] == "revenue" and teams["gpu"] is None, teams
+
+    lost = {**environ, "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": "[]"}
+    (tmp_path / "domains").mkdir()
+    (tmp_path / "domains" / "shop.yaml").write_text(
+        "domain:\n  module: hotel_rates.domain\n  name: shop\n  team: retail\n"
+    )
+    lost["TRAINYARD_ORCHESTRATION__DOMAINS_DIR"] = str(tmp_path / "domains")
+    with pytest.raises(PoolError, match="no team 'retail'"):
+        ensure_pools(lost, airflow)
