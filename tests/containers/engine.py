@@ -161,6 +161,7 @@ def env_file(path: Path) -> dict[str, str]:
         "AIRFLOW_WORKER_CONCURRENCY": "2",
         "AIRFLOW_WORKER_CPUS": str(min(4, os.cpu_count() or 1)),
         "AIRFLOW_WORKER_MEMORY": "6G",
+        "MLFLOW_WORKERS": "2",
     }
     expected = {
         line.split("=", 1)[0]
