@@ -528,7 +528,11 @@ def print_report(
         return
     runs = select_runs(recorded_runs(lake), logical_date, start, end)
     if not runs:
-        print(f"no recorded runs{_range(logical_date, start, end)}")
+        print(
+            f"no recorded runs{_range(logical_date, start, end)} of domain "
+            f"{settings.domain.name} in {lake.path('runs')} (another domain: --config its "
+            "settings file)"
+        )
         return
     if costs:
         print(f"cost of {_count(len(runs), 'run')}{_range(logical_date, start, end)}")

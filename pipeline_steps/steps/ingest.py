@@ -115,7 +115,11 @@ def _write_version(ctx: RunContext, source: Source, dataset: str, day: date) -> 
             message = ctx.domain.empty_message(day, source.name)
             if ctx.settings.domain.empty_days == "skip":
                 raise EmptyDay(f"{message}; an ordinary day of this domain (domain.empty_days)")
-            raise StepError(message)
+            raise StepError(
+                f"{message}; days without rows are refused here (domain.empty_days: fail): "
+                "where they are ordinary, set domain.empty_days: skip (docs/teams.md, "
+                "'Days without data')"
+            )
         if latest is not None and latest.sha256 == digest:
             outcome = (latest, "cached")
             raise Discard

@@ -116,3 +116,15 @@ def test_the_day_to_tune_for_is_the_forms_else_the_runs_and_never_missing() -> N
     assert task.execute({"params": {"logical_date": None}, "logical_date": june}) == "2013-06-02"
     with pytest.raises(AirflowFailException, match="trigger it with logical_date"):
         task.execute({"params": {"logical_date": None}, "logical_date": None})
+
+
+def test_the_docs_list_every_key_of_the_tuning_form() -> None:
+    import re
+
+    from pipeline_steps.orchestration.params import TUNING_FORM
+
+    table = (ROOT / "docs" / "tuning.md").read_text()
+    documented = set(re.findall(r"^  \| `(\w+)` \|", table, flags=re.MULTILINE))
+    assert documented == {*TUNING_FORM, "logical_date"}
+    for key, field in TUNING_FORM.items():
+        assert f"| `{key}` | {field.title} " in table, key

@@ -393,7 +393,9 @@ def test_report_refuses_a_backwards_range(make_settings, monkeypatch, capsys) ->
     assert "--end 2013-06-01 is before --start 2013-06-05" in capsys.readouterr().err
     assert main(["report", "--logical-date", "2013-06-05", "--start", "2013-06-01"]) == 2
     assert main(["report", "--costs"]) == 0
-    assert capsys.readouterr().out.strip() == "no recorded runs"
+    said = capsys.readouterr().out.strip()
+    assert said.startswith("no recorded runs of domain flight_delay in "), said
+    assert said.endswith("(another domain: --config its settings file)"), said
 
 
 def test_usage_records_are_json_a_person_can_read(ctx) -> None:

@@ -38,7 +38,9 @@ def test_reingesting_the_same_date_changes_nothing(make_settings) -> None:
 
 def test_a_date_without_flights_fails_clearly(make_settings) -> None:
     ctx = RunContext(run_id="r1", logical_date=date(2014, 1, 1), settings=make_settings())
-    with pytest.raises(StepError, match="no flights for 2014-01-01"):
+    with pytest.raises(StepError, match="no flights for 2014-01-01") as refused:
         ingest(ctx)
+    # what to do when such days are ordinary
+    assert "set domain.empty_days: skip" in str(refused.value)
     assert ctx.lake.raw_versions("flights", date(2014, 1, 1)) == []
     assert not ctx.lake.fs.find(ctx.lake.path("raw/flights/date=2014-01-01"))
