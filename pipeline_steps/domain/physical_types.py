@@ -9,6 +9,10 @@ an integer column, a number past its range, a time finer than its unit, text tha
 time) raises
 ``pa.ArrowInvalid`` naming the column, the row and the value. A column of another kind (text
 where a number is declared) stays as written, for the schema-change judge and the suite to name.
+
+A time of day (a CSV's ``11:38:36``, which Arrow reads as ``time32[s]``; a pandas ``time``
+column, which parquet stores as ``time64[us]``) is held as ISO text (:func:`time_of_day_text`),
+the same text whatever unit the writer chose.
 """
 
 from __future__ import annotations
@@ -36,7 +40,19 @@ def _kind(data_type: pa.DataType) -> str:
         return "bytes"
     if pa.types.is_timestamp(data_type) or pa.types.is_date(data_type):
         return "time"
+    if pa.types.is_time(data_type):
+        return "time of day"
     return str(data_type)
+
+
+def time_of_day_text(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Times of day as ISO text: ``HH:MM:SS`` when every value is a whole second, else with
+    microseconds (``HH:MM:SS.ffffff``)."""
+    try:
+        whole = pc.cast(column, pa.time32("s"))  # refuses to drop a fraction of a second
+    except pa.ArrowInvalid:
+        return pc.cast(pc.cast(column, pa.time64("us")), pa.string())
+    return pc.cast(whole, pa.string())
 
 
 def holds_same_kind(stored: pa.DataType, declared: pa.DataType) -> bool:
@@ -45,7 +61,10 @@ def holds_same_kind(stored: pa.DataType, declared: pa.DataType) -> bool:
     as ISO text (pandas keeps them as strings unless parsed), checked value by value."""
     if stored == declared:
         return False
-    return _kind(stored) == _kind(declared) or (_kind(stored), _kind(declared)) == ("text", "time")
+    return _kind(stored) == _kind(declared) or (_kind(stored), _kind(declared)) in (
+        ("text", "time"),
+        ("time of day", "text"),
+    )
 
 
 def as_declared(column: pa.Array, declared: pa.DataType, name: str, first_row: int = 1) -> pa.Array:
@@ -74,7 +93,9 @@ def as_declared(column: pa.Array, declared: pa.DataType, name: str, first_row: i
 
 def _cast(column: pa.Array, declared: pa.DataType) -> pa.Array:
     """A checked cast; a CSV's 64-bit integer column, read as text so that no double rounds
-    it, goes through an exact decimal."""
+    it, goes through an exact decimal; a time of day becomes its ISO text."""
+    if pa.types.is_time(column.type) and pa.types.is_string(declared):
+        return time_of_day_text(column)
     try:
         return pc.cast(column, declared)
     except pa.ArrowInvalid:

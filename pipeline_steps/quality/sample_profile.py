@@ -35,6 +35,7 @@ from pipeline_steps.domain.event_times import (
     detect_format,
     event_times,
 )
+from pipeline_steps.domain.physical_types import time_of_day_text
 from pipeline_steps.quality.class_order import ClassOrder, class_order
 
 Kind = Literal["integer", "float", "boolean", "string", "date", "timestamp", "empty"]
@@ -269,6 +270,8 @@ def _normalise(path: str, name: str, values: pa.ChunkedArray) -> tuple[Kind, pa.
         return "date", values.cast(pa.date32())
     if pa.types.is_timestamp(kind):
         return "timestamp", values.cast(pa.timestamp("us", kind.tz))
+    if pa.types.is_time(kind):  # a time of day beside a date column: text, as files are read
+        return "string", time_of_day_text(values)
     raise SampleError(
         f"column {name} of {path} has type {kind}, which a suite cannot judge; "
         "leave it out of the sample"

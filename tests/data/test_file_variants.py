@@ -361,3 +361,16 @@ def test_a_bad_file_gets_one_line_and_exit_2_and_nothing_is_ingested(
 
     named = path.rename(folder / f"{DAY}{path.suffix}")
     assert_ingest_refuses(make_settings, named, rf"file {re.escape(str(named))}")
+
+
+def test_a_time_of_day_is_read_as_the_same_text_whatever_its_unit() -> None:
+    from pipeline_steps.domain.physical_types import as_declared, holds_same_kind
+
+    seconds = pa.array([41916, None], pa.time32("s"))  # how a CSV's 11:38:36 is read
+    micros = pa.array([41916_000_000, None], pa.time64("us"))  # pandas' time, in parquet
+    assert holds_same_kind(seconds.type, pa.string()) and holds_same_kind(micros.type, pa.string())
+    for column in (seconds, micros):
+        assert as_declared(column, pa.string(), "time").to_pylist() == ["11:38:36", None]
+    fraction = pa.array([41916_500_000], pa.time64("us"))
+    assert as_declared(fraction, pa.string(), "time").to_pylist() == ["11:38:36.500000"]
+    assert not holds_same_kind(seconds.type, pa.int64())  # a time of day is no number
