@@ -102,6 +102,26 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
             f"ingest history first, e.g. `trainyard seed --start {start} --end "
             f"{day - timedelta(days=1)}`"
         )
+    expected = (holdout_start - start).days
+    if len(train_days) * 2 < expected:  # more than half the window missing: history not loaded?
+        missing = [
+            start + timedelta(days=n)
+            for n in range(expected)
+            if start + timedelta(days=n) not in train_days
+        ]
+        log.warning(
+            "the window %s..%s has %d of its %d training days validated (missing %s..%s among "
+            "others): training on fewer days than features.window_days asks; where the source "
+            "has them, load them first: `trainyard seed --start %s --end %s`",
+            start,
+            day,
+            len(train_days),
+            expected,
+            missing[0],
+            missing[-1],
+            missing[0],
+            missing[-1],
+        )
     return train_days, holdout_days
 
 

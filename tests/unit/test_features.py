@@ -145,3 +145,21 @@ def test_streamed_hashes_equal_a_whole_table_write(features_run) -> None:
         assert frame["seats"].isna().any()  # nulls under floats: the case the hash must settle
         whole = pa.Table.from_pandas(frame, preserve_index=False)
         assert table_sha256(whole) == frozen.sha256
+
+
+def test_a_window_mostly_not_loaded_warns_and_names_the_seed(lake_home, make_settings, caplog):
+    """Three seeded days under a 30-day window train, with a warning saying what to load."""
+    from pipeline_steps.steps.features import window
+
+    for size, warned in ((len(HISTORY) + 1, False), (30, True)):
+        settings = make_settings(f"features.window_days={size}", home=lake_home)
+        ctx = RunContext(run_id=f"w{size}", logical_date=FIRST_DAY, settings=settings)
+        ingest(ctx)
+        validate(ctx)
+        caplog.clear()
+        train_days, _ = window(ctx)
+        assert train_days == HISTORY
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert bool(said) is warned, said
+    assert said[0].startswith(f"the window 2013-05-06..{FIRST_DAY} has 3 of its 29 training days")
+    assert "`trainyard seed --start 2013-05-06 --end 2013-05-31`" in said[0]
