@@ -102,11 +102,11 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
             f"ingest history first, e.g. `trainyard seed --start {start} --end "
             f"{day - timedelta(days=1)}`"
         )
-    expected = (holdout_start - start).days
-    if len(train_days) * 2 < expected:  # more than half the window missing: history not loaded?
+    span = (holdout_start - start).days
+    if len(train_days) * 2 < span:  # more than half the window missing: history not loaded?
         missing = [
             start + timedelta(days=n)
-            for n in range(expected)
+            for n in range(span)
             if start + timedelta(days=n) not in train_days
         ]
         log.warning(
@@ -116,7 +116,7 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
             start,
             day,
             len(train_days),
-            expected,
+            span,
             missing[0],
             missing[-1],
             missing[0],
