@@ -99,11 +99,21 @@ def make_pruner(cfg: TuningSettings, epochs: int) -> Any:
     )
 
 
+def _optuna() -> Any:
+    """Optuna, its messages sent through Python's logging at their own level rather than by its
+    stderr handler (which a task's log shows as errors: "A new study created in RDB")."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+    return optuna
+
+
 def open_study(
     settings: Settings, name: str, *, space: SearchSpace | None = None, seed: int | None = None
 ) -> Any:
     """Load study ``name`` with the settings' pruner (and sampler, given the space)."""
-    import optuna
+    optuna = _optuna()
 
     cfg = settings.tuning
     sampler = make_sampler(cfg, space, cfg.seed if seed is None else seed) if space else None
@@ -117,7 +127,7 @@ def open_study(
 
 def create_study(settings: Settings, name: str, space: SearchSpace) -> Any:
     """Create study ``name`` (minimising validation loss), or load it when it exists."""
-    import optuna
+    optuna = _optuna()
 
     cfg = settings.tuning
     return optuna.create_study(

@@ -92,3 +92,18 @@ def test_grid_needs_values_for_every_range(tmp_path: Path) -> None:
     path = _write(tmp_path, {"parameters": {"dropout": {"low": 0.0, "high": 0.3}}})
     with pytest.raises(SpaceError, match="'dropout' needs 'grid'"):
         load_space(path).grid()
+
+
+def test_optuna_speaks_through_logging_not_stderr(make_settings, tmp_path, capfd, caplog) -> None:
+    """A task's log shows stderr as errors: Optuna's "A new study created" is an INFO record."""
+    import logging
+
+    from pipeline_steps.tuning.study import create_study
+
+    settings = make_settings(f"tuning.storage=sqlite:///{tmp_path / 'optuna.db'}")
+    space = load_space(SHIPPED)
+    with caplog.at_level(logging.INFO):
+        create_study(settings, "quiet", space)
+    assert "A new study created" not in capfd.readouterr().err
+    created = [r for r in caplog.records if "A new study created" in r.getMessage()]
+    assert created and created[0].levelname == "INFO"
