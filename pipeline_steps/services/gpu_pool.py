@@ -4,9 +4,10 @@ For every domain (:mod:`pipeline_steps.core.deployment`): ``orchestration.gpu_po
 ``orchestration.gpu_pool_slots`` slots (the train task and the tuning trials take one slot per
 GPU, :mod:`pipeline_steps.orchestration.pools`) and, with ``domain.team``, the team's pool
 ``orchestration.pool`` with ``pool_slots`` slots (every other task of the team's DAGs). A task
-of a pool that does not exist is never scheduled. ``make airflow-db`` runs ``python -m
-pipeline_steps.services.gpu_pool``; ``trainyard services up`` and docker-compose's
-``airflow-init`` call :func:`deployment_pool_commands` after ``airflow db migrate``. Setting a
+of a pool that does not exist is never scheduled. ``make airflow-db`` (``python -m
+pipeline_steps.services.gpu_pool``) and ``trainyard services up`` call :func:`ensure_pools`
+after ``airflow db migrate``: one ``airflow pools import`` of them all; docker-compose's
+``airflow-init`` runs :func:`deployment_pool_commands`, one ``airflow pools set`` each. Setting a
 pool again resizes it to the settings' size (a size changed in the UI does not survive the next
 setup); two domains naming one pool share it, at the first one's size.
 
@@ -18,9 +19,11 @@ configuration first (``airflow teams sync``); a domain whose team is no bundle's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -92,27 +95,45 @@ def deployment_pool_commands(
 
 def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airflow") -> str:
     """Create or resize the pools of the deployment in ``environ`` (default: this process's),
-    with the Airflow of that environment; what was done, in words. Raises
-    ``CalledProcessError`` (with Airflow's output) when Airflow refuses, ``PoolError`` naming
-    the team when a team's pool has no team of that name in multi-team mode."""
+    with the Airflow of that environment, in one ``airflow pools import``; what was done, in
+    words. In multi-team mode the bundles' teams are synced first, and a pool of a team Airflow
+    does not know raises ``PoolError`` naming it before any pool is written. Raises
+    ``CalledProcessError`` (with Airflow's output) when Airflow refuses."""
     commands = deployment_pool_commands(environ, airflow)
     if not commands:
         return "orchestration.gpu_pool is empty and no domain has a team: no pool"
     env = None if environ is None else dict(environ)
-    if multi_team(os.environ if environ is None else environ):
-        subprocess.run(
-            [airflow, "teams", "sync"], check=True, env=env, capture_output=True, text=True
-        )
-    for command in commands:
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0 and "--team-name" in command:
-            team = command[command.index("--team-name") + 1]
-            raise PoolError(
-                f"pool {command[3]}: Airflow has no team {team!r} (domain.team); in multi-team "
-                "mode each team is the team_name of a DAG bundle "
-                "([dag_processor] dag_bundle_config_list), see docs/teams.md"
-            )
-        done.check_returncode()
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [airflow, *args], check=True, env=env, capture_output=True, text=True
+        ).stdout
+
+    pools = {
+        c[3]: {
+            "slots": int(c[4]),
+            "description": c[5],
+            "include_deferred": False,
+            **({"team_name": c[c.index("--team-name") + 1]} if "--team-name" in c else {}),
+        }
+        for c in commands
+    }
+    teams = {str(p["team_name"]) for p in pools.values() if "team_name" in p}
+    if teams:
+        run("teams", "sync")
+        listed = run("teams", "list", "-o", "json")
+        known = {row["name"] for row in json.loads(listed[listed.index("[") :])}
+        for pool, values in pools.items():
+            if values.get("team_name", "") and values["team_name"] not in known:
+                raise PoolError(
+                    f"pool {pool}: Airflow has no team {values['team_name']!r} (domain.team); in "
+                    "multi-team mode each team is the team_name of a DAG bundle "
+                    "([dag_processor] dag_bundle_config_list), see docs/teams.md"
+                )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "pools.json"
+        path.write_text(json.dumps(pools))
+        run("pools", "import", str(path))
     return "; ".join(f"Airflow pool {c[3]} has {c[4]} slot(s)" for c in commands)
 
 

@@ -4,6 +4,7 @@ uses, and the pool exists once Airflow is set up."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -225,7 +226,7 @@ def test_pools_of_a_team_are_its_own_in_multi_team_mode(make_settings) -> None:
 
 
 @pytest.mark.slow
-def test_multi_team_airflow_gives_each_team_its_pools(tmp_path: Path) -> None:
+def test_multi_team_airflow_gives_each_team_its_pools(airflow_db: Path, tmp_path: Path) -> None:
     """Under Airflow's multi-team mode the setup creates the bundles' teams and gives each team
     its pools; a domain whose team is no bundle's is named."""
     from pipeline_steps.services.gpu_pool import PoolError, ensure_pools
@@ -244,7 +245,8 @@ def test_multi_team_airflow_gives_each_team_its_pools(tmp_path: Path) -> None:
         "AIRFLOW__CORE__MULTI_TEAM": "True",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([bundle]),
     }
-    subprocess.run([airflow, "db", "migrate"], env=environ, check=True, capture_output=True)
+    (tmp_path / "airflow").mkdir()
+    shutil.copy(airflow_db, tmp_path / "airflow" / "airflow.db")  # migrated, no pool of a team
     said = ensure_pools(environ, airflow)
     assert "Airflow pool team-revenue has 16 slot(s)" in said
     listed = subprocess.run(
