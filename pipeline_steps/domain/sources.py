@@ -284,7 +284,7 @@ class FileSource:
             self.files(dataset, day)
         except StepError:
             return Availability(False, f"no data for {day} in source file: nothing matches {url}")
-        return Availability(True, f"{url} has files for {day}")
+        return Availability(True, f"{url} matches file(s) that may hold {day}")
 
     def later_rows(self, dataset: str, day: date) -> bool:
         """Whether the files that may hold ``day`` hold rows of a later day: a source that has
