@@ -72,6 +72,8 @@ def test_a_training_rank_imports_no_evaluation_library() -> None:
     numpy's (:func:`binned_auc`), so scikit-learn and SciPy (1 s of CPU a rank) stay out."""
     code = (
         "import sys, json; import pipeline_steps.steps.train.loop; "
+        "from pipeline_steps.evaluation.metrics import binned_auc; "
+        "assert binned_auc([0, 1, 3], [2, 1, 0]) > 0.5; "
         "print(json.dumps([m for m in ('sklearn', 'scipy') if m in sys.modules]))"
     )
     out = subprocess.run(
