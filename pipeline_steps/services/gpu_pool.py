@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_steps.core.deployment import domain_settings_files
@@ -39,58 +40,74 @@ def multi_team(environ: Mapping[str, str]) -> bool:
     return environ.get("AIRFLOW__CORE__MULTI_TEAM", "").strip().lower() in ("true", "1", "t")
 
 
-def pool_commands(
-    settings: Settings, airflow: str = "airflow", teams: bool = False
-) -> list[list[str]]:
-    """``airflow pools set`` for the domain's GPU pool and its team's pool (creates each or
-    sets its size); none without either. With ``teams`` (multi-team mode), the pools named
-    after the domain's team belong to it; a shared GPU pool stays everyone's."""
+@dataclass(frozen=True)
+class Pool:
+    """One Airflow pool as the settings ask for it; ``team``: the Airflow team owning it."""
+
+    name: str
+    slots: int
+    description: str
+    team: str = ""
+
+    def set_command(self, airflow: str = "airflow") -> list[str]:
+        """``airflow pools set`` creating the pool or setting its size."""
+        owner = ["--team-name", self.team] if self.team else []
+        return [airflow, "pools", "set", self.name, str(self.slots), self.description, *owner]
+
+    def imported(self) -> dict[str, object]:
+        """The pool as an entry of ``airflow pools import``'s file."""
+        entry: dict[str, object] = {
+            "slots": self.slots,
+            "description": self.description,
+            "include_deferred": False,
+        }
+        return entry | ({"team_name": self.team} if self.team else {})
+
+
+def domain_pools(settings: Settings, teams: bool = False) -> list[Pool]:
+    """The domain's GPU pool and its team's pool; none without either. With ``teams``
+    (multi-team mode), the pools named after the domain's team belong to it; a shared GPU pool
+    stays everyone's."""
     orch = settings.orchestration
     team = settings.domain.team
-    commands = []
 
-    def owned(pool: str) -> list[str]:
-        return ["--team-name", team] if teams and team and pool.endswith(f"-{team}") else []
+    def owner(pool: str) -> str:
+        return team if teams and team and pool.endswith(f"-{team}") else ""
 
+    pools = []
     if orch.gpu_pool:
-        commands.append(
-            [
-                airflow,
-                "pools",
-                "set",
-                orch.gpu_pool,
-                str(orch.gpu_pool_slots),
-                POOL_DESCRIPTION,
-                *owned(orch.gpu_pool),
-            ]
+        pools.append(
+            Pool(orch.gpu_pool, orch.gpu_pool_slots, POOL_DESCRIPTION, owner(orch.gpu_pool))
         )
     if orch.pool:
         description = TEAM_POOL_DESCRIPTION.format(team=team or orch.pool)
-        commands.append(
-            [
-                airflow,
-                "pools",
-                "set",
-                orch.pool,
-                str(orch.pool_slots),
-                description,
-                *owned(orch.pool),
-            ]
-        )
-    return commands
+        pools.append(Pool(orch.pool, orch.pool_slots, description, owner(orch.pool)))
+    return pools
+
+
+def pool_commands(
+    settings: Settings, airflow: str = "airflow", teams: bool = False
+) -> list[list[str]]:
+    """``airflow pools set`` for each of the domain's pools (:func:`domain_pools`)."""
+    return [pool.set_command(airflow) for pool in domain_pools(settings, teams)]
+
+
+def deployment_pools(environ: Mapping[str, str] | None = None) -> list[Pool]:
+    """The pools of every domain of the deployment in ``environ``, each pool once (a domain
+    whose settings file is refused has none: it has no DAGs either)."""
+    environ = os.environ if environ is None else environ
+    pools: dict[str, Pool] = {}
+    for domain in domain_settings_files(environ, refused=[]):
+        for pool in domain_pools(domain.settings, multi_team(environ)):
+            pools.setdefault(pool.name, pool)
+    return list(pools.values())
 
 
 def deployment_pool_commands(
     environ: Mapping[str, str] | None = None, airflow: str = "airflow"
 ) -> list[list[str]]:
-    """The pool commands of every domain of the deployment in ``environ``, each pool once (a
-    domain whose settings file is refused has none: it has no DAGs either)."""
-    environ = os.environ if environ is None else environ
-    commands: dict[str, list[str]] = {}
-    for domain in domain_settings_files(environ, refused=[]):
-        for command in pool_commands(domain.settings, airflow, multi_team(environ)):
-            commands.setdefault(command[3], command)
-    return list(commands.values())
+    """``airflow pools set`` for each pool of the deployment (:func:`deployment_pools`)."""
+    return [pool.set_command(airflow) for pool in deployment_pools(environ)]
 
 
 def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airflow") -> str:
@@ -99,8 +116,8 @@ def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airfl
     words. In multi-team mode the bundles' teams are synced first, and a pool of a team Airflow
     does not know raises ``PoolError`` naming it before any pool is written. Raises
     ``CalledProcessError`` (with Airflow's output) when Airflow refuses."""
-    commands = deployment_pool_commands(environ, airflow)
-    if not commands:
+    pools = deployment_pools(environ)
+    if not pools:
         return "orchestration.gpu_pool is empty and no domain has a team: no pool"
     env = None if environ is None else dict(environ)
 
@@ -109,32 +126,22 @@ def ensure_pools(environ: Mapping[str, str] | None = None, airflow: str = "airfl
             [airflow, *args], check=True, env=env, capture_output=True, text=True
         ).stdout
 
-    pools = {
-        c[3]: {
-            "slots": int(c[4]),
-            "description": c[5],
-            "include_deferred": False,
-            **({"team_name": c[c.index("--team-name") + 1]} if "--team-name" in c else {}),
-        }
-        for c in commands
-    }
-    teams = {str(p["team_name"]) for p in pools.values() if "team_name" in p}
-    if teams:
+    if any(pool.team for pool in pools):
         run("teams", "sync")
         listed = run("teams", "list", "-o", "json")
         known = {row["name"] for row in json.loads(listed[listed.index("[") :])}
-        for pool, values in pools.items():
-            if values.get("team_name", "") and values["team_name"] not in known:
+        for pool in pools:
+            if pool.team and pool.team not in known:
                 raise PoolError(
-                    f"pool {pool}: Airflow has no team {values['team_name']!r} (domain.team); in "
+                    f"pool {pool.name}: Airflow has no team {pool.team!r} (domain.team); in "
                     "multi-team mode each team is the team_name of a DAG bundle "
                     "([dag_processor] dag_bundle_config_list), see docs/teams.md"
                 )
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "pools.json"
-        path.write_text(json.dumps(pools))
+        path.write_text(json.dumps({pool.name: pool.imported() for pool in pools}))
         run("pools", "import", str(path))
-    return "; ".join(f"Airflow pool {c[3]} has {c[4]} slot(s)" for c in commands)
+    return "; ".join(f"Airflow pool {pool.name} has {pool.slots} slot(s)" for pool in pools)
 
 
 class PoolError(RuntimeError):
