@@ -13,6 +13,7 @@ import importlib
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -28,6 +29,28 @@ from tests.data.conftest import trainyard
 def _run(argv: list[str]) -> tuple[int, str]:
     done = trainyard(*argv)
     return done.returncode, done.stdout + done.stderr
+
+
+@contextmanager
+def _importable(out: Path, package: str) -> Iterator[None]:
+    """The drafted domain's package (in ``out``) importable within the block, forgotten after."""
+    sys.path.insert(0, str(out))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(out))
+        for name in [m for m in sys.modules if m.split(".")[0] == package]:
+            del sys.modules[name]
+
+
+def _run_as(out: Path, package: str, home: Path, argv: list[str]) -> tuple[int, str]:
+    """A trainyard command run as the drafted domain's team runs it: its settings file in
+    ``TRAINYARD_CONFIG``, its package importable."""
+    env = {"TRAINYARD_CONFIG": str(out / "settings.yaml"), "TRAINYARD_HOME": str(home)}
+    with _importable(out, package), pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        return _run(argv)
 
 
 def _rules(folder: Path, name: str) -> list[dict]:
@@ -94,11 +117,8 @@ def ratings(exports: Path) -> Iterator[tuple[Path, str]]:
         ]
     )
     assert code == 0, printed
-    sys.path.insert(0, str(out))
-    yield out, printed
-    sys.path.remove(str(out))
-    for name in [m for m in sys.modules if m.split(".")[0] == "movie_ratings"]:
-        del sys.modules[name]
+    with _importable(out, "movie_ratings"):
+        yield out, printed
 
 
 def test_integer_identifiers_are_no_features_and_get_no_range(ratings) -> None:
@@ -201,17 +221,8 @@ def test_us_style_dates_are_the_time_column_and_date_a_file(exports: Path) -> No
     one = day[day["date"] == "1/15/1995 0:00:00"]
     path = exports / "one_day.csv"
     one.to_csv(path, index=False)
-    env = {"TRAINYARD_CONFIG": str(out / "settings.yaml"), "TRAINYARD_HOME": str(exports / "h")}
-    sys.path.insert(0, str(out))
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            code, printed = _run(["validate", "--suite", "strikes", "--path", str(path)])
-    finally:
-        sys.path.remove(str(out))
-        for name in [m for m in sys.modules if m.split(".")[0] == "strikes"]:
-            del sys.modules[name]
+    argv = ["validate", "--suite", "strikes", "--path", str(path)]
+    code, printed = _run_as(out, "strikes", exports / "h", argv)
     # dated by its own time column, not judged as today's partition
     assert f"file {path} (date 1995-01-15)" in printed
     assert f"(date {date.today().isoformat()})" not in printed and code in (0, 1), printed
@@ -324,8 +335,7 @@ def test_days_counted_in_the_city_s_zone_split_the_holdout_there_too(exports: Pa
     settings = yaml.safe_load((out / "settings.yaml").read_text())
     assert settings["ingest"]["time_zone"] == "America/Chicago"
     # the UTC day 2017-01-31 began at 18:00 on the 30th in Minneapolis
-    sys.path.insert(0, str(out))
-    try:
+    with _importable(out, "stops_local"):
         module = importlib.import_module("stops_local.domain")
         stops = pd.read_parquet(exports / "stops.parquet")
         rows = module.DOMAIN.entity_rows(stops, FeatureSettings())
@@ -342,10 +352,6 @@ def test_days_counted_in_the_city_s_zone_split_the_holdout_there_too(exports: Pa
         ctx = RunContext(run_id="r", logical_date=date(2017, 1, 31), settings=disagreeing)
         with pytest.raises(SettingsError, match=r"ingest\.time_zone '' differs"):
             _ = ctx.domain
-    finally:
-        sys.path.remove(str(out))
-        for name in [m for m in sys.modules if m.split(".")[0] == "stops_local"]:
-            del sys.modules[name]
     local_days = draft_domain(
         "stops_z",
         str(exports / "stops.parquet"),
@@ -387,16 +393,6 @@ def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -
     day["time"] = [datetime.time.fromisoformat(t) for t in day["time"]]
     path = exports / "pizzas-2015-01-09.parquet"
     day.to_parquet(path)  # as pandas writes: time64[us], int64, float64
-    env = {"TRAINYARD_CONFIG": str(out / "settings.yaml"), "TRAINYARD_HOME": str(exports / "p")}
-    sys.path.insert(0, str(out))
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            code, printed = _run(["validate", "--path", str(path)])
-    finally:
-        sys.path.remove(str(out))
-        for name in [m for m in sys.modules if m.split(".")[0] == "pizzas"]:
-            del sys.modules[name]
+    code, printed = _run_as(out, "pizzas", exports / "p", ["validate", "--path", str(path)])
     assert code == 0 and f"file {path} (date 2015-01-09) passed suite 'pizzas'" in printed, printed
     assert "schema change" not in printed
