@@ -587,7 +587,22 @@ class TrainSettings:
     keep_checkpoints: int = 3
     """Newest checkpoints kept."""
     log_every: int = 50
-    """Optimizer steps between the training-loss points sent to MLflow (in one batch per epoch)."""
+    """Optimizer steps between the training-loss points sent to MLflow (``train_loss_step``)."""
+    log_every_s: float = 10.0
+    """Seconds between the live figures of a running training: rank 0 logs progress, ETA and
+    throughput as one line of the task log and sends the latest step's loss, learning rate,
+    samples/s, step time and data wait to MLflow (``live/...``), in the background."""
+    system_metrics_s: float = 5.0
+    """Seconds between samples of MLflow's system metrics (CPU, memory, disk, network; GPU
+    through NVML), by the first process of each node; 0: none."""
+    stall_timeout_s: float = 300.0
+    """Seconds without a finished optimizer step after which a rank counts as stalled: its
+    threads' stacks go to the log and ``<run>/stalls/`` in the lake, the MLflow run ends as
+    failed and the process exits transient (75), so the retry resumes from the last checkpoint.
+    0: no watchdog. Keep it well above the slowest step."""
+    stall_allowance_s: float = 1800.0
+    """The same limit for the first step of a (re)start or an epoch and for an epoch's
+    validation and checkpoint, which take longer than a step."""
     seed: int = 13
     """Seed for weights, data order and dropout; the same seed gives the same model on CPU."""
     nproc_per_node: int = 1
@@ -634,6 +649,25 @@ class TrainSettings:
                 raise SettingsError(f"train.{name} must be at least 1")
         if self.collective_timeout_s < 1:
             raise SettingsError("train.collective_timeout_s must be at least 1")
+        if not self.log_every_s > 0:
+            raise SettingsError(
+                f"train.log_every_s must be above 0 (seconds between progress lines and live "
+                f"metrics), got {self.log_every_s}"
+            )
+        if self.system_metrics_s < 0:
+            raise SettingsError(
+                f"train.system_metrics_s must not be negative, got {self.system_metrics_s}"
+            )
+        if self.stall_timeout_s and self.stall_timeout_s < 10:
+            raise SettingsError(
+                f"train.stall_timeout_s must be 0 (no watchdog) or at least 10 seconds, got "
+                f"{self.stall_timeout_s}: a step on a loaded machine can take seconds"
+            )
+        if self.stall_timeout_s < 0 or self.stall_allowance_s < self.stall_timeout_s:
+            raise SettingsError(
+                f"train.stall_allowance_s ({self.stall_allowance_s}) must be at least "
+                f"train.stall_timeout_s ({self.stall_timeout_s})"
+            )
         for name in ("patience", "prefetch", "checkpoint_every", "max_restarts"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"train.{name} must not be negative")

@@ -14,7 +14,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import FeaturesManifest, LoopPosition
 from pipeline_steps.evaluation.metrics import roc_auc
-from pipeline_steps.steps.train import checkpoint, loop, step, train
+from pipeline_steps.steps.train import checkpoint, step, train, trainer
 from pipeline_steps.steps.train.state import TrainingState
 from tests.model.conftest import assert_same_weights, final_weights, states_of
 
@@ -95,7 +95,7 @@ def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatc
         sums[0] = next(losses) * sums[1]  # the loss sum over the validation rows
         return sums
 
-    monkeypatch.setattr(loop, "validation_sums", scripted)
+    monkeypatch.setattr(trainer.step, "validation_sums", scripted)
     ctx = prepared("best", "train.epochs=6", "train.patience=2", "train.checkpoint_every=0")
     manifest = train(ctx)
     assert manifest is not None and manifest.stopped_early is True and manifest.epochs == 4

@@ -4,25 +4,23 @@ Reads top to bottom: take tuned parameters when asked to, detect the processes f
 environment, open the training set, stop early when this run already trained with the same
 settings and data, find the newest checkpoint and the data layout it was written in, fit the
 preprocessing (rank 0) and share it, build the model (sharded or not), optimizer and schedule,
-resume, run the epochs (accumulate, clip, step; checkpoint every N steps, or at once on
-SIGTERM), validate, stop early or when a tuning trial is pruned, and (rank 0 only) finish the
-MLflow run and record the manifest.
+resume, hand them to the ``Trainer`` with its callbacks, and (rank 0 only) finish the MLflow
+run and record the manifest.
 
-The pieces live beside it: ``step`` (one optimisation step, validation), ``distributed``
+The pieces live beside it: ``trainer`` (the loop: steps, validation, checkpoints),
+``callbacks`` (early stopping, trial pruning, preemption, MLflow logging, progress, system
+metrics, the stall watchdog), ``step`` (one optimisation step, validation), ``distributed``
 (process group, collectives, RNG states), ``layout`` (which rows make each step, on any number
-of processes), ``strategy`` (DDP or FSDP), ``preemption`` (SIGTERM), ``state`` (the training in
-memory and as a checkpoint holds it) and ``checkpoint`` (writing and resuming), ``hooks``
-(tuning: tuned parameters, trial reports and pruning), ``mlflow_run`` (the MLflow run),
-``record`` (rank 0's end: the packaged model and the manifest), ``data`` and ``models``.
+of processes), ``strategy`` (DDP or FSDP), ``state`` (the training in memory and as a
+checkpoint holds it) and ``checkpoint`` (writing and resuming), ``tuned`` (a tuning trial's
+parameters), ``mlflow_run`` (the MLflow run), ``record`` (rank 0's end: the packaged model and
+the manifest), ``data`` and ``models``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from contextlib import nullcontext
-from itertools import islice
-from typing import NoReturn
+import os
 
 import torch
 
@@ -32,14 +30,21 @@ from pipeline_steps.core.fingerprints import json_sha256
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import (
     FeaturesManifest,
-    LoopPosition,
     ManifestError,
     TrainManifest,
     load_manifest,
 )
 from pipeline_steps.core.models import BatchShape
 from pipeline_steps.core.settings import TrainSettings
-from pipeline_steps.steps.train import checkpoint, distributed, hooks, mlflow_run, record
+from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run, record, tuned
+from pipeline_steps.steps.train.callbacks import Callback
+from pipeline_steps.steps.train.callbacks.early_stopping import EarlyStopping
+from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging
+from pipeline_steps.steps.train.callbacks.preemption import Preemption
+from pipeline_steps.steps.train.callbacks.progress import Progress
+from pipeline_steps.steps.train.callbacks.system_metrics import SystemMetrics
+from pipeline_steps.steps.train.callbacks.trial_pruning import TrialPruning, trial_pruning
+from pipeline_steps.steps.train.callbacks.watchdog import StackRecord, Watchdog
 from pipeline_steps.steps.train.data import (
     Preprocessor,
     TrainingTable,
@@ -47,20 +52,16 @@ from pipeline_steps.steps.train.data import (
 )
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.heads import Head, fit_head
-from pipeline_steps.steps.train.layout import Layout, epoch_steps
+from pipeline_steps.steps.train.layout import Layout
 from pipeline_steps.steps.train.models import build
-from pipeline_steps.steps.train.preemption import Preempted, Preemption
 from pipeline_steps.steps.train.state import Fit
 from pipeline_steps.steps.train.step import (
-    apply_gradients,
-    gpu_metrics,
-    learn,
     make_optimizer,
     make_schedule,
     validation_batch_size,
-    validation_sums,
 )
 from pipeline_steps.steps.train.strategy import Strategy, strategy
+from pipeline_steps.steps.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,12 @@ def train(ctx: RunContext) -> TrainManifest | None:
     processes, so a restarted worker or a retried task recomputes no finished step; raises
     ``Preempted`` (transient) after checkpointing on SIGTERM.
     """
-    ctx, tuned = hooks.tuned(ctx)
+    ctx, tuned_from = tuned.tuned(ctx)
     cfg, lake = ctx.settings.train, ctx.lake
     features = ctx.upstream(FeaturesManifest)
     procs = distributed.detect(cfg.device)
-    device, rank, world_size = procs.device, procs.rank, procs.world_size
 
     # -- data: the frozen set, streamed by row groups --------------------------------------------
-    label = features.label
     table = _training_table(lake, features, cfg)
     # Same settings and data as a finished run of this run id: nothing to do.
     config_hash = _config_hash(ctx, features, table)
@@ -93,9 +92,11 @@ def train(ctx: RunContext) -> TrainManifest | None:
     saved = checkpoints.latest()
     # The epochs are cut by the world size the training started with, on any number of processes.
     layout = Layout(
-        saved.layout_world_size if saved else world_size, cfg.batch_size, cfg.grad_accumulation
+        saved.layout_world_size if saved else procs.world_size,
+        cfg.batch_size,
+        cfg.grad_accumulation,
     )
-    _check_layout(table, layout, world_size)
+    _check_layout(table, layout, procs.world_size)
     if procs.distributed:
         distributed.join_process_group(procs, cfg.collective_timeout_s)
     pre = _preprocessing(table, features, procs)
@@ -110,108 +111,41 @@ def train(ctx: RunContext) -> TrainManifest | None:
         task=head.task,
     )
     model, config = build(cfg, shape)
-    model = model.to(device)
+    model = model.to(procs.device)
     config["head"] = head.to_dict()  # recorded with the model: its predictions need it
     sharing = strategy(cfg.strategy, procs)
     wrapped = sharing.wrap(model)  # before the optimizer: a sharded model's parameters change
-    parameters = list(model.parameters())
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     micro_batches = _micro_batches(table, cfg, layout)
     total_steps = sum(micro_batches) // cfg.grad_accumulation
     scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
-    amp = procs.use_cuda and cfg.amp  # bfloat16: no loss scaling needed
-    validation_forwards = _validation_forwards(table, cfg, procs, sharing)
 
-    # -- resume -----------------------------------------------------------------------------------
+    # -- resume, then the epochs -------------------------------------------------------------------
     fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler, strategy=sharing)
     resumed_from = checkpoints.restore(fit, saved) if saved else None
-    reseed = saved is not None and saved.world_size != world_size
-    hook = hooks.epoch_hook(ctx, procs)  # a tuning trial reports each epoch; its pruner may stop it
+    pruning = trial_pruning(ctx, procs)  # a tuning trial reports each epoch; its pruner may stop it
     run_id = None
     if procs.master:  # rank 0 alone keeps the MLflow run (and so logs, packages and records)
-        run_id = mlflow_run.start(
-            ctx, features, world_size, resumed_from, tuned, hook.parent_run_id
-        )
-    preemption = Preemption(procs, cfg.preemption_grace_s)
-
-    # -- epochs -----------------------------------------------------------------------------------
-    pruned_at: int | None = None
-    try:
-        while fit.position.epoch < cfg.epochs and not fit.stopping.stopped_early:
-            epoch, batches, step = fit.position.epoch, fit.position.epoch_batches, fit.position.step
-            if batches == 0 or reseed:
-                # Dropout noise depends only on (seed, epoch, rank); mid-epoch, the checkpoint's
-                # RNG states carry on instead, or on another number of processes (seed, epoch,
-                # step, rank).
-                torch.manual_seed(cfg.seed + 1_000 * epoch + rank + 1_000_003 * (step * reseed))
-                reseed = False
-            wrapped.train()
-            started, seen = time.perf_counter(), 0
-            carried = fit.epoch_loss  # the epoch's loss before a resume, over every rank
-            loss_sum = torch.zeros((), device=device)
-            step_losses: list[tuple[int, float]] = []
-            steps_left = (micro_batches[epoch] - batches) // cfg.grad_accumulation
-            stream = epoch_steps(table, pre, label, cfg, layout, procs, epoch, skip=batches)
-            for micro in islice(stream, steps_left):
-                for i, batch in enumerate(micro):
-                    batch = batch.to(device) if procs.use_cuda else batch
-                    final = i == len(micro) - 1
-                    # gradients of a non-final accumulation batch stay local
-                    with nullcontext() if final else sharing.local_gradients(wrapped):
-                        divisor = layout.loss_divisor(len(batch), world_size)
-                        loss = learn(wrapped, head, batch, divisor, amp)
-                    loss_sum += loss * len(batch)
-                    seen += len(batch)
-                batches += cfg.grad_accumulation
-                apply_gradients(parameters, optimizer, scheduler, cfg.grad_clip, sharing.clip)
-                step += 1
-                if resumed_from is not None and step == resumed_from.step + 1 and procs.master:
-                    log.info("resumed: optimizer step %d done on %d processes", step, world_size)
-                if step % cfg.log_every == 0:
-                    step_losses.append((step, float(loss.detach())))
-                at = LoopPosition(epoch=epoch, epoch_batches=batches, step=step)
-                mid_epoch = batches < micro_batches[epoch]
-                due = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0 and mid_epoch
-                if preemption.stop(step, settle=due):
-                    fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
-                    _stop_preempted(checkpoints, fit, at, layout, preemption, run_id)
-                if due:
-                    fit.epoch_loss = _epoch_loss(carried, loss_sum, seen, procs)
-                    checkpoints.write(fit, at, layout.world_size)
-            elapsed = time.perf_counter() - started
-
-            validation = validation_sums(
-                model,
-                head,
-                table,
-                pre,
-                label,
-                cfg.batch_size,
-                device,
-                amp,
-                rank,
-                world_size,
-                forwards=validation_forwards,
-            )
-            learning_rate = float(scheduler.get_last_lr()[0])
-            metrics = _epoch_metrics(
-                head, loss_sum, seen, carried, validation, elapsed, learning_rate, procs
-            )
-            fit.end_epoch(epoch, metrics, cfg.patience, step)
-            checkpoints.write(fit, fit.position, layout.world_size)
-            if run_id is not None:
-                mlflow_run.log_epoch(run_id, epoch, metrics, step_losses)
-                log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in metrics.items()})
-            if hook.on_epoch_end(fit.history[-1]):
-                pruned_at = epoch
-                break
-            if preemption.stop(step):  # taken during validation: the epoch's checkpoint stands
-                _stop_preempted(checkpoints, fit, fit.position, layout, preemption, run_id)
-    except BaseException:
-        preemption.close(failed=True)
-        raise
-    preemption.close()
-    hook.close()
+        parent = pruning.parent_run_id if pruning else None
+        run_id = mlflow_run.start(ctx, features, procs.world_size, resumed_from, tuned_from, parent)
+    trainer = Trainer(
+        cfg=cfg,
+        procs=procs,
+        fit=fit,
+        wrapped=wrapped,
+        sharing=sharing,
+        head=head,
+        table=table,
+        pre=pre,
+        label=features.label,
+        layout=layout,
+        checkpoints=checkpoints,
+        micro_batches=micro_batches,
+        validation_forwards=_validation_forwards(table, cfg, procs, sharing),
+        reseed=saved is not None and saved.world_size != procs.world_size,
+        callbacks=_callbacks(ctx, procs, run_id, pruning),
+    )
+    trainer.train()
 
     # -- the model of the best epoch, packaged and recorded ----------------------------------------
     model_epoch = int(fit.history[-1]["epoch"])
@@ -228,11 +162,11 @@ def train(ctx: RunContext) -> TrainManifest | None:
             fit=fit,
             config_hash=config_hash,
             mlflow_run_id=run_id,
-            world_size=world_size,
+            world_size=procs.world_size,
             resumed_from=resumed_from,
             model_epoch=model_epoch,
-            pruned_at=pruned_at,
-            tuned=tuned,
+            pruned_at=pruning.pruned_at if pruning else None,
+            tuned=tuned_from,
         )
         manifest = record.finish(ctx, features, pre, config, trained)
     if procs.distributed:
@@ -240,29 +174,38 @@ def train(ctx: RunContext) -> TrainManifest | None:
     return manifest
 
 
-def _stop_preempted(
-    checkpoints: checkpoint.Checkpoints,
-    fit: Fit,
-    at: LoopPosition,
-    layout: Layout,
-    preemption: Preemption,
-    run_id: str | None,
-) -> NoReturn:
-    """Every rank: checkpoint at ``at``, end the MLflow run (rank 0) and raise ``Preempted``."""
-    path = checkpoints.write(fit, at, layout.world_size)
-    took = preemption.seconds_since_signal()
-    if run_id is not None:
-        mlflow_run.preempted(at)
-    where = f" as {path}" if path else ""
-    taken = (
-        f"SIGTERM during optimizer step {preemption.signalled_step}"
-        if preemption.signalled_step is not None
-        else "a peer took SIGTERM"
-    )
-    raise Preempted(
-        f"{taken}: stopped after step {at.step} (epoch {at.epoch}), checkpointed{where} "
-        f"{took:.2f} s after the signal; the retry resumes from it"
-    )
+def _callbacks(
+    ctx: RunContext, procs: Processes, run_id: str | None, pruning: TrialPruning | None
+) -> list[Callback]:
+    """The training's callbacks, in the order they hear each event: early stopping and
+    pruning decide first, then progress and the MLflow metrics (rank 0), the system metrics
+    (each node's first process), preemption, and the watchdog."""
+    cfg = ctx.settings.train
+    progress = Progress(cfg.log_every_s)
+    found: list[Callback] = [EarlyStopping(cfg.patience), *([pruning] if pruning else []), progress]
+    mlflow = MlflowLogging(run_id, cfg.log_every, progress) if run_id is not None else None
+    if mlflow is not None:
+        found.append(mlflow)
+    system_run = _system_metrics_run(procs, run_id) if cfg.system_metrics_s else None
+    if system_run is not None and procs.local_rank == 0:
+        found.append(
+            SystemMetrics(system_run, int(os.environ.get("GROUP_RANK", "0")), cfg.system_metrics_s)
+        )
+    found.append(Preemption(procs, cfg.preemption_grace_s))
+    if cfg.stall_timeout_s:
+        stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
+        hooks = [mlflow.stalled] if mlflow is not None else []
+        found.append(Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks))
+    return found
+
+
+def _system_metrics_run(procs: Processes, run_id: str | None) -> str | None:
+    """The MLflow run every node samples its system into: rank 0's, sent to the other nodes
+    (a collective, when the training spans several nodes)."""
+    nodes = procs.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", procs.world_size))
+    if nodes > 1:
+        return distributed.broadcast(run_id, procs)
+    return run_id
 
 
 def _final_model(
@@ -322,6 +265,10 @@ _RUNTIME = frozenset(
         "prefetch",
         "data_workers",
         "log_every",
+        "log_every_s",
+        "system_metrics_s",
+        "stall_timeout_s",
+        "stall_allowance_s",
     }
 )
 """Train settings that change how a training runs, not what it computes."""
@@ -379,46 +326,6 @@ def _validation_forwards(
     return max(
         validation_batch_count(table, size, r, procs.world_size) for r in range(procs.world_size)
     )
-
-
-def _epoch_metrics(
-    head: Head,
-    loss_sum: torch.Tensor,
-    seen: int,
-    carried: tuple[float, float],
-    validation: torch.Tensor,
-    elapsed: float,
-    learning_rate: float,
-    procs: Processes,
-) -> dict[str, float]:
-    """An epoch's metrics over every rank: this rank's training loss sum and rows and its
-    ``validation_sums``, added up over the ranks, as losses, the task's validation metric
-    (AUC, accuracy or RMSE), throughput, the learning rate, and on a GPU its memory peak and
-    utilisation. A resumed epoch's training loss takes in the loss ``carried`` by its
-    checkpoint; its throughput, the rows since the resume."""
-    sums = torch.cat(
-        [torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64), validation]
-    )
-    train_loss, rows, *summed = distributed.sum_over_ranks(sums, procs).tolist()
-    metrics = {
-        "train_loss": (train_loss + carried[0]) / max(rows + carried[1], 1.0),
-        **head.validation_metrics(summed),
-        "samples_per_s": rows / max(elapsed, 1e-9),
-        "learning_rate": learning_rate,
-    }
-    if procs.use_cuda:
-        metrics |= gpu_metrics(procs.device)
-    return metrics
-
-
-def _epoch_loss(
-    carried: tuple[float, float], loss_sum: torch.Tensor, seen: int, procs: Processes
-) -> tuple[float, float]:
-    """The epoch's training loss sum and rows so far over every rank, for a checkpoint (every
-    rank calls it)."""
-    sums = torch.tensor([loss_sum.item(), float(seen)], dtype=torch.float64)
-    total, rows = distributed.sum_over_ranks(sums, procs).tolist()
-    return carried[0] + total, carried[1] + rows
 
 
 def _already_trained(ctx: RunContext, config_hash: str) -> TrainManifest | None:

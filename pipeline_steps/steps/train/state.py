@@ -175,16 +175,20 @@ class Fit:
         self.best_weights = state.best_model
         self.epoch_loss = state.epoch_loss
 
-    def end_epoch(self, epoch: int, metrics: dict[str, float], patience: int, step: int) -> None:
+    def end_epoch(self, epoch: int, metrics: dict[str, float], step: int) -> EpochRecord:
         """Record the finished ``epoch`` (``step`` optimizer steps taken in all): its metrics
-        join the history, its weights are kept when its validation loss is the best so far,
-        and the loop moves to the next epoch's start. Every process calls it."""
-        self.history.append({"epoch": epoch, **metrics})
-        if self.stopping.observe(epoch, metrics["val_loss"], patience):
-            weights = self.strategy.model_state(self.model)
-            self.best_weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
+        join the history, and the loop moves to the next epoch's start; returns the record."""
+        record: EpochRecord = {"epoch": epoch, **metrics}
+        self.history.append(record)
         self.position = LoopPosition(epoch=epoch + 1, epoch_batches=0, step=step)
         self.epoch_loss = (0.0, 0.0)
+        return record
+
+    def keep_best(self) -> None:
+        """Keep the model's current weights, on the CPU, as the best epoch's (every process
+        calls it: a sharded model is gathered)."""
+        weights = self.strategy.model_state(self.model)
+        self.best_weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
 
 
 def weights_sha256(model: torch.nn.Module) -> str:

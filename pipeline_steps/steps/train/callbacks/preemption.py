@@ -6,9 +6,9 @@ workers and kills them 30 s later). ``Preemption`` turns the signal into a flag 
 each optimizer-step boundary the loop asks ``stop()``, and the ranks agree through one small
 all-reduce (on the CPU, so a GPU step is never synchronised for it), started at one boundary and
 read at the next: the ranks stop together at most two steps after the first of them took the
-signal. The loop then writes a checkpoint at that boundary and raises ``Preempted``, a transient
-failure (exit 75): torchrun or Airflow starts the step again and it resumes from that
-checkpoint, redoing no step.
+signal. The callback then has the loop write a checkpoint at that boundary and raises
+``Preempted``, a transient failure (exit 75): torchrun or Airflow starts the step again and it
+resumes from that checkpoint, redoing no step.
 
 Should no boundary come within ``train.preemption_grace_s`` (a peer gone, a step longer than the
 grace), the process exits 75 at once, before SIGKILL cuts a write short, and the retry resumes
@@ -30,20 +30,28 @@ import torch
 import torch.distributed as dist
 
 from pipeline_steps.core.errors import EXIT_TRANSIENT, TransientError
+from pipeline_steps.core.manifests import LoopPosition
+from pipeline_steps.steps.train.callbacks import Callback, Loop, StepEnd
 from pipeline_steps.steps.train.distributed import Processes
+from pipeline_steps.steps.train.state import EpochRecord
 
 log = logging.getLogger(__name__)
 
 
 class Preempted(TransientError):
-    """The training stopped on SIGTERM after checkpointing; a retry resumes from it."""
+    """The training stopped on SIGTERM after checkpointing at ``at``; a retry resumes from it."""
+
+    def __init__(self, message: str, at: LoopPosition) -> None:
+        super().__init__(message)
+        self.at = at
 
 
-class Preemption:
+class Preemption(Callback):
     """SIGTERM on this rank, and the ranks' agreement to stop, at optimizer-step boundaries.
 
-    Every rank calls ``stop()`` at the same boundaries, in the same order; ``close()`` once
-    training ends (also on failure) restores the previous handler.
+    Every rank asks ``stop()`` at the same boundaries, in the same order: after each step and
+    after each epoch's validation; the training's end (also a failure) restores the previous
+    handler.
     """
 
     def __init__(self, processes: Processes, grace_s: float) -> None:
@@ -98,6 +106,35 @@ class Preemption:
             self._pending = None
             agreed = agreed or bool(value.item())
         return agreed
+
+    def on_step_end(self, loop: Loop, step: StepEnd) -> None:
+        if self.stop(step.at.step, settle=step.checkpoint_due):
+            self._stop_at(loop, step.at)
+
+    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
+        # taken during validation: stop at the epoch's end, its checkpoint the stop's (not
+        # when the training ends after this epoch anyway)
+        if loop.stopped_by is None and self.stop(loop.fit.position.step):
+            self._stop_at(loop, loop.fit.position)
+
+    def on_train_end(self, loop: Loop, error: BaseException | None) -> None:
+        self.close(failed=error is not None)
+
+    def _stop_at(self, loop: Loop, at: LoopPosition) -> None:
+        """Every rank: checkpoint at ``at`` and raise ``Preempted``."""
+        path = loop.write_checkpoint(at)
+        took = self.seconds_since_signal()
+        where = f" as {path}" if path else ""
+        taken = (
+            f"SIGTERM during optimizer step {self.signalled_step}"
+            if self.signalled_step is not None
+            else "a peer took SIGTERM"
+        )
+        raise Preempted(
+            f"{taken}: stopped after step {at.step} (epoch {at.epoch}), checkpointed{where} "
+            f"{took:.2f} s after the signal; the retry resumes from it",
+            at,
+        )
 
     def seconds_since_signal(self) -> float:
         return 0.0 if self.signalled_at is None else time.monotonic() - self.signalled_at
