@@ -16,7 +16,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import TrialRef
 from pipeline_steps.steps.evaluate import evaluate
 from pipeline_steps.steps.promote import promote
-from pipeline_steps.steps.train import mlflow_run, train
+from pipeline_steps.steps.train import checkpoint, train
 from pipeline_steps.tuning import trials
 from pipeline_steps.tuning.report import describe_study
 from pipeline_steps.tuning.results import finish, prepare
@@ -77,16 +77,19 @@ def test_a_retried_trial_takes_its_trial_back_and_resumes_from_its_checkpoint(
     ctx = prepare_run("tune_retry", "train.epochs=2", "train.patience=0", "tuning.pruner=none")
     plan = prepare(ctx)
     first = claim(ctx, plan.study, slot=0, parallel=1)
-    logged = mlflow_run.log_epoch
+    written = checkpoint.Checkpoints.write
 
-    def killed_after_first_checkpoint(run_id, epoch, *args):
-        raise RuntimeError("worker killed")
+    def killed_after_first_checkpoint(self, fit, at, layout_world_size):  # type: ignore[no-untyped-def]
+        path = written(self, fit, at, layout_world_size)
+        if at.epoch == 1 and at.epoch_batches == 0:  # the first epoch's checkpoint
+            raise RuntimeError("worker killed")
+        return path
 
-    monkeypatch.setattr(mlflow_run, "log_epoch", killed_after_first_checkpoint)
+    monkeypatch.setattr(checkpoint.Checkpoints, "write", killed_after_first_checkpoint)
     with pytest.raises(RuntimeError, match="worker killed"):
         train(as_trial(ctx, first))
     mlflow.end_run(status="KILLED")
-    monkeypatch.setattr(mlflow_run, "log_epoch", logged)
+    monkeypatch.setattr(checkpoint.Checkpoints, "write", written)
 
     # while the trial waits for its retry it holds the run's only lane
     with pytest.raises(trials.LaneBusy):
