@@ -98,9 +98,59 @@ def train_once(ctx: RunContext, run: str, overrides: tuple[str, ...]) -> dict[st
     }
 
 
+def callback_cost(steps: int = 20_000) -> float:
+    """Microseconds the watching callbacks (progress, MLflow logging into a sender whose client
+    takes everything, the watchdog) add to one optimizer step, measured alone."""
+    import torch
+
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.core.manifests import LoopPosition
+    from pipeline_steps.steps.train.callbacks import Plan, StepEnd
+    from pipeline_steps.steps.train.callbacks.mlflow_logging import MetricSender, MlflowLogging
+    from pipeline_steps.steps.train.callbacks.progress import Progress
+    from pipeline_steps.steps.train.callbacks.watchdog import StackRecord, Watchdog
+
+    class Taker:
+        def log_batch(self, run_id: str, metrics: list[Any], synchronous: bool) -> None:
+            pass
+
+    class Loop:
+        plan = Plan(epoch_steps=(steps,), start=LoopPosition(), world_size=1, rank=0, master=False)
+        fit = None
+
+    progress = Progress(every_s=10)
+    sender = MetricSender("run", client=Taker())
+    with tempfile.TemporaryDirectory() as tmp:
+        watchdog = Watchdog(300, 1800, StackRecord(Lake(tmp), "stalls", 0))
+        callbacks = [progress, MlflowLogging("run", 50, progress, sender), watchdog]
+        loop: Any = Loop()
+        for callback in callbacks:
+            callback.on_train_start(loop)
+        loss = torch.tensor(0.5)
+        began = time.perf_counter()
+        for n in range(1, steps + 1):
+            step = StepEnd(
+                at=LoopPosition(epoch=0, epoch_batches=n, step=n),
+                loss=loss,
+                rows=512,
+                step_s=0.005,
+                data_wait_s=0.0,
+                learning_rate=1e-3,
+                checkpoint_due=False,
+            )
+            for callback in callbacks:
+                callback.on_step_end(loop, step)
+        took = time.perf_counter() - began
+        for callback in callbacks:
+            callback.on_train_end(loop, None)
+    return 1e6 * took / steps
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--window", type=int, default=14, help="days of the training window")
+    parser.add_argument(
+        "--window", type=int, default=21, help="days of the training window (to 2013-06-28)"
+    )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of on and off")
     parser.add_argument("--log-every-s", type=float, default=2.0, help="train.log_every_s when on")
@@ -119,6 +169,8 @@ def main() -> None:
         on = statistics.median(r["samples_per_s"] for r in results["on"])
         off = statistics.median(r["samples_per_s"] for r in results["off"])
         errors = [e for r in results["on"] for e in r["eta_errors"]]
+        per_step_us = callback_cost()
+        step_us = 1e6 * 512 / off  # batch 512, the off runs' median throughput
         print(
             json.dumps(
                 {
@@ -127,6 +179,9 @@ def main() -> None:
                     "samples_per_s_off": round(off),
                     "on_over_off": round(on / off, 4),
                     "overhead_pct": round(100 * (1 - on / off), 2),
+                    "callbacks_us_per_step": round(per_step_us, 1),
+                    "step_us_off": round(step_us, 1),
+                    "callbacks_pct_of_step": round(100 * per_step_us / step_us, 2),
                     "eta_error_median_pct": round(100 * statistics.median(errors), 1)
                     if errors
                     else None,

@@ -65,6 +65,7 @@ class Progress(Callback):
 
     def _reset(self, now: float) -> None:
         self._since, self._steps, self._rows, self._step_s, self._wait_s = now, 0, 0, 0.0, 0.0
+        self._paused = 0.0  # validation time within the interval, left out of its rate
 
     def on_train_start(self, loop: Loop) -> None:
         self._reset(self._clock())
@@ -80,9 +81,9 @@ class Progress(Callback):
         self._step_s += step.step_s
         self._wait_s += step.data_wait_s
         now = self._clock()
-        if now - self._since < self.every_s:
+        interval = now - self._since - self._paused
+        if interval < self.every_s:
             return
-        interval = now - self._since
         rate = self._steps / interval
         self._rate = rate if self._rate == 0 else SMOOTHING * rate + (1 - SMOOTHING) * self._rate
         left = plan.total_steps - step.at.step
@@ -105,10 +106,10 @@ class Progress(Callback):
         self._validation_began = self._clock()
 
     def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
-        # the steps' clock restarts after validation: an interval holds steps only
-        now = self._clock()
-        self._validation_s = now - self._validation_began
-        self._reset(now)
+        # an interval's rate counts the steps' time only; epochs shorter than the interval
+        # still add up to one
+        self._validation_s = self._clock() - self._validation_began
+        self._paused += self._validation_s
 
 
 def _duration(seconds: float) -> str:

@@ -103,7 +103,7 @@ class Watchdog(Callback):
             self._limit, self._waiting_for = limit, waiting_for
 
     def on_train_start(self, loop: Loop) -> None:
-        self._last_step = loop.fit.position.step
+        self._last_step = loop.plan.start.step
         self._arm(self.allowance_s, f"the first step (step {self._last_step + 1})")
         self._thread = threading.Thread(target=self._watch, name="stall-watchdog", daemon=True)
         self._thread.start()
