@@ -1,6 +1,7 @@
-"""A training you can watch, and one that hangs: live progress in MLflow and the task log, and a
-rank whose data reader blocks caught by the watchdog, its stacks written down, the MLflow run
-ended as failed, a transient exit, and the retry resuming from the last checkpoint."""
+"""A training you can watch, and one that hangs: live progress in MLflow, the task log and
+Prometheus (through a real Pushgateway), and a rank whose data reader blocks caught by the
+watchdog, its stacks written down, the MLflow run ended as failed, Prometheus' stall alert
+firing, a transient exit, and the retry resuming from the last checkpoint (the alert resolved)."""
 
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from pipeline_steps.core.errors import EXIT_TRANSIENT
 from tests.conftest import FIRST_DAY
 from tests.model.launch import SMALL_SET, environment, manifest_of
+from tests.monitoring import Monitoring, monitoring
 
 pytestmark = pytest.mark.slow
 STALL_S = 10
@@ -30,8 +32,8 @@ FROZEN_AFTER = 30
 """Optimizer steps the reader gives before it blocks (epoch 0 has more)."""
 
 
-def _step(ctx, *launcher: str) -> subprocess.CompletedProcess[str]:
-    sets = [x for o in SETTINGS for x in ("--set", o)]
+def _step(ctx, gateway: str, *launcher: str) -> subprocess.CompletedProcess[str]:
+    sets = [x for o in (*SETTINGS, f"monitoring.pushgateway_url={gateway}") for x in ("--set", o)]
     argv = ["step", "train", "--run-id", ctx.run_id, "--logical-date", FIRST_DAY.isoformat()]
     return subprocess.run(
         [sys.executable, "-m", *launcher, *argv, *sets],
@@ -42,9 +44,15 @@ def _step(ctx, *launcher: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_frozen_reader_is_caught_its_stack_named_and_the_retry_resumes(prepare_run) -> None:
-    ctx = prepare_run("frozen", *SETTINGS)
-    frozen = _step(ctx, "tests.model.frozen_reader", str(FROZEN_AFTER), "--")
+def test_a_frozen_reader_is_caught_its_stack_named_and_the_retry_resumes(
+    prepare_run, tmp_path: Path
+) -> None:
+    with monitoring(tmp_path) as watched:
+        _frozen_and_retried(prepare_run("frozen", *SETTINGS), watched)
+
+
+def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-untyped-def]
+    frozen = _step(ctx, watched.pushgateway, "tests.model.frozen_reader", str(FROZEN_AFTER), "--")
     ended = time.time()
     output = frozen.stderr
     assert frozen.returncode == EXIT_TRANSIENT, output[-3000:]
@@ -71,7 +79,19 @@ def test_a_frozen_reader_is_caught_its_stack_named_and_the_retry_resumes(prepare
     assert len(points) >= 2 and points[-1].value > points[0].value  # it moved while it ran
     assert {"live/loss", "live/samples_per_s", "live/eta_s"} <= run.data.metrics.keys()
 
-    retried = _step(ctx, "pipeline_steps.commands.cli")
+    # Prometheus: the training's gauges arrived while it ran, and the stall alert fires
+    stalled = watched.wait_for("the stall alert", lambda: watched.alerts("TrainingStalled"))
+    assert stalled[0]["state"] in ("pending", "firing")
+    labels = stalled[0]["labels"]
+    assert labels["run_id"] == ctx.run_key and labels["domain"] == ctx.settings.domain.name
+    (progress_gauge,) = watched.query("trainyard_train_progress_ratio")
+    assert 0 < float(progress_gauge["value"][1]) < 0.5
+
+    retried = _step(ctx, watched.pushgateway, "pipeline_steps.commands.cli")
     assert retried.returncode == 0, retried.stderr[-3000:]
     manifest = manifest_of(retried.stdout)
     assert manifest["resumed_from"]["step"] == FROZEN_AFTER // 4 * 4  # the last checkpoint
+    # the retry's gauges replace the stalled attempt's: the alert resolves
+    watched.wait_for("the alert to resolve", lambda: not watched.alerts("TrainingStalled"))
+    (done,) = watched.query("trainyard_train_running")
+    assert float(done["value"][1]) == 0

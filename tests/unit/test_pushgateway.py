@@ -1,0 +1,109 @@
+"""What the steps push for Prometheus: the text format and group paths, pushes to a real
+Pushgateway (Debian's package) read back as Prometheus scrapes them, a Pushgateway that does not
+answer (the step goes on), and the validation's refused days in a row counted from the lake."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import urllib.request
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from pipeline_steps.core import pipeline_gauges
+from pipeline_steps.core.lake import MANIFEST, Lake
+from pipeline_steps.core.pushgateway import Gauge, Pushgateway, exposition, group_path
+from pipeline_steps.core.settings import SettingsError, load_settings
+from pipeline_steps.services import prometheus
+from tests.monitoring import _free_port, _ready, require_prometheus
+
+
+def test_the_text_format_escapes_labels_and_leaves_out_what_is_not_finite() -> None:
+    text = exposition(
+        {"a_ratio": Gauge(0.5, "half"), "b_seconds": Gauge(float("inf"), "never")},
+        {"team": 'pri"cing'},
+    )
+    assert text == '# HELP a_ratio half\n# TYPE a_ratio gauge\na_ratio{team="pri\\"cing"} 0.5\n'
+
+
+def test_a_run_id_travels_in_the_group_path_as_it_is() -> None:
+    path = group_path("trainyard_train", {"run_id": "manual__2013-06-01T00:00:00+00:00", "x": ""})
+    assert path == (
+        "/metrics/job@base64/dHJhaW55YXJkX3RyYWlu"
+        "/run_id@base64/bWFudWFsX18yMDEzLTA2LTAxVDAwOjAwOjAwKzAwOjAw/x@base64/="
+    )
+
+
+@pytest.fixture
+def gateway(tmp_path: Path):  # type: ignore[no-untyped-def]
+    require_prometheus()
+    listen = f"127.0.0.1:{_free_port()}"
+    with (tmp_path / "pushgateway.log").open("w") as log:
+        process = subprocess.Popen(prometheus.pushgateway_argv(listen), stdout=log, stderr=log)
+    url = f"http://{listen}"
+    try:
+        for _ in range(100):
+            if _ready(url):
+                break
+            subprocess.run(["sleep", "0.1"])
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _groups(url: str) -> list[dict]:
+    with urllib.request.urlopen(f"{url}/api/v1/metrics", timeout=5) as answer:
+        return json.load(answer)["data"]
+
+
+
+@pytest.mark.services
+def test_a_push_replaces_its_group_and_keeps_the_others(gateway: str) -> None:
+    pushed = Pushgateway(gateway)
+    run = "manual__2013-06-01T00:00:00+00:00"
+    pushed.push("trainyard_train", {"domain": "d", "run_id": run}, {"x_step": Gauge(3, "s")})
+    pushed.push("trainyard_train", {"domain": "d", "run_id": "other"}, {"x_step": Gauge(9, "s")})
+    pushed.push(
+        "trainyard_train",
+        {"domain": "d", "run_id": run},
+        {"x_step": Gauge(4, "s")},
+        {"team": "pricing"},
+    )
+    values = {
+        g["labels"]["run_id"]: g["x_step"]["metrics"][0] for g in _groups(gateway) if "x_step" in g
+    }
+    assert values[run]["value"] == "4" and values[run]["labels"]["team"] == "pricing"
+    assert values["other"]["value"] == "9"
+
+
+def test_a_pushgateway_that_does_not_answer_stops_nothing(caplog) -> None:
+    gone = Pushgateway(f"http://127.0.0.1:{_free_port()}", timeout_s=0.5)
+    assert gone.push_quietly("trainyard_step", {"domain": "d"}, {"g": Gauge(1, "g")}) is False
+    assert gone.push_quietly("trainyard_step", {"domain": "d"}, {"g": Gauge(1, "g")}) is False
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "monitoring.pushgateway_url" in warned[0].getMessage()
+
+
+def test_refused_days_are_counted_back_from_the_day_while_they_last(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    for stage, day in [
+        ("validated", date(2013, 6, 1)),
+        ("quarantine", date(2013, 6, 2)),  # refused, then passed on a later upload
+        ("validated", date(2013, 6, 2)),
+        ("quarantine", date(2013, 6, 3)),
+        ("quarantine", date(2013, 6, 4)),
+    ]:
+        folder = tmp_path / Lake.partition(stage, "flights", day)
+        folder.mkdir(parents=True)
+        (folder / MANIFEST).write_text("{}")
+    assert pipeline_gauges.refused_days_in_a_row(lake, ["flights"], date(2013, 6, 4)) == 2
+    assert pipeline_gauges.refused_days_in_a_row(lake, ["flights"], date(2013, 6, 2)) == 0
+
+
+def test_a_pushgateway_url_that_is_no_url_is_refused_naming_the_key() -> None:
+    with pytest.raises(SettingsError, match="monitoring.pushgateway_url must be an http"):
+        load_settings(overrides=["monitoring.pushgateway_url=localhost:9091"], environ={})
