@@ -37,6 +37,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from pipeline_steps.commands.report import SEED_PREFIX
+from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import (
     EXIT_EMPTY_DAY,
@@ -317,7 +318,17 @@ def run_step(
                 ctx.record_trigger()
         else:
             ctx = replace(ctx, trigger=ctx.recorded_trigger())
-        return step_function(name)(ctx)
+        try:
+            output = step_function(name)(ctx)
+        except EmptyDay:
+            raise  # an ordinary day without rows: no failure
+        except StepError:  # bad data or settings: the retry would say the same
+            if os.environ.get("RANK", "0") == "0":
+                pipeline_gauges.step_outcome(settings, name, failed_permanently=True)
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            pipeline_gauges.step_outcome(settings, name, failed_permanently=False)
+        return output
 
 
 def seed(start: date, end: date, config: str | None, overrides: list[str]) -> SeedSummary:

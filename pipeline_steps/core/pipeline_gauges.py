@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import time
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
 
-from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.pushgateway import Gauge, Pushgateway
 from pipeline_steps.core.settings import Settings
+
+if TYPE_CHECKING:  # the DAG files import this module: no pyarrow at parse time
+    from pipeline_steps.core.lake import Lake
 
 
 def _push(settings: Settings, job: str, grouping: dict[str, str], gauges: dict[str, Gauge]) -> None:

@@ -1163,6 +1163,22 @@ class EngineSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class MonitoringSettings:
+    pushgateway_url: str = ""
+    """The Prometheus Pushgateway the steps push their gauges to (``http://host:9091``): a
+    training's progress and last step, a step failing for good, validation refusing days in a
+    row, drift events, rollbacks; Prometheus scrapes it and evaluates
+    ``containers/prometheus/alerts.yml``. Empty: nothing is pushed."""
+
+    def __post_init__(self) -> None:
+        url = self.pushgateway_url
+        if url and not url.startswith(("http://", "https://")):
+            raise SettingsError(
+                f"monitoring.pushgateway_url must be an http:// or https:// URL, got {url!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     domain: DomainSettings = field(default_factory=DomainSettings)
     lake: LakeSettings = field(default_factory=LakeSettings)
@@ -1181,6 +1197,7 @@ class Settings:
     cost: CostSettings = field(default_factory=CostSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    monitoring: MonitoringSettings = field(default_factory=MonitoringSettings)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
+from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.locks import exclusive
 from pipeline_steps.core.manifests import HoldoutMetrics
@@ -416,6 +417,7 @@ def rollback(
         )
         _record_rollback(client, cfg, target, move)
     log.info("champion moved back from version %s to %s", current_version or "none", number)
+    pipeline_gauges.champion_rollback(settings)
     return move
 
 

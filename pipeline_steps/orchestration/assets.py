@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator
 
+from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.manifests import MonitorManifest, to_json
 from pipeline_steps.core.settings import Settings
 
@@ -112,10 +113,18 @@ class DriftEventOperator(BaseOperator):
 
     ui_color = "#fdebd0"
 
-    def __init__(self, *, asset: Asset, cooldown_hours: float, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        asset: Asset,
+        cooldown_hours: float,
+        settings: Settings | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(inlets=[asset], outlets=[asset], **kwargs)
         self.asset = asset
         self.cooldown_hours = cooldown_hours
+        self.settings = settings  # the domain whose event's gauge is pushed (None: none)
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -132,6 +141,7 @@ class DriftEventOperator(BaseOperator):
             extra = {**drift_event_extra(verdict, context["run_id"]), "rollback": retrain}
             context["outlet_events"][self.asset].extra = extra
             self.log.warning("retraining asked for %s: %s", verdict.logical_date, retrain)
+            self._pushed()
             return extra
         if not verdict.drift_detected:
             raise AirflowSkipException(
@@ -153,7 +163,12 @@ class DriftEventOperator(BaseOperator):
         extra = drift_event_extra(verdict, context["run_id"])
         context["outlet_events"][self.asset].extra = extra
         self.log.info("drift event for %s: %s", verdict.logical_date, ", ".join(verdict.crossed))
+        self._pushed()
         return extra
+
+    def _pushed(self) -> None:
+        if self.settings is not None:
+            pipeline_gauges.drift_event(self.settings)
 
 
 def drift_event_task(settings: Settings) -> BaseOperator:
@@ -162,6 +177,7 @@ def drift_event_task(settings: Settings) -> BaseOperator:
         task_id="emit_drift_event",
         asset=drift_asset(settings),
         cooldown_hours=settings.drift.cooldown_hours,
+        settings=settings,
         retries=settings.orchestration.retries,
         trigger_rule="all_done",  # a failed release step does not hold back a drift event
     )

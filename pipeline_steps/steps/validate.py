@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import MANIFEST, Lake
@@ -92,6 +93,8 @@ def validate(ctx: RunContext) -> ValidateManifest:
             if not judged.success:
                 lake.publish(judged.raw, "quarantine", dataset, day, judged.verdict.report)
             lake.remove(Lake.partition("validated", dataset, day))
+        refused = pipeline_gauges.refused_days_in_a_row(lake, list(ctx.datasets), day)
+        pipeline_gauges.validation_streak(ctx.settings, refused)
         raise StepError("validation failed\n" + "\n".join(failed))
 
     for dataset, judged in verdicts.items():
@@ -99,6 +102,8 @@ def validate(ctx: RunContext) -> ValidateManifest:
             lake.publish(
                 judged.raw, "validated", dataset, day, judged.verdict.report, judged.dropped
             )
+    if not lake.pins:
+        pipeline_gauges.validation_streak(ctx.settings, 0)
     manifest = ValidateManifest(
         logical_date=day.isoformat(),
         verdict="passed",

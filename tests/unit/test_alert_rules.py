@@ -25,8 +25,12 @@ def promtool() -> str:
 
 
 def test_the_rules_load() -> None:
-    done = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert done.returncode == 0 and "SUCCESS: 6 rules found" in done.stdout, done.stdout + done.stderr
+    done = subprocess.run(
+        [promtool(), "check", "rules", str(RULES)], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "SUCCESS: 6 rules found" in done.stdout, (
+        done.stdout + done.stderr
+    )
 
 
 def test_each_alert_fires_when_it_should_and_only_then() -> None:

@@ -60,7 +60,6 @@ def _groups(url: str) -> list[dict]:
         return json.load(answer)["data"]
 
 
-
 @pytest.mark.services
 def test_a_push_replaces_its_group_and_keeps_the_others(gateway: str) -> None:
     pushed = Pushgateway(gateway)
@@ -105,5 +104,5 @@ def test_refused_days_are_counted_back_from_the_day_while_they_last(tmp_path: Pa
 
 
 def test_a_pushgateway_url_that_is_no_url_is_refused_naming_the_key() -> None:
-    with pytest.raises(SettingsError, match="monitoring.pushgateway_url must be an http"):
+    with pytest.raises(SettingsError, match=r"monitoring\.pushgateway_url must be an http"):
         load_settings(overrides=["monitoring.pushgateway_url=localhost:9091"], environ={})

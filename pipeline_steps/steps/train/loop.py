@@ -35,6 +35,7 @@ from pipeline_steps.core.manifests import (
     load_manifest,
 )
 from pipeline_steps.core.models import BatchShape
+from pipeline_steps.core.pushgateway import Pushgateway
 from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run, record, tuned
 from pipeline_steps.steps.train.callbacks import Callback
@@ -42,6 +43,7 @@ from pipeline_steps.steps.train.callbacks.early_stopping import EarlyStopping
 from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging
 from pipeline_steps.steps.train.callbacks.preemption import Preemption
 from pipeline_steps.steps.train.callbacks.progress import Progress
+from pipeline_steps.steps.train.callbacks.pushed_gauges import PushedGauges
 from pipeline_steps.steps.train.callbacks.system_metrics import SystemMetrics
 from pipeline_steps.steps.train.callbacks.trial_pruning import TrialPruning, trial_pruning
 from pipeline_steps.steps.train.callbacks.watchdog import StackRecord, Watchdog
@@ -178,14 +180,17 @@ def _callbacks(
     ctx: RunContext, procs: Processes, run_id: str | None, pruning: TrialPruning | None
 ) -> list[Callback]:
     """The training's callbacks, in the order they hear each event: early stopping and
-    pruning decide first, then progress and the MLflow metrics (rank 0), the system metrics
-    (each node's first process), preemption, and the watchdog."""
+    pruning decide first, then progress, the MLflow metrics and the Pushgateway's gauges (rank
+    0), the system metrics (each node's first process), preemption, and the watchdog."""
     cfg = ctx.settings.train
     progress = Progress(cfg.log_every_s)
     found: list[Callback] = [EarlyStopping(cfg.patience), *([pruning] if pruning else []), progress]
     mlflow = MlflowLogging(run_id, cfg.log_every, progress) if run_id is not None else None
     if mlflow is not None:
         found.append(mlflow)
+    pushed = _pushed_gauges(ctx, progress) if procs.master else None
+    if pushed is not None:
+        found.append(pushed)
     system_run = _system_metrics_run(procs, run_id) if cfg.system_metrics_s else None
     if system_run is not None and procs.local_rank == 0:
         found.append(
@@ -194,9 +199,26 @@ def _callbacks(
     found.append(Preemption(procs, cfg.preemption_grace_s))
     if cfg.stall_timeout_s:
         stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
-        hooks = [mlflow.stalled] if mlflow is not None else []
+        hooks = [c.stalled for c in (pushed, mlflow) if c is not None]
         found.append(Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks))
     return found
+
+
+def _pushed_gauges(ctx: RunContext, progress: Progress) -> PushedGauges | None:
+    """The training's gauges on the Pushgateway (``monitoring.pushgateway_url``), when set."""
+    url = ctx.settings.monitoring.pushgateway_url
+    if not url:
+        return None
+    domain, train = ctx.settings.domain, ctx.settings.train
+    return PushedGauges(
+        Pushgateway(url),
+        domain=domain.name,
+        run=ctx.run_key,
+        team=domain.team,
+        every_s=train.log_every_s,
+        stall_timeout_s=train.stall_timeout_s,
+        progress=progress,
+    )
 
 
 def _system_metrics_run(procs: Processes, run_id: str | None) -> str | None:
