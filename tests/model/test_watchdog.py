@@ -67,6 +67,7 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     # caught within the timeout (+10 s) of the last progress line (the last steps' end)
     last = datetime.strptime(progress[-1][:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
     assert STALL_S <= ended - last < STALL_S + 10, ended - last
+    print(f"caught and exited {ended - last:.1f} s after the last progress line")
 
     mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
     (run,) = mlflow.search_runs(

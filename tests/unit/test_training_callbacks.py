@@ -100,12 +100,12 @@ def test_progress_counts_the_validations_still_to_come() -> None:
         progress.on_step_end(loop, _step(n))
     progress.on_validation_start(loop)
     clock.now += 30  # the epoch's validation
-    progress.on_epoch_end(loop, {"epoch": 0, "val_loss": 1.0})
+    progress.on_epoch_end(loop, {"epoch": 0, "val_loss": 1.0})  # its checkpoint, then epoch 1
     for n in range(101, 121):
         clock.now += 0.5
         progress.on_step_end(loop, _step(n, epoch=1))
     assert progress.latest is not None
-    assert progress.latest.eta_s == pytest.approx(80 * 0.5 + 30)  # the last epoch's validation
+    assert progress.latest.eta_s == pytest.approx(80 * 0.5 + 30)  # the last epoch's end
 
 
 class FlakyClient:

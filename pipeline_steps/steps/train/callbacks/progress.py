@@ -2,9 +2,10 @@
 
 Every ``train.log_every_s`` seconds the progress is estimated from the optimizer steps done of
 the plan's total and the recent step rate (smoothed over the last intervals), plus, once an
-epoch was validated, that validation's time for each validation still to come. Rank 0 logs it
-as one line (the Airflow task log shows it as the training runs); ``latest`` is what the MLflow
-callback sends.
+epoch ended, the mean time between an epoch's last step and the next one's first (validation,
+the epoch's checkpoint, opening the next epoch's data) for each epoch end still to come. Rank 0
+logs it as one line (the Airflow task log shows it as the training runs); ``latest`` is what
+the MLflow callback sends.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline_steps.steps.train.callbacks import Callback, Loop, StepEnd
-from pipeline_steps.steps.train.state import EpochRecord
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,13 @@ class Progress(Callback):
         self.every_s, self._clock = every_s, clock
         self.latest: Estimate | None = None
         self._rate = 0.0  # steps per second, smoothed
-        self._validation_s = 0.0
+        self._boundaries: list[float] = []  # seconds from an epoch's last step to the next's first
+        self._boundary_began: float | None = None
         self._reset(clock())
 
     def _reset(self, now: float) -> None:
         self._since, self._steps, self._rows, self._step_s, self._wait_s = now, 0, 0, 0.0, 0.0
-        self._paused = 0.0  # validation time within the interval, left out of its rate
+        self._paused = 0.0  # epoch-boundary time within the interval, left out of its rate
 
     def on_train_start(self, loop: Loop) -> None:
         self._reset(self._clock())
@@ -76,18 +77,24 @@ class Progress(Callback):
             log.info(
                 "resumed: optimizer step %d done on %d processes", step.at.step, plan.world_size
             )
+        now = self._clock()
+        if self._boundary_began is not None:  # the first step after an epoch's end
+            boundary = max(0.0, now - step.step_s - self._boundary_began)
+            self._boundaries.append(boundary)
+            self._paused += boundary
+            self._boundary_began = None
         self._steps += 1
         self._rows += step.rows
         self._step_s += step.step_s
         self._wait_s += step.data_wait_s
-        now = self._clock()
         interval = now - self._since - self._paused
         if interval < self.every_s:
             return
         rate = self._steps / interval
         self._rate = rate if self._rate == 0 else SMOOTHING * rate + (1 - SMOOTHING) * self._rate
         left = plan.total_steps - step.at.step
-        validations_left = plan.epochs - step.at.epoch
+        boundaries_left = plan.epochs - step.at.epoch
+        boundary_s = sum(self._boundaries) / len(self._boundaries) if self._boundaries else 0.0
         self.latest = Estimate(
             step=step.at.step,
             total_steps=plan.total_steps,
@@ -96,20 +103,14 @@ class Progress(Callback):
             samples_per_s=self._rows * plan.world_size / interval,
             step_s=self._step_s / self._steps,
             data_wait_s=self._wait_s / self._steps,
-            eta_s=left / self._rate + validations_left * self._validation_s,
+            eta_s=left / self._rate + boundaries_left * boundary_s,
         )
         if plan.master:
             log.info("%s", self.latest.line())
         self._reset(now)
 
     def on_validation_start(self, loop: Loop) -> None:
-        self._validation_began = self._clock()
-
-    def on_epoch_end(self, loop: Loop, record: EpochRecord) -> None:
-        # an interval's rate counts the steps' time only; epochs shorter than the interval
-        # still add up to one
-        self._validation_s = self._clock() - self._validation_began
-        self._paused += self._validation_s
+        self._boundary_began = self._clock()
 
 
 def _duration(seconds: float) -> str:
