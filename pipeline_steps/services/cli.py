@@ -1,4 +1,5 @@
-"""The command line of the production profile: ``trainyard services up|down|status|init|env``."""
+"""The command line of the production profile: ``trainyard services
+up|down|status|init|env|prometheus-config``."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "env", help="print `export` lines for a shell that runs steps against the profile"
     )
+    config = sub.add_parser(
+        "prometheus-config",
+        help="print a prometheus.yml that scrapes the Pushgateway the steps push to "
+        "(monitoring.pushgateway_url) and evaluates trainyard's alert rules",
+    )
+    config.add_argument("--pushgateway", required=True, help="the Pushgateway, host:port")
+    config.add_argument("--mlflow", help="also scrape MLflow's /metrics there, host:port")
+    config.add_argument("--scrape-s", type=int, default=15, help="scrape and evaluation interval")
     return parser
 
 
@@ -48,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
                 print("databases, Redis databases and the profile's home removed")
         elif args.action == "init":
             print(f"{load_profile().env_file} (mode 0600)")
+        elif args.action == "prometheus-config":
+            from pipeline_steps.services import prometheus
+
+            every = args.scrape_s
+            print(
+                prometheus.config(args.pushgateway, args.mlflow, scrape_s=every, evaluate_s=every)
+            )
         elif args.action == "status":
             for name, pid in lifecycle.status().items():
                 print(f"{name:24} {'running, pid ' + str(pid) if pid else 'stopped'}")

@@ -106,3 +106,20 @@ def test_refused_days_are_counted_back_from_the_day_while_they_last(tmp_path: Pa
 def test_a_pushgateway_url_that_is_no_url_is_refused_naming_the_key() -> None:
     with pytest.raises(SettingsError, match=r"monitoring\.pushgateway_url must be an http"):
         load_settings(overrides=["monitoring.pushgateway_url=localhost:9091"], environ={})
+
+
+def test_the_prometheus_configuration_scrapes_the_pushgateway_and_loads_the_rules(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import yaml
+
+    from pipeline_steps.services.cli import main
+
+    assert main(["prometheus-config", "--pushgateway", "pushgateway:9091", "--scrape-s", "5"]) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    (job,) = config["scrape_configs"]
+    assert job["honor_labels"] is True  # the pushed job and domain labels stay
+    assert job["static_configs"] == [{"targets": ["pushgateway:9091"]}]
+    assert config["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    (rules,) = config["rule_files"]
+    assert Path(rules).read_text().count("- alert: ") == 6

@@ -211,3 +211,26 @@ def test_the_watchdog_names_the_frame_a_stalled_step_waits_in(tmp_path: Path) ->
 def test_bad_watching_settings_are_refused_naming_the_key(override: str, named: str) -> None:
     with pytest.raises(SettingsError, match=named.replace("(", r"\(").replace(")", r"\)")):
         load_settings(overrides=[override], environ={})
+
+
+GLOO_TIMEOUT = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+    "waiting 2000ms for recv operation to complete"
+)
+"""What gloo raised in an all-reduce whose peer did not come within the group's timeout."""
+
+
+def test_a_collective_that_timed_out_writes_the_stacks_and_other_errors_do_not(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    watchdog = Watchdog(300, 1800, StackRecord(lake, "run/stalls", rank=0), exit=lambda code: None)
+    loop = _loop()
+    watchdog.on_train_start(loop)
+    watchdog.on_train_end(loop, ValueError("train.batch_size must be at least 1"))
+    assert not (tmp_path / "lake" / "run" / "stalls").exists()
+    watchdog.on_train_end(loop, RuntimeError(GLOO_TIMEOUT))
+    (written,) = (tmp_path / "lake" / "run" / "stalls").glob("*-rank-0.txt")
+    text = written.read_text()
+    assert text.startswith("a collective timed out ([/__w/pytorch")
+    assert "test_a_collective_that_timed_out_writes_the_stacks" in text  # this frame
