@@ -57,7 +57,12 @@ def prometheus_argv(config_file: Path, data_dir: Path, listen: str) -> list[str]
     ]
 
 
-def pushgateway_argv(listen: str) -> list[str]:
-    """The Pushgateway serving on ``listen`` (``host:port``); what it holds lives in memory
-    (each training pushes its whole state every few seconds)."""
-    return ["prometheus-pushgateway", f"--web.listen-address={listen}"]
+def pushgateway_argv(listen: str, persistence: Path | None = None) -> list[str]:
+    """The Pushgateway serving on ``listen`` (``host:port``), what it holds kept in
+    ``persistence`` across restarts, or in memory only (None). Named either way: Debian's
+    build otherwise shares ``/var/lib/prometheus/pushgateway.data`` between every instance."""
+    return [
+        "prometheus-pushgateway",
+        f"--web.listen-address={listen}",
+        f"--persistence.file={persistence or ''}",
+    ]

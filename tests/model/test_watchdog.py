@@ -79,6 +79,8 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     points = client.get_metric_history(run.info.run_id, "live/progress")
     assert len(points) >= 2 and points[-1].value > points[0].value  # it moved while it ran
     assert {"live/loss", "live/samples_per_s", "live/eta_s"} <= run.data.metrics.keys()
+    # MLflow's system metrics, sampled under the node's id
+    assert "system/node-0/cpu_utilization_percentage" in run.data.metrics
 
     # Prometheus: the training's gauges arrived while it ran, and the stall alert fires
     stalled = watched.wait_for("the stall alert", lambda: watched.alerts("TrainingStalled"))
