@@ -6,6 +6,7 @@ push, so an alert clears by itself when the thing it is about does."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import date, timedelta
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ from pipeline_steps.core.settings import Settings
 
 if TYPE_CHECKING:  # the DAG files import this module: no pyarrow at parse time
     from pipeline_steps.core.lake import Lake
+
+log = logging.getLogger(__name__)
 
 
 def _push(settings: Settings, job: str, grouping: dict[str, str], gauges: dict[str, Gauge]) -> None:
@@ -42,6 +45,19 @@ def refused_days_in_a_row(lake: Lake, datasets: list[str], day: date) -> int:
         count += 1
         day -= timedelta(days=1)
     return count
+
+
+def validation_refused(settings: Settings, lake: Lake, datasets: list[str], day: date) -> None:
+    """After the validate step refused ``day``: the days in a row it refused, counted from the
+    lake only when something is pushed; a failure to count is logged, never the step's."""
+    if not settings.monitoring.pushgateway_url:
+        return
+    try:
+        refused = refused_days_in_a_row(lake, datasets, day)
+    except Exception as exc:  # the refusal is what the step reports
+        log.warning("could not count the days validation refused in a row: %s", exc)
+        return
+    validation_streak(settings, refused)
 
 
 def validation_streak(settings: Settings, refused: int) -> None:

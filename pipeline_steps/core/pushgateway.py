@@ -12,6 +12,7 @@ logged once per process and the step goes on.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import urllib.error
@@ -85,7 +86,7 @@ class Pushgateway:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
                 answer.read()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             raise PushError(f"Pushgateway {self.url} did not take {job}: {exc}") from exc
 
     def push_quietly(
@@ -98,7 +99,7 @@ class Pushgateway:
         """``push``, a failure logged (once per Pushgateway and process) instead of raised."""
         try:
             self.push(job, grouping, gauges, labels)
-        except PushError as exc:
+        except Exception as exc:  # whatever it is, the step goes on
             if self.url not in _warned:
                 _warned.add(self.url)
                 log.warning("%s (monitoring.pushgateway_url); the step goes on", exc)

@@ -93,8 +93,7 @@ def validate(ctx: RunContext) -> ValidateManifest:
             if not judged.success:
                 lake.publish(judged.raw, "quarantine", dataset, day, judged.verdict.report)
             lake.remove(Lake.partition("validated", dataset, day))
-        refused = pipeline_gauges.refused_days_in_a_row(lake, list(ctx.datasets), day)
-        pipeline_gauges.validation_streak(ctx.settings, refused)
+        pipeline_gauges.validation_refused(ctx.settings, lake, list(ctx.datasets), day)
         raise StepError("validation failed\n" + "\n".join(failed))
 
     for dataset, judged in verdicts.items():

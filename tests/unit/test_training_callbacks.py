@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -234,3 +234,51 @@ def test_a_collective_that_timed_out_writes_the_stacks_and_other_errors_do_not(
     text = written.read_text()
     assert text.startswith("a collective timed out ([/__w/pytorch")
     assert "test_a_collective_that_timed_out_writes_the_stacks" in text  # this frame
+
+
+def test_every_callback_hears_the_end_and_the_training_s_error_stands(caplog) -> None:
+    from types import SimpleNamespace
+
+    from pipeline_steps.steps.train.callbacks import Callback
+    from pipeline_steps.steps.train.trainer import Trainer
+
+    heard: list[str] = []
+
+    class Failing(Callback):
+        def on_train_end(self, loop, error) -> None:  # type: ignore[no-untyped-def]
+            heard.append("failing")
+            raise ConnectionError("MLflow is down")
+
+    class Closing(Callback):
+        def on_train_end(self, loop, error) -> None:  # type: ignore[no-untyped-def]
+            heard.append(f"closing after {type(error).__name__}")
+
+    trainer = SimpleNamespace(callbacks=[Closing(), Failing()])
+    Trainer._end(trainer, KeyboardInterrupt())  # type: ignore[arg-type]
+    assert heard == ["failing", "closing after KeyboardInterrupt"]  # the last registered first
+    assert "Failing failed at the end of the training" in caplog.text
+    with pytest.raises(ConnectionError):  # a training that succeeded: the end's failure shows
+        Trainer._end(trainer, None)  # type: ignore[arg-type]
+    assert heard[-1] == "closing after NoneType"
+
+
+def test_the_pushed_stall_limit_follows_the_watchdog_s() -> None:
+    from pipeline_steps.core.pushgateway import Pushgateway
+    from pipeline_steps.steps.train.callbacks.pushed_gauges import PushedGauges
+
+    loop = _loop()
+    pushed = PushedGauges(
+        Pushgateway("http://127.0.0.1:9"), "d", "r", "", 10, 300, 1800, Progress(every_s=10)
+    )
+
+    def limit() -> float:
+        return pushed.gauges()["trainyard_train_stall_timeout_seconds"].value
+
+    assert limit() == 1800  # the first step
+    pushed.on_step_end(loop, _step(1))
+    assert limit() == 300
+    pushed.on_step_end(loop, replace(_step(2), checkpoint_due=True))
+    assert limit() == 1800  # its checkpoint
+    pushed.on_step_end(loop, _step(3))
+    pushed.on_validation_start(loop)
+    assert limit() == 1800

@@ -181,7 +181,8 @@ def _callbacks(
 ) -> list[Callback]:
     """The training's callbacks, in the order they hear each event: early stopping and
     pruning decide first, then progress, the MLflow metrics and the Pushgateway's gauges (rank
-    0), the system metrics (each node's first process), preemption, and the watchdog."""
+    0), the system metrics (each node's first process), the watchdog, and preemption (which may
+    end the training at the event); the end goes to them in the reverse order."""
     cfg = ctx.settings.train
     progress = Progress(cfg.log_every_s)
     found: list[Callback] = [EarlyStopping(cfg.patience), *([pruning] if pruning else []), progress]
@@ -196,11 +197,11 @@ def _callbacks(
         found.append(
             SystemMetrics(system_run, int(os.environ.get("GROUP_RANK", "0")), cfg.system_metrics_s)
         )
-    found.append(Preemption(procs, cfg.preemption_grace_s))
-    if cfg.stall_timeout_s:
+    if cfg.stall_timeout_s:  # before preemption: a stop's checkpoint gets the allowance
         stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
         hooks = [c.stalled for c in (pushed, mlflow) if c is not None]
         found.append(Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks))
+    found.append(Preemption(procs, cfg.preemption_grace_s))
     return found
 
 
@@ -217,6 +218,7 @@ def _pushed_gauges(ctx: RunContext, progress: Progress) -> PushedGauges | None:
         team=domain.team,
         every_s=train.log_every_s,
         stall_timeout_s=train.stall_timeout_s,
+        stall_allowance_s=train.stall_allowance_s,
         progress=progress,
     )
 

@@ -79,8 +79,8 @@ class Trainer:
     def train(self) -> None:
         """Run the epochs left: step, validate, checkpoint; the callbacks hear of each step
         and epoch, and of the end (or the failure)."""
-        self._emit("on_train_start")
         try:
+            self._emit("on_train_start")
             while self.fit.position.epoch < self.cfg.epochs and self.stopped_by is None:
                 self._seed_epoch()
                 started = time.perf_counter()
@@ -91,9 +91,9 @@ class Trainer:
                 self._emit("on_epoch_end", record)
                 self.write_checkpoint(self.fit.position)
         except BaseException as error:
-            self._emit("on_train_end", error)
+            self._end(error)
             raise
-        self._emit("on_train_end", None)
+        self._end(None)
 
     def _run_steps(self) -> int:
         """The epoch's optimizer steps from the fit's position, each heard by the callbacks,
@@ -216,6 +216,20 @@ class Trainer:
     def _emit(self, event: str, *args: object) -> None:
         for callback in self.callbacks:
             getattr(callback, event)(self, *args)
+
+    def _end(self, error: BaseException | None) -> None:
+        """Every callback hears the end, the last registered first (as a stack of context
+        managers unwinds); one that fails is logged, and the training's own error, if any,
+        is the one that stands."""
+        failed: BaseException | None = None
+        for callback in reversed(self.callbacks):
+            try:
+                callback.on_train_end(self, error)
+            except Exception as exc:
+                log.exception("%s failed at the end of the training", type(callback).__name__)
+                failed = failed or exc
+        if error is None and failed is not None:
+            raise failed
 
 
 def _timed(

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 FLUSH_S = 60.0
 """How long the end of a training waits for the metrics still to send."""
+PREEMPTED_FLUSH_S = 5.0
+"""The same for a preempted training, which has its grace before SIGKILL to spend."""
 BATCH = 1000
 """MLflow's limit of metrics in one ``log_batch`` request."""
 
@@ -159,9 +161,12 @@ class MlflowLogging(Callback):
         log.info("epoch %d: %s", epoch, {k: round(v, 4) for k, v in record.items() if k != "epoch"})
 
     def on_train_end(self, loop: Loop, error: BaseException | None) -> None:
+        if isinstance(error, Preempted):  # within the grace before SIGKILL
+            self.sender.close(PREEMPTED_FLUSH_S)
+            if error.at is not None:
+                mlflow_run.preempted(error.at)
+            return
         self.sender.close()
-        if isinstance(error, Preempted):
-            mlflow_run.preempted(error.at)
 
     def stalled(self, reason: str, stacks: str) -> None:
         """The watchdog's hook: the stacks as an artifact, the reason as a tag, the run ended

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 class Preempted(TransientError):
     """The training stopped on SIGTERM after checkpointing at ``at``; a retry resumes from it."""
 
-    def __init__(self, message: str, at: LoopPosition) -> None:
+    def __init__(self, message: str, at: LoopPosition | None = None) -> None:
         super().__init__(message)
         self.at = at
 

@@ -3,9 +3,10 @@ Prometheus' ``TrainingStalled`` and ``TrainingSilent`` alerts (``containers/prom
 
 Rank 0 keeps the gauges and a thread of its own pushes them every ``every_s`` seconds, so a
 loop frozen in a step still reports, with its last step's time growing old: the stall alert
-reads exactly that against the training's own ``train.stall_timeout_s``. The watchdog's verdict
-is pushed at once (``trainyard_train_stalled``); the end of the training pushes
-``trainyard_train_running 0``. One group per domain and run (job ``trainyard_train``), so a
+reads exactly that against the watchdog's limit of the moment (``train.stall_timeout_s`` after
+a step, ``train.stall_allowance_s`` for the first step, validation and checkpoints). The
+watchdog's verdict is pushed at once (``trainyard_train_stalled``); the end of the training
+pushes ``trainyard_train_running 0``. One group per domain and run (job ``trainyard_train``), so a
 retry of the run replaces the stalled attempt's gauges.
 """
 
@@ -32,12 +33,16 @@ class PushedGauges(Callback):
         team: str,
         every_s: float,
         stall_timeout_s: float,
+        stall_allowance_s: float,
         progress: Progress,
     ) -> None:
         self.gateway, self.every_s, self.progress = gateway, every_s, progress
         self.grouping = {"domain": domain, "run_id": run}
         self.labels = {"team": team} if team else {}
-        self._stall_timeout_s = stall_timeout_s
+        # no watchdog (0): no stall limit either
+        self._timeout_s = stall_timeout_s or float("inf")
+        self._allowance_s = stall_allowance_s if stall_timeout_s else float("inf")
+        self._limit_s = self._allowance_s
         self._running, self._stalled = 0.0, 0.0
         self._step, self._last_step_at = 0, time.time()
         self._stop = threading.Event()
@@ -56,7 +61,7 @@ class PushedGauges(Callback):
                 self._last_step_at, "when the last optimizer step ended (Unix time)"
             ),
             "trainyard_train_stall_timeout_seconds": Gauge(
-                self._stall_timeout_s or float("inf"), "train.stall_timeout_s of the training"
+                self._limit_s, "seconds the next step may take before the watchdog stops it"
             ),
         }
         if estimate is not None:
@@ -75,12 +80,17 @@ class PushedGauges(Callback):
 
     def on_train_start(self, loop: Loop) -> None:
         self._running, self._step, self._last_step_at = 1.0, loop.plan.start.step, time.time()
+        self._limit_s = self._allowance_s
         self.push()
         self._thread = threading.Thread(target=self._pushing, name="pushgateway", daemon=True)
         self._thread.start()
 
     def on_step_end(self, loop: Loop, step: StepEnd) -> None:
         self._step, self._last_step_at = step.at.step, time.time()
+        self._limit_s = self._allowance_s if step.checkpoint_due else self._timeout_s
+
+    def on_validation_start(self, loop: Loop) -> None:
+        self._limit_s = self._allowance_s  # until the next epoch's first step
 
     def on_train_end(self, loop: Loop, error: BaseException | None) -> None:
         self._stop.set()

@@ -32,7 +32,8 @@ from pipeline_steps.steps.train.state import EpochRecord
 log = logging.getLogger(__name__)
 
 HOOKS_S = 10.0
-"""How long the ``stalled`` hooks (ending the MLflow run) may take before the exit."""
+"""How long the stacks' file and the ``stalled`` hooks (ending the MLflow run, the pushed
+verdict) may take before the exit."""
 
 StallHook = Callable[[str, str], None]
 """Called with the reason and the stacks, from the watchdog's thread, before the exit."""
@@ -59,9 +60,16 @@ class StackRecord:
         self.lake, self.folder, self.rank = lake, folder, rank
 
     def write(self, reason: str, text: str) -> str | None:
-        """Log ``reason`` and ``text``; write them to the lake; the file's path (None when the
-        lake refused it: the log still has them)."""
+        """Log ``reason`` and ``text``, then ``save`` them."""
+        self.log(reason, text)
+        return self.save(reason, text)
+
+    def log(self, reason: str, text: str) -> None:
         print(f"rank {self.rank}: {reason}\n{text}", file=sys.stderr, flush=True)
+
+    def save(self, reason: str, text: str) -> str | None:
+        """Write them to the lake; the file's path (None when the lake refused it: the log
+        still has them)."""
         when = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         try:
             return self.lake.write_bytes(
@@ -111,7 +119,10 @@ class Watchdog(Callback):
     def on_step_end(self, loop: Loop, step: StepEnd) -> None:
         self._last_step = step.at.step
         self._step_s = step.step_s if self._step_s == 0 else 0.9 * self._step_s + 0.1 * step.step_s
-        self._arm(self.timeout_s, f"step {step.at.step + 1}")
+        if step.checkpoint_due:  # the loop writes a checkpoint before the next step
+            self._arm(self.allowance_s, f"the checkpoint of step {step.at.step}")
+        else:
+            self._arm(self.timeout_s, f"step {step.at.step + 1}")
 
     def on_validation_start(self, loop: Loop) -> None:
         epoch = loop.fit.position.epoch
@@ -147,7 +158,8 @@ class Watchdog(Callback):
             + "); every thread's stack follows"
         )
         text = stacks(skip=threading.get_ident())
-        self.record.write(reason, text)
+        self.record.log(reason, text)
+        # the lake and MLflow may be what hangs: their writes get HOOKS_S, then the exit
         hooks = threading.Thread(target=self._run_hooks, args=(reason, text), daemon=True)
         hooks.start()
         hooks.join(HOOKS_S)
@@ -160,6 +172,7 @@ class Watchdog(Callback):
         self._exit(EXIT_TRANSIENT)
 
     def _run_hooks(self, reason: str, text: str) -> None:
+        self.record.save(reason, text)
         for hook in self.hooks:
             try:
                 hook(reason, text)
