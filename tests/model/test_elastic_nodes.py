@@ -27,7 +27,7 @@ from tests.model.launch import (
 pytestmark = pytest.mark.slow
 BASE = (
     *SMALL_SET,
-    "train.epochs=3",
+    "train.epochs=2",
     "train.batch_size=16",
     "train.model=ft_transformer",  # slow enough for the loss to land mid-training
     "train.checkpoint_every=2",

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 STALL_S = 10
 SETTINGS = (
     *SMALL_SET,
-    "train.epochs=2",
+    "train.epochs=1",
     "train.batch_size=32",
     "train.checkpoint_every=4",
     "train.log_every_s=0.2",
@@ -29,7 +29,7 @@ SETTINGS = (
     "train.stall_allowance_s=60",
 )
 FROZEN_AFTER = 30
-"""Optimizer steps the reader gives before it blocks (epoch 0 has more)."""
+"""Optimizer steps the reader gives before it blocks (the epoch has more)."""
 
 
 def _step(ctx, gateway: str, *launcher: str) -> subprocess.CompletedProcess[str]:
@@ -88,7 +88,7 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     labels = stalled[0]["labels"]
     assert labels["run_id"] == ctx.run_key and labels["domain"] == ctx.settings.domain.name
     (progress_gauge,) = watched.query("trainyard_train_progress_ratio")
-    assert 0 < float(progress_gauge["value"][1]) < 0.5
+    assert 0 < float(progress_gauge["value"][1]) < 1
 
     retried = _step(ctx, watched.pushgateway, "pipeline_steps.commands.cli")
     assert retried.returncode == 0, retried.stderr[-3000:]
