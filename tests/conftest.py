@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from pathlib import Path
@@ -34,6 +36,27 @@ HISTORY = [FIRST_DAY - timedelta(days=n) for n in range(WINDOW - 1, 0, -1)]
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    what: str, check: Callable[[], Any], timeout_s: float = 60, every_s: float = 0.5
+) -> Any:
+    """``check()``'s first truthy answer, asked every ``every_s`` seconds; ``AssertionError``
+    naming ``what`` when none came within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def settings_in(home: Path, *overrides: str) -> Any:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,12 +18,7 @@ from typing import Any
 import pytest
 
 from pipeline_steps.services import prometheus
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.conftest import free_port, wait_until
 
 
 @dataclass(frozen=True)
@@ -45,15 +38,6 @@ class Monitoring:
     def query(self, expr: str) -> list[dict[str, Any]]:
         return list(self.get("/api/v1/query", query=expr)["result"])
 
-    def wait_for(self, what: str, check: Any, timeout_s: float = 60) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = check()
-            if found:
-                return found
-            time.sleep(0.5)
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
 
 def require_prometheus() -> None:
     missing = [c for c in ("prometheus", "prometheus-pushgateway") if shutil.which(c) is None]
@@ -65,40 +49,49 @@ def require_prometheus() -> None:
 
 
 @contextmanager
-def monitoring(folder: Path) -> Iterator[Monitoring]:
-    """A Pushgateway and a Prometheus scraping it and evaluating trainyard's alert rules every
-    second; both stopped after the block."""
-    require_prometheus()
-    gateway, web = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
-    config = folder / "prometheus.yml"
-    config.write_text(prometheus.config(gateway, scrape_s=1, evaluate_s=1))
-    logs = [(folder / f"{name}.log").open("w") for name in ("pushgateway", "prometheus")]
-    argvs = [
-        prometheus.pushgateway_argv(gateway),
-        prometheus.prometheus_argv(config, folder / "tsdb", web),
-    ]
-    started = [
-        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        for argv, log in zip(argvs, logs, strict=True)
-    ]
-    found = Monitoring(prometheus=f"http://{web}", pushgateway=f"http://{gateway}")
-    try:
-        found.wait_for("Prometheus to answer", lambda: _ready(found.prometheus), 30)
-        found.wait_for("the Pushgateway to answer", lambda: _ready(found.pushgateway), 30)
-        yield found
-    finally:
-        for process in started:
+def _serving(folder: Path, name: str, argv: list[str], url: str) -> Iterator[str]:
+    """``argv`` running (its output in ``folder/<name>.log``) until ``url`` is ready, then for
+    the block; stopped after it."""
+    with (folder / f"{name}.log").open("w") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(f"{name} to answer", lambda: ready(url), 30)
+            yield url
+        finally:
             process.terminate()
-        for process in started:
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
-        for log in logs:
-            log.close()
 
 
-def _ready(url: str) -> bool:
+@contextmanager
+def pushgateway(folder: Path) -> Iterator[str]:
+    """A Pushgateway (what it holds in memory only); its URL."""
+    require_prometheus()
+    listen = f"127.0.0.1:{free_port()}"
+    argv = prometheus.pushgateway_argv(listen)
+    with _serving(folder, "pushgateway", argv, f"http://{listen}") as url:
+        yield url
+
+
+@contextmanager
+def monitoring(folder: Path) -> Iterator[Monitoring]:
+    """A Pushgateway and a Prometheus scraping it and evaluating trainyard's alert rules every
+    second; both stopped after the block."""
+    with pushgateway(folder) as gateway:
+        web = f"127.0.0.1:{free_port()}"
+        config = folder / "prometheus.yml"
+        config.write_text(
+            prometheus.config(gateway.removeprefix("http://"), scrape_s=1, evaluate_s=1)
+        )
+        argv = prometheus.prometheus_argv(config, folder / "tsdb", web)
+        with _serving(folder, "prometheus", argv, f"http://{web}") as url:
+            yield Monitoring(prometheus=url, pushgateway=gateway)
+
+
+def ready(url: str) -> bool:
+    """Whether a Prometheus or a Pushgateway at ``url`` says it is ready."""
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
             return bool(answer.status == 200)

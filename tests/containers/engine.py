@@ -15,7 +15,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from pipeline_steps.services.profile import PROCESSES, SERVICES
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATION_LOG = "/dev/termination-log"
@@ -132,12 +132,6 @@ def claim_folder(path: Path, fs_group: int) -> Path:
     return path
 
 
-def _free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
 def env_file(path: Path) -> dict[str, str]:
     """A filled-in .env.example: fresh secrets, free ports, limits this machine can give."""
     values = {
@@ -154,10 +148,10 @@ def env_file(path: Path) -> dict[str, str]:
         "MLFLOW_TRACKING_PASSWORD": secrets.token_urlsafe(24),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_urlsafe(32),
         "PUBLISH_ADDRESS": "127.0.0.1",
-        "AIRFLOW_PORT": _free_port(),
-        "MLFLOW_PORT": _free_port(),
-        "S3_PORT": _free_port(),
-        "S3_CONSOLE_PORT": _free_port(),
+        "AIRFLOW_PORT": str(free_port()),
+        "MLFLOW_PORT": str(free_port()),
+        "S3_PORT": str(free_port()),
+        "S3_CONSOLE_PORT": str(free_port()),
         "AIRFLOW_WORKER_CONCURRENCY": "2",
         "AIRFLOW_WORKER_CPUS": str(min(4, os.cpu_count() or 1)),
         "AIRFLOW_WORKER_MEMORY": "6G",

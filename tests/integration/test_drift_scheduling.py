@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIRST_DAY, ROOT
+from tests.conftest import FIRST_DAY, ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 TRAINING = "flight_delay_training"
@@ -127,13 +127,7 @@ def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    return wait_until(what, check, timeout_s=timeout, every_s=1)
 
 
 def _monitor(airflow: dict[str, Any], day: str, **env: str) -> None:

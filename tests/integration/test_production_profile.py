@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pipeline_steps.services import lifecycle
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.airflow_api import AirflowApi
 from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_profile
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.deployment]
 
@@ -40,12 +40,6 @@ DAG = "flight_delay_training"
 HISTORY = ("2013-06-03", "2013-06-03")
 DAYS = ["2013-06-04", "2013-06-05"]
 RUN_TIMEOUT_S = 1200
-
-
-def _free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +51,10 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
         "TRAINYARD_DB_USER": f"trainyard_test_{os.getpid()}",
         "TRAINYARD_REDIS_BROKER_DB": "13",
         "TRAINYARD_REDIS_FEAST_DB": "14",
-        "AIRFLOW_PORT": _free_port(),
-        "AIRFLOW_WORKER_LOG_PORT": _free_port(),
-        "MLFLOW_PORT": _free_port(),
-        "S3_PORT": _free_port(),
+        "AIRFLOW_PORT": str(free_port()),
+        "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
+        "MLFLOW_PORT": str(free_port()),
+        "S3_PORT": str(free_port()),
         # what the runs train with (the processes inherit TRAINYARD_* from the environment)
         "TRAINYARD_FEATURES__WINDOW_DAYS": "5",
         "TRAINYARD_TRAIN__EPOCHS": "4",

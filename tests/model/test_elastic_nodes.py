@@ -14,7 +14,7 @@ import pytest
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.orchestration.elastic import STORE_SCRIPT
 from pipeline_steps.steps.registry import RENDEZVOUS_STORE, local_argv, step_argv
-from tests.conftest import FIRST_DAY
+from tests.conftest import FIRST_DAY, free_port
 from tests.model.conftest import states_of
 from tests.model.launch import (
     SMALL_SET,
@@ -41,7 +41,7 @@ def test_an_elastic_job_loses_a_node_and_finishes_on_the_other(prepare_run, make
     elastic = prepare_run("elastic-nodes", *BASE)
     run_torchrun(reference, 2, BASE)
 
-    port = _free_port()
+    port = free_port()
     store = subprocess.Popen([sys.executable, "-c", STORE_SCRIPT, str(port)])
     logs = Path(elastic.settings.lake.root).parent
     try:
@@ -106,12 +106,6 @@ def _agent_argv(ctx: RunContext, make_settings, port: int) -> list[str]:
     ]
     assert "--nnodes=1:2" in local and "--rdzv-conf=is_host=false" in local
     return local_argv(local)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(port: int) -> None:

@@ -13,7 +13,7 @@ import mlflow
 import pytest
 
 from pipeline_steps.core.errors import EXIT_TRANSIENT
-from tests.conftest import FIRST_DAY
+from tests.conftest import FIRST_DAY, wait_until
 from tests.model.launch import SMALL_SET, environment, manifest_of
 from tests.monitoring import Monitoring, monitoring
 
@@ -83,7 +83,7 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     assert "system/node-0/cpu_utilization_percentage" in run.data.metrics
 
     # Prometheus: the training's gauges arrived while it ran, and the stall alert fires
-    stalled = watched.wait_for("the stall alert", lambda: watched.alerts("TrainingStalled"))
+    stalled = wait_until("the stall alert", lambda: watched.alerts("TrainingStalled"))
     assert stalled[0]["state"] in ("pending", "firing")
     labels = stalled[0]["labels"]
     assert labels["run_id"] == ctx.run_key and labels["domain"] == ctx.settings.domain.name
@@ -95,6 +95,6 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     manifest = manifest_of(retried.stdout)
     assert manifest["resumed_from"]["step"] == FROZEN_AFTER // 4 * 4  # the last checkpoint
     # the retry's gauges replace the stalled attempt's: the alert resolves
-    watched.wait_for("the alert to resolve", lambda: not watched.alerts("TrainingStalled"))
+    wait_until("the alert to resolve", lambda: not watched.alerts("TrainingStalled"))
     (done,) = watched.query("trainyard_train_running")
     assert float(done["value"][1]) == 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import urllib.request
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
@@ -17,8 +17,8 @@ from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.lake import MANIFEST, Lake
 from pipeline_steps.core.pushgateway import Gauge, Pushgateway, exposition, group_path
 from pipeline_steps.core.settings import SettingsError, load_settings
-from pipeline_steps.services import prometheus
-from tests.monitoring import _free_port, _ready, require_prometheus
+from tests.conftest import free_port
+from tests.monitoring import pushgateway
 
 
 def test_the_text_format_escapes_labels_and_leaves_out_what_is_not_finite() -> None:
@@ -38,21 +38,9 @@ def test_a_run_id_travels_in_the_group_path_as_it_is() -> None:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path):  # type: ignore[no-untyped-def]
-    require_prometheus()
-    listen = f"127.0.0.1:{_free_port()}"
-    with (tmp_path / "pushgateway.log").open("w") as log:
-        process = subprocess.Popen(prometheus.pushgateway_argv(listen), stdout=log, stderr=log)
-    url = f"http://{listen}"
-    try:
-        for _ in range(100):
-            if _ready(url):
-                break
-            subprocess.run(["sleep", "0.1"])
+def gateway(tmp_path: Path) -> Iterator[str]:
+    with pushgateway(tmp_path) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _groups(url: str) -> list[dict]:
@@ -80,7 +68,7 @@ def test_a_push_replaces_its_group_and_keeps_the_others(gateway: str) -> None:
 
 
 def test_a_pushgateway_that_does_not_answer_stops_nothing(caplog) -> None:
-    gone = Pushgateway(f"http://127.0.0.1:{_free_port()}", timeout_s=0.5)
+    gone = Pushgateway(f"http://127.0.0.1:{free_port()}", timeout_s=0.5)
     assert gone.push_quietly("trainyard_step", {"domain": "d"}, {"g": Gauge(1, "g")}) is False
     assert gone.push_quietly("trainyard_step", {"domain": "d"}, {"g": Gauge(1, "g")}) is False
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
