@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every image the production profile runs, built where no image registry is reachable: the
 # Debian base (scripts/base-image.sh), the step and Airflow images on it, and the stand-ins for
-# postgres, redis and MinIO that containers/offline/compose.yaml names. Docker's layer cache
-# keeps what has not changed, so a second run rebuilds only the code layers; an image whose inputs
-# (its Dockerfile, build arguments, base image and the files it copies) hash as they did when the
-# engine's image was built, labelled org.trainyard.inputs, is not rebuilt at all.
+# postgres, redis, MinIO, Prometheus and its Pushgateway that containers/offline/compose.yaml
+# names. Docker's layer cache keeps what has not changed, so a second run rebuilds only the code
+# layers; an image whose inputs (its Dockerfile, build arguments, base image and the files it
+# copies) hash as they did when the engine's image was built, labelled org.trainyard.inputs, is
+# not rebuilt at all.
 #
 #   scripts/offline-images.sh          # then: docker compose -f docker-compose.yaml \
 #                                      #   -f containers/offline/compose.yaml up -d --no-build
@@ -79,6 +80,7 @@ build() { # tag, dockerfile, context, extra arguments
 build trainyard-offline-postgres:15 containers/offline/postgres.Dockerfile containers/offline
 build trainyard-offline-redis:7 containers/offline/redis.Dockerfile containers/offline
 build trainyard-offline-s3:5 containers/offline/s3.Dockerfile containers/offline
+build trainyard-offline-prometheus:2 containers/offline/prometheus.Dockerfile containers/offline
 build "$AIRFLOW_BASE" containers/airflow-base.Dockerfile containers/offline # copies nothing
 build trainyard-step:0.1.0 containers/Dockerfile .
 BASE_FOR="$AIRFLOW_BASE" build trainyard-airflow:0.1.0 containers/airflow.Dockerfile .

@@ -1,5 +1,5 @@
 """The command line of the production profile: ``trainyard services
-up|down|status|init|env|prometheus-config``."""
+up|down|status|init|env|prometheus-config|statsd-exporter``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.add_argument("--pushgateway", required=True, help="the Pushgateway, host:port")
     config.add_argument("--mlflow", help="also scrape MLflow's /metrics there, host:port")
+    config.add_argument("--airflow", help="also scrape Airflow's statsd-exporter there, host:port")
     config.add_argument("--scrape-s", type=int, default=15, help="scrape and evaluation interval")
+    statsd = sub.add_parser(
+        "statsd-exporter",
+        help="take Airflow's StatsD metrics and serve them to Prometheus at /metrics",
+    )
+    statsd.add_argument("--statsd", default="127.0.0.1:8125", help="UDP host:port to take")
+    statsd.add_argument("--listen", default="127.0.0.1:9102", help="HTTP host:port to serve")
     return parser
 
 
@@ -61,9 +68,23 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline_steps.services import prometheus
 
             every = args.scrape_s
-            print(
-                prometheus.config(args.pushgateway, args.mlflow, scrape_s=every, evaluate_s=every)
+            text = prometheus.config(
+                args.pushgateway,
+                args.mlflow,
+                scrape_s=every,
+                evaluate_s=every,
+                airflow=args.airflow,
             )
+            print(text)
+        elif args.action == "statsd-exporter":
+            from pipeline_steps.services.statsd_exporter import Exporter
+
+            try:
+                exporter = Exporter(args.statsd, args.listen)
+            except (ValueError, OSError) as exc:
+                print(f"trainyard services statsd-exporter: {exc}", file=sys.stderr)
+                return 2
+            exporter.serve_forever()
         elif args.action == "status":
             for name, pid in lifecycle.status().items():
                 print(f"{name:24} {'running, pid ' + str(pid) if pid else 'stopped'}")

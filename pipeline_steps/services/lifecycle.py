@@ -32,6 +32,8 @@ from pipeline_steps.services.profile import (
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 300.0
+AIRFLOW = tuple(name for name in PROCESSES if name.startswith("airflow-"))
+"""Airflow's processes, in start order."""
 
 
 def _admin_engine(profile: Profile) -> Any:
@@ -187,6 +189,21 @@ def migrate_airflow(profile: Profile) -> None:
     proc.write_airflow_passwords(profile)
 
 
+def start_monitoring(profile: Profile) -> None:
+    """The Pushgateway the steps push to, the statsd-exporter Airflow sends its metrics to, and
+    Prometheus, which scrapes them and MLflow and evaluates the alert rules; each waited for."""
+    proc.write_prometheus_config(profile)
+    ready = {
+        "pushgateway": profile.pushgateway_url,
+        "statsd-exporter": f"http://127.0.0.1:{profile['STATSD_EXPORTER_PORT']}",
+        "prometheus": profile.prometheus_url,
+    }
+    for name in ready:
+        proc.start(profile, name)
+    for name, url in ready.items():
+        proc.wait_for(profile, name, partial(proc.prometheus_ready, url), 60)
+
+
 def up(given: Profile | None = None) -> Profile:
     """Start every process of the profile (those running already are left alone)."""
     profile = given or load_profile()
@@ -199,6 +216,8 @@ def up(given: Profile | None = None) -> Profile:
         profile = prepare_s3(profile)
     ready = profile
     proc.write_mlflow_auth_config(profile)
+    if proc.running_pid(profile, "mlflow") is None:  # its workers' metrics start from nothing
+        shutil.rmtree(profile.mlflow_metrics_dir, ignore_errors=True)
     proc.start(profile, "mlflow")
     proc.wait_for(
         profile,
@@ -208,9 +227,10 @@ def up(given: Profile | None = None) -> Profile:
     )
     prepare_mlflow_user(profile)
     profile = ready = prepare_team_users(profile)
+    start_monitoring(profile)
     if proc.running_pid(profile, "airflow-apiserver") is None:
         migrate_airflow(profile)
-    for name in PROCESSES[2:]:
+    for name in AIRFLOW:
         proc.start(profile, name)
     proc.wait_for(
         profile,
@@ -231,9 +251,11 @@ def up(given: Profile | None = None) -> Profile:
 def down(profile: Profile | None = None, purge: bool = False) -> list[str]:
     """Stop every process (Airflow first, the stores last); return the names that ran."""
     profile = profile or load_profile()
-    airflow = [name for name in reversed(PROCESSES) if name.startswith("airflow-")]
-    stopped = proc.stop(profile, airflow)  # the workers first: their tasks end while MLflow
-    stopped += proc.stop(profile, ["mlflow", "s3"])  # and S3 still answer
+    # the workers first: their tasks end while MLflow and S3 still answer; the monitoring last,
+    # so that it takes everyone's last metrics
+    stopped = proc.stop(profile, list(AIRFLOW[::-1]))
+    stopped += proc.stop(profile, ["mlflow", "s3"])
+    stopped += proc.stop(profile, ["prometheus", "statsd-exporter", "pushgateway"])
     if purge:
         _purge(profile)
     return stopped
@@ -276,6 +298,8 @@ def describe(profile: Profile) -> str:
             f"MLflow    {profile.mlflow_url}   user {profile['MLFLOW_ADMIN_USER']} "
             "(MLFLOW_ADMIN_PASSWORD); the pipeline's user "
             f"{profile['MLFLOW_TRACKING_USERNAME']} (MLFLOW_TRACKING_PASSWORD)",
+            f"Prometheus {profile.prometheus_url}   alerts at /alerts; the steps push to the "
+            f"Pushgateway {profile.pushgateway_url}",
             f"S3        {profile.s3_url}   bucket {profile['S3_BUCKET']}, keys S3_ACCESS_KEY_ID / "
             "S3_SECRET_ACCESS_KEY",
             f"Postgres  {profile.database_url('airflow').rsplit('/', 1)[0]}/"

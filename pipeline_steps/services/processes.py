@@ -21,6 +21,7 @@ from base64 import b64encode
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from pipeline_steps.services import prometheus
 from pipeline_steps.services.profile import Profile, write_private
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,28 @@ def command(profile: Profile, name: str) -> list[str]:
             "--artifacts-destination",
             f"s3://{profile['S3_BUCKET']}/mlflow",
             "--serve-artifacts",
+            "--expose-prometheus",
+            str(profile.mlflow_metrics_dir),
         ]
+    if name == "pushgateway":
+        listen = f"127.0.0.1:{profile['PUSHGATEWAY_PORT']}"
+        return prometheus.pushgateway_argv(listen, profile.prometheus_home / "pushgateway.data")
+    if name == "statsd-exporter":
+        return [
+            str(BIN / "trainyard"),
+            "services",
+            "statsd-exporter",
+            "--statsd",
+            f"127.0.0.1:{profile['STATSD_PORT']}",
+            "--listen",
+            f"127.0.0.1:{profile['STATSD_EXPORTER_PORT']}",
+        ]
+    if name == "prometheus":
+        return prometheus.prometheus_argv(
+            profile.prometheus_home / "prometheus.yml",
+            profile.prometheus_home / "data",
+            f"127.0.0.1:{profile['PROMETHEUS_PORT']}",
+        )
     airflow = str(BIN / "airflow")
     return {
         "airflow-apiserver": [airflow, "api-server"],
@@ -70,6 +92,8 @@ def environment(profile: Profile, name: str) -> dict[str, str]:
     if name == "s3":
         # Requests are authenticated after the first three, which create the profile's user.
         return {**base, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    if name in ("pushgateway", "statsd-exporter", "prometheus"):
+        return base
     if name == "mlflow":
         return {
             **base,
@@ -77,7 +101,12 @@ def environment(profile: Profile, name: str) -> dict[str, str]:
             "MLFLOW_AUTH_ADMIN_USERNAME": profile["MLFLOW_ADMIN_USER"],
             "MLFLOW_AUTH_ADMIN_PASSWORD": profile["MLFLOW_ADMIN_PASSWORD"],
         }
-    return {**base, **profile.airflow_env()}
+    # each component's metrics told apart (Prometheus' `instance` label)
+    return {
+        **base,
+        **profile.airflow_env(),
+        "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
+    }
 
 
 def pid_file(profile: Profile, name: str) -> Path:
@@ -242,3 +271,25 @@ def write_mlflow_auth_config(profile: Profile) -> None:
         # changed password takes up to a minute to reach every worker.
         "auth_cache_ttl_seconds = 60\n",
     )
+
+
+def write_prometheus_config(profile: Profile) -> None:
+    """Prometheus' config: the Pushgateway, Airflow's metrics (the statsd-exporter) and MLflow
+    scraped, the latter as its admin (its ``/metrics`` answers no one else), whose password is
+    in a file only the profile's user reads."""
+    password_file = profile.prometheus_home / "mlflow-password"
+    write_private(password_file, profile["MLFLOW_ADMIN_PASSWORD"])
+    every = int(profile["PROMETHEUS_SCRAPE_S"])
+    text = prometheus.config(
+        f"127.0.0.1:{profile['PUSHGATEWAY_PORT']}",
+        f"127.0.0.1:{profile['MLFLOW_PORT']}",
+        airflow=f"127.0.0.1:{profile['STATSD_EXPORTER_PORT']}",
+        scrape_s=every,
+        evaluate_s=every,
+        mlflow_auth=(profile["MLFLOW_ADMIN_USER"], str(password_file)),
+    )
+    write_private(profile.prometheus_home / "prometheus.yml", text)
+
+
+def prometheus_ready(url: str) -> bool:
+    return http_status(f"{url}/-/ready") == 200

@@ -26,6 +26,9 @@ from pipeline_steps.core.settings import PROJECT_ROOT
 PROCESSES: tuple[str, ...] = (
     "s3",
     "mlflow",
+    "pushgateway",
+    "statsd-exporter",
+    "prometheus",
     "airflow-apiserver",
     "airflow-scheduler",
     "airflow-dag-processor",
@@ -69,6 +72,11 @@ DEFAULTS: dict[str, str] = {
     "MLFLOW_ADMIN_USER": "admin",
     "MLFLOW_TRACKING_USERNAME": "trainyard",
     "S3_PORT": "9000",
+    "PUSHGATEWAY_PORT": "9091",
+    "STATSD_PORT": "8125",  # UDP: Airflow's StatsD metrics, into the statsd-exporter
+    "STATSD_EXPORTER_PORT": "9102",
+    "PROMETHEUS_PORT": "9090",
+    "PROMETHEUS_SCRAPE_S": "15",
     "S3_BUCKET": "trainyard",
     "S3_ACCESS_KEY_ID": "trainyard",  # moto's server replaces it with the key it issues
 }
@@ -191,6 +199,24 @@ class Profile:
         return f"http://127.0.0.1:{self['S3_PORT']}"
 
     @property
+    def pushgateway_url(self) -> str:
+        return f"http://127.0.0.1:{self['PUSHGATEWAY_PORT']}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self['PROMETHEUS_PORT']}"
+
+    @property
+    def prometheus_home(self) -> Path:
+        """Prometheus' config, database and the Pushgateway's persistence file."""
+        return self.home / "prometheus"
+
+    @property
+    def mlflow_metrics_dir(self) -> Path:
+        """Where MLflow's workers keep their Prometheus metrics (``--expose-prometheus``)."""
+        return self.home / "mlflow-metrics"
+
+    @property
     def airflow_home(self) -> Path:
         return self.home / "airflow"
 
@@ -234,6 +260,8 @@ class Profile:
                 f"db={self['TRAINYARD_REDIS_FEAST_DB']}"
             ),
             "TRAINYARD_PROMOTION__LOCK": self.database_url("airflow"),
+            # the steps' gauges (training progress and stalls, failures, refusals, drift)
+            "TRAINYARD_MONITORING__PUSHGATEWAY_URL": self.pushgateway_url,
         }
 
     def airflow_env(self) -> dict[str, str]:
@@ -261,6 +289,12 @@ class Profile:
             "AIRFLOW__API__SECRET_KEY": self["AIRFLOW_API_SECRET_KEY"],
             "AIRFLOW__API_AUTH__JWT_SECRET": self["AIRFLOW_JWT_SECRET"],
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": self["AIRFLOW_WORKER_LOG_PORT"],
+            # Airflow's metrics over StatsD into the statsd-exporter Prometheus scrapes; tags
+            # (dag_id, task_id, state, pool...) become labels
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": self["STATSD_PORT"],
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
         }
 
     def mlflow_env(self) -> dict[str, str]:

@@ -152,6 +152,7 @@ def env_file(path: Path) -> dict[str, str]:
         "MLFLOW_PORT": str(free_port()),
         "S3_PORT": str(free_port()),
         "S3_CONSOLE_PORT": str(free_port()),
+        "PROMETHEUS_PORT": str(free_port()),
         "AIRFLOW_WORKER_CONCURRENCY": "2",
         "AIRFLOW_WORKER_CPUS": str(min(4, os.cpu_count() or 1)),
         "AIRFLOW_WORKER_MEMORY": "6G",

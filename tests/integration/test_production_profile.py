@@ -3,6 +3,11 @@ CeleryExecutor on PostgreSQL and Redis, an authenticated MLflow server on Postgr
 artifacts in S3, the lake in S3, Feast's SQL registry and Redis online store), training runs
 triggered through the authenticated REST API, then everything stopped and purged.
 
+Its Prometheus scrapes the steps' gauges (through the Pushgateway), Airflow's metrics (through
+the statsd-exporter) and MLflow's, and evaluates the alert rules: the runs' progress and task
+outcomes are read back from it, and a training whose last step is older than its stall limit
+(pushed as a frozen one's gauges are) fires ``TrainingStalled``.
+
 The profile runs on its own ports, databases and Redis databases, so a profile a user started
 on this machine is left alone. Two consecutive dates are triggered at once (the test raises
 ``orchestration.max_active_runs``): both compare against the champion of their moment and race
@@ -19,6 +24,9 @@ import os
 import stat
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from datetime import date
 from typing import Any
@@ -28,11 +36,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipeline_steps.core.lake import Lake, safe_run_key
+from pipeline_steps.core.pushgateway import Gauge, Pushgateway
 from pipeline_steps.services import lifecycle
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.airflow_api import AirflowApi
 from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_profile
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.deployment]
 
@@ -55,6 +64,11 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
         "AIRFLOW_WORKER_LOG_PORT": str(free_port()),
         "MLFLOW_PORT": str(free_port()),
         "S3_PORT": str(free_port()),
+        "PUSHGATEWAY_PORT": str(free_port()),
+        "PROMETHEUS_PORT": str(free_port()),
+        "STATSD_PORT": str(free_port()),
+        "STATSD_EXPORTER_PORT": str(free_port()),
+        "PROMETHEUS_SCRAPE_S": "5",
         # what the runs train with (the processes inherit TRAINYARD_* from the environment)
         "TRAINYARD_FEATURES__WINDOW_DAYS": "5",
         "TRAINYARD_TRAIN__EPOCHS": "4",
@@ -70,6 +84,7 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
         profile = load_profile()
         try:
             profile = lifecycle.up(profile)
+            _push_a_frozen_training(profile)
             _seed(profile)
             # The test itself reads the lake and MLflow as the pipeline does.
             for key, value in profile.s3_env().items():
@@ -103,10 +118,76 @@ def _seed(profile: Profile) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+FROZEN = {"domain": "flight_delay", "run_id": "frozen__2013-06-01"}
+
+
+def _push_a_frozen_training(profile: Profile) -> None:
+    """The gauges a training frozen for ten minutes leaves in the Pushgateway: running, its
+    last step long past its stall limit (the watchdog's own exit is tested in
+    tests/model/test_watchdog.py; here, what the profile's Prometheus makes of it)."""
+    now = time.time()
+    gauges = {
+        "trainyard_train_running": Gauge(1.0, "1 while the training runs"),
+        "trainyard_train_last_step_timestamp_seconds": Gauge(now - 600, "last step"),
+        "trainyard_train_stall_timeout_seconds": Gauge(300.0, "stall limit"),
+    }
+    Pushgateway(profile.pushgateway_url).push("trainyard_train", FROZEN, gauges)
+
+
+def _query(profile: Profile, expr: str) -> list[dict[str, Any]]:
+    url = f"{profile.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return list(json.load(answer)["data"]["result"])
+
+
+def _assert_prometheus_watched(profile: Profile, run_ids: list[str]) -> None:
+    """What Prometheus holds after the runs: every scrape target up, each run's training at
+    100%, its tasks' outcomes and the DAG runs' durations from Airflow, MLflow's requests."""
+    wanted = {
+        "every target up": 'min(up{job=~"pushgateway|airflow|mlflow"}) == 1',
+        "three targets": 'count(up{job=~"pushgateway|airflow|mlflow"}) == 3',
+        **{
+            f"{run_id} trained, and ended": (  # 1 unless it stopped early
+                f'trainyard_train_progress_ratio{{run_id="{run_id}"}} > 0.5 '
+                f'and trainyard_train_running{{run_id="{run_id}"}} == 0'
+            )
+            for run_id in run_ids
+        },
+        "trainings' tasks succeeded": (
+            f'sum(airflow_ti_finish{{dag_id="{DAG}",task_id="train",state="success"}}) >= 2'
+        ),
+        "DAG runs' durations": f'sum(airflow_dagrun_duration_success_count{{dag_id="{DAG}"}}) >= 2',
+        "MLflow's requests": "sum(mlflow_http_request_total) > 0",
+    }
+    for what, expr in wanted.items():
+        wait_until(f"Prometheus: {what} ({expr})", lambda e=expr: _query(profile, e), 60, 2)
+
+
+def test_prometheus_fires_the_stall_alert(production: Profile) -> None:
+    def firing() -> list[dict[str, Any]]:
+        url = f"{production.prometheus_url}/api/v1/alerts"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            alerts = json.load(answer)["data"]["alerts"]
+        return [
+            a
+            for a in alerts
+            if a["labels"]["alertname"] == "TrainingStalled"
+            and a["labels"].get("run_id") == FROZEN["run_id"]
+            and a["state"] == "firing"
+        ]
+
+    alert = wait_until("TrainingStalled to fire", firing, 60, 2)[0]
+    assert alert["labels"]["severity"] == "page"
+    assert alert["labels"]["domain"] == "flight_delay"
+    assert FROZEN["run_id"] in alert["annotations"]["summary"]
+
+
 def _assert_all_stopped(profile: Profile) -> None:
     for name in PROCESSES:
         assert proc.running_pid(profile, name) is None, name
-    for key in ("AIRFLOW_PORT", "MLFLOW_PORT", "S3_PORT", "AIRFLOW_WORKER_LOG_PORT"):
+    ports = ("AIRFLOW_PORT", "MLFLOW_PORT", "S3_PORT", "AIRFLOW_WORKER_LOG_PORT")
+    ports += ("PUSHGATEWAY_PORT", "PROMETHEUS_PORT", "STATSD_EXPORTER_PORT")
+    for key in ports:
         assert not proc.port_open(profile[key]), f"{key} {profile[key]} still answers"
     assert not profile.home.exists()
 
@@ -186,6 +267,7 @@ def test_two_consecutive_dates_at_once_through_the_rest_api(production: Profile)
     lineages = [lake.read_json("runs", safe_run_key(run_id), "lineage.json") for run_id in run_ids]
     assert [x["run_id"] for x in lineages] == run_ids
     assert len({x["training_set_sha256"] for x in lineages}) == len(run_ids)
+    _assert_prometheus_watched(production, run_ids)
 
 
 def test_credentials_are_required_everywhere(production: Profile) -> None:
@@ -223,7 +305,9 @@ def test_credentials_are_required_everywhere(production: Profile) -> None:
 
 
 def test_secret_files_are_private(production: Profile) -> None:
-    for path in (production.env_file, production.passwords_file, production.mlflow_auth_config):
+    private = (production.env_file, production.passwords_file, production.mlflow_auth_config)
+    private += (production.prometheus_home / "mlflow-password",)  # Prometheus' MLflow login
+    for path in private:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path} has mode {oct(mode)}"
 

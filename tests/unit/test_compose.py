@@ -329,3 +329,38 @@ def test_images_run_as_a_non_root_user() -> None:
         users = re.findall(r"^USER\s+(\S+)", dockerfile.read_text(), flags=re.MULTILINE)
         assert users, f"{dockerfile.name} never sets USER"
         assert users[-1].partition(":")[0] not in ("0", "root"), f"{dockerfile.name} ends as root"
+
+
+def test_prometheus_scrapes_what_the_profile_scrapes_on_the_compose_network() -> None:
+    from pipeline_steps.services import prometheus
+
+    service = compose()["services"]["prometheus"]
+    mounts = dict(v.rsplit(":", 2)[:2] for v in service["volumes"] if v.startswith("./"))
+    config_file, rules_file = (
+        "./containers/prometheus/prometheus.yml",
+        "./containers/prometheus/alerts.yml",
+    )
+    assert f"--config.file={mounts[config_file]}" in service["command"]
+    admin = re.search(r"admin_username = (\S+)", (ROOT / "containers/mlflow-auth.ini").read_text())
+    assert admin, "containers/mlflow-auth.ini names no admin"
+    expected = prometheus.config(
+        "pushgateway:9091",
+        "mlflow:5000",
+        rules=mounts[rules_file],
+        mlflow_auth=(admin[1], "/run/secrets/mlflow_admin_password"),
+        airflow="statsd-exporter:9102",
+    )
+    assert yaml.safe_load((ROOT / config_file).read_text()) == yaml.safe_load(expected)
+    assert service["secrets"] == ["mlflow_admin_password"]
+    assert raw_compose()["secrets"]["mlflow_admin_password"] == {
+        "environment": "MLFLOW_ADMIN_PASSWORD"
+    }
+    # where the steps push and Airflow sends, and that MLflow serves its /metrics
+    services = compose()["services"]
+    worker = services["airflow-worker"]["environment"]
+    assert worker["TRAINYARD_MONITORING__PUSHGATEWAY_URL"] == "http://pushgateway:9091"
+    assert (worker["AIRFLOW__METRICS__STATSD_HOST"], worker["AIRFLOW__METRICS__STATSD_PORT"]) == (
+        "statsd-exporter",
+        "8125",
+    )
+    assert "--expose-prometheus" in services["mlflow"]["command"]

@@ -108,6 +108,23 @@ def test_progress_counts_the_validations_still_to_come() -> None:
     assert progress.latest.eta_s == pytest.approx(80 * 0.5 + 30)  # the last epoch's end
 
 
+def test_progress_tells_the_plans_last_step_however_short_the_interval(caplog) -> None:
+    clock, loop = Clock(), _loop()
+    progress = Progress(every_s=10, clock=clock)
+    progress.on_train_start(loop)
+    caplog.set_level(logging.INFO)
+    for n in range(1, 200):  # 0.01 s a step: the plan's 2 s never fill an interval
+        clock.now += 0.01
+        progress.on_step_end(loop, _step(n, epoch=n * 2 // 200))
+    assert progress.latest is None
+    clock.now += 0.01
+    progress.on_step_end(loop, _step(200, epoch=1))
+    assert progress.latest is not None and progress.latest.fraction == 1.0
+    assert progress.latest.eta_s == pytest.approx(0.0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress ")]
+    assert lines == [lines[-1]] and lines[-1].startswith("progress 100.0% (step 200/200")
+
+
 class FlakyClient:
     """An MLflow client that refuses the first ``refusals`` requests, then takes them."""
 

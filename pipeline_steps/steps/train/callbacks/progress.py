@@ -1,11 +1,11 @@
 """Progress: how far the training is, how fast it goes, and when it will end.
 
-Every ``train.log_every_s`` seconds the progress is estimated from the optimizer steps done of
-the plan's total and the recent step rate (smoothed over the last intervals), plus, once an
-epoch ended, the mean time between an epoch's last step and the next one's first (validation,
-the epoch's checkpoint, opening the next epoch's data) for each epoch end still to come. Rank 0
-logs it as one line (the Airflow task log shows it as the training runs); ``latest`` is what
-the MLflow callback sends.
+Every ``train.log_every_s`` seconds, and at the plan's last step, the progress is estimated
+from the optimizer steps done of the plan's total and the recent step rate (smoothed over the
+last intervals), plus, once an epoch ended, the mean time between an epoch's last step and the
+next one's first (validation, the epoch's checkpoint, opening the next epoch's data) for each
+epoch end still to come. Rank 0 logs it as one line (the Airflow task log shows it as the
+training runs); ``latest`` is what the MLflow callback sends and the Pushgateway's gauges say.
 """
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ class Progress(Callback):
         self._step_s += step.step_s
         self._wait_s += step.data_wait_s
         interval = now - self._since - self._paused
-        if interval < self.every_s:
-            return
-        rate = self._steps / interval
+        if interval < self.every_s and step.at.step < plan.total_steps:
+            return  # the plan's last step is always told: where a watcher sees 100%
+        rate = self._steps / max(interval, 1e-9)
         self._rate = rate if self._rate == 0 else SMOOTHING * rate + (1 - SMOOTHING) * self._rate
         left = plan.total_steps - step.at.step
         boundaries_left = plan.epochs - step.at.epoch
@@ -100,7 +100,7 @@ class Progress(Callback):
             total_steps=plan.total_steps,
             epoch=step.at.epoch,
             epochs=plan.epochs,
-            samples_per_s=self._rows * plan.world_size / interval,
+            samples_per_s=self._rows * plan.world_size / max(interval, 1e-9),
             step_s=self._step_s / self._steps,
             data_wait_s=self._wait_s / self._steps,
             eta_s=left / self._rate + boundaries_left * boundary_s,
