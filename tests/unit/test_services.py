@@ -51,6 +51,36 @@ def test_urls_and_settings_carry_no_secret(tmp_path: Path) -> None:
     assert settings.lake.root == "s3://trainyard/lake"
     assert settings.features.store_config == "feature_store.production.yaml"
     assert settings.tuning.storage == profile.database_url("optuna")
+    assert settings.monitoring.pushgateway_url == profile.pushgateway_url
+
+
+def test_prometheus_scrapes_the_profile_and_logs_in_to_mlflow_from_a_private_file(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    from pipeline_steps.services import processes as proc
+
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path), "STATSD_EXPORTER_PORT": "19102"})
+    proc.write_prometheus_config(profile)
+    text = (profile.prometheus_home / "prometheus.yml").read_text()
+    assert profile["MLFLOW_ADMIN_PASSWORD"] not in text
+    jobs = {job["job_name"]: job for job in yaml.safe_load(text)["scrape_configs"]}
+    assert jobs["airflow"]["static_configs"] == [{"targets": ["127.0.0.1:19102"]}]
+    login = jobs["mlflow"]["basic_auth"]
+    password_file = Path(login["password_file"])
+    assert login["username"] == profile["MLFLOW_ADMIN_USER"]
+    assert password_file.read_text() == profile["MLFLOW_ADMIN_PASSWORD"]
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    # Airflow sends its metrics where the exporter takes them; MLflow serves /metrics
+    env = profile.airflow_env()
+    assert env["AIRFLOW__METRICS__STATSD_PORT"] == profile["STATSD_PORT"]
+    assert proc.command(profile, "statsd-exporter")[-3:] == [
+        f"127.0.0.1:{profile['STATSD_PORT']}",
+        "--listen",
+        "127.0.0.1:19102",
+    ]
+    assert "--expose-prometheus" in proc.command(profile, "mlflow")
     assert {profile.database(name) for name in DATABASES} == {
         f"trainyard_{name}" for name in DATABASES
     }
