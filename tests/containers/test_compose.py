@@ -1,21 +1,26 @@
 """``docker compose up`` of the production profile on a real engine: docker-compose.yaml as users
 run it, with containers/offline/compose.yaml standing in for the three public images no registry
 serves here. Every service healthy (two Celery workers), a demo date trained through the
-authenticated REST API, the outcome read back from the authenticated MLflow server, then
-``docker compose down -v``.
+authenticated REST API, the outcome read back from the authenticated MLflow server and what the
+run left in Prometheus, then ``docker compose down -v``.
 
 The project runs under a name and ports of its own, so a profile a user started is left alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from pipeline_steps.services.airflow_api import AirflowApi
+from tests.conftest import wait_until
 from tests.containers.engine import Compose, env_file, remove_stale_projects
 
 pytestmark = [pytest.mark.containers, pytest.mark.slow, pytest.mark.deployment]
@@ -84,3 +89,23 @@ def test_compose_profile_trains_a_demo_date_through_the_rest_api(
         assert run_id in by_run, [v.tags for v in versions]
         decision = by_run[run_id].tags.get("trainyard.decision")
         assert decision in ("promoted", "staged", "rejected", "undecided"), by_run[run_id].tags
+
+    # Prometheus scraped what the run left: the training's gauges (through the Pushgateway),
+    # its tasks' outcomes (Airflow's StatsD, through the statsd-exporter), MLflow's requests
+    prometheus = f"http://127.0.0.1:{values['PROMETHEUS_PORT']}"
+    wanted = {
+        "every target up": 'count(up{job=~"pushgateway|airflow|mlflow"} == 1) == 3',
+        "the training ended": f'trainyard_train_running{{run_id="{run_id}"}} == 0',
+        "its training task succeeded": (
+            f'airflow_ti_finish{{dag_id="{DAG}",task_id="train",state="success"}}'
+        ),
+        "MLflow's requests": "sum(mlflow_http_request_total) > 0",
+    }
+    for what, expr in wanted.items():
+        wait_until(f"Prometheus: {what} ({expr})", lambda e=expr: _query(prometheus, e), 120, 3)
+
+
+def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
+    url = f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return list(json.load(answer)["data"]["result"])
