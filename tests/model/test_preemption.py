@@ -1,6 +1,6 @@
 """Spot capacity on CPU with gloo: SIGTERM stops every rank at one step boundary with a
 checkpoint and a transient exit, and the retry ends with the weights of an uninterrupted run; a
-checkpoint resumes on another number of processes (3 → 2 → 4) along the uninterrupted loss
+checkpoint resumes on another number of processes (2 → 4 → 3) along the uninterrupted loss
 curve; FSDP, preempted and resumed, follows DDP."""
 
 import re
@@ -43,8 +43,9 @@ def prepared(prepare_run):
 
 @pytest.fixture(scope="module")
 def two_ranks(module_home: Path) -> RunContext:
-    """The uninterrupted two-rank DDP run: what a preempted two-rank run must end like, and
-    what FSDP must follow (trained once for the module)."""
+    """The uninterrupted two-rank DDP run: what a preempted two-rank run must end like, what a
+    two-rank run resumed on four then three processes must follow, and what FSDP must follow
+    (trained once for the module)."""
     ctx = prepare(module_home, "steady", *BASE)
     run_torchrun(ctx, 2, BASE)
     return ctx
@@ -103,17 +104,18 @@ def test_sigterm_checkpoints_at_the_next_boundary_and_the_retry_ends_as_if_unint
     assert runs[0].data.tags["trainyard.preempted_at_step"] == str(stopped)
 
 
-def test_a_checkpoint_resumes_on_two_then_four_processes_along_the_same_loss_curve(
-    prepared,
+def test_a_checkpoint_resumes_on_four_then_three_processes_along_the_same_loss_curve(
+    prepared, two_ranks
 ) -> None:
-    reference, elastic = prepared("three"), prepared("elastic")
-    run_torchrun(reference, 3, BASE)
+    """The global batch is the first launch's (two ranks of 32 rows): four processes take 16
+    rows of each step, three take 21, 21 and 22, and the curve is the two-rank one."""
+    reference, elastic = two_ranks, prepared("elastic")
 
-    _, first, _ = preempt(elastic, 3, lambda at: at.epoch == 0 and at.step >= 4)
-    _, second, _ = preempt(elastic, 2, lambda at: at.step >= first + 6)
-    assert list(states_of(elastic).values())[-1].world_size == 2
-    manifest = manifest_of(run_torchrun(elastic, 4, BASE))
-    assert manifest["world_size"] == 4 and manifest["resumed_from"]["step"] == second
+    _, first, _ = preempt(elastic, 2, lambda at: at.epoch == 0 and at.step >= 4)
+    _, second, _ = preempt(elastic, 4, lambda at: at.step >= first + 6)
+    assert list(states_of(elastic).values())[-1].world_size == 4
+    manifest = manifest_of(run_torchrun(elastic, 3, BASE))
+    assert manifest["world_size"] == 3 and manifest["resumed_from"]["step"] == second
 
     steady, resumed = _history(reference), _history(elastic)
     assert [h["epoch"] for h in steady] == [h["epoch"] for h in resumed]
