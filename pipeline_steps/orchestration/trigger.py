@@ -84,6 +84,7 @@ def describe_run(
     params = dict(context.get("params") or {})
     changed = overrides_of(params, settings)
     check_form(changed, config)
+    _check_gpu_processes(changed, settings)
     evidence: dict[str, Any] = {}
     if kind == "drift":
         evidence, day = drift_evidence(context.get("triggering_asset_events") or {})
@@ -118,6 +119,19 @@ def check_form(
         for name, field in FORM.items():
             message = message.replace(field.setting, f"{name} ({field.setting})")
         raise RunRefused(f"the trigger form's values are refused: {message}") from exc
+
+
+def _check_gpu_processes(changed: list[tuple[str, Any, Any]], settings: Settings) -> None:
+    """Local CUDA training holds one slot of the GPU pool per process, counted when the DAG is
+    parsed: the form cannot change how many processes it starts there."""
+    asked = {s: v for s, v, _ in changed}.get("train.nproc_per_node")
+    local = settings.orchestration.runtime != "kubernetes"
+    if asked is not None and local and settings.train.device == "cuda":
+        raise RunRefused(
+            f"nproc_per_node (train.nproc_per_node) {asked} is refused on local CUDA: the train "
+            f"task holds {settings.train.nproc_per_node} GPU pool slot(s), one per process, as "
+            "the settings file says; change train.nproc_per_node there"
+        )
 
 
 def newest_event(events: Any) -> tuple[dict[str, Any], int]:

@@ -60,13 +60,20 @@ def step_function(name: str) -> StepFunction:
 
 def step_argv(step: str, settings: Settings, run_args: Sequence[str]) -> list[str]:
     """The command of a step, identical for every runtime; ``train`` goes through torchrun.
-    ``run_args`` follow ``trainyard step <step>`` (run id, logical date, trigger, ``--set``)."""
+    ``run_args`` follow ``trainyard step <step>`` (run id, logical date, trigger, ``--set``).
+    Without GPUs, torchrun starts as many processes as the step is told
+    ``train.nproc_per_node``: a ``--set`` of it in ``run_args`` (the trigger form's value, a
+    Jinja template the task renders) wins over the settings file's."""
     argv = ["trainyard", "step", step, *run_args]
     if step != "train":
         return argv
     k8s = settings.kubernetes
     on_gpus = settings.orchestration.runtime == "kubernetes" and k8s.train_gpus
-    processes = k8s.train_gpus if on_gpus else settings.train.nproc_per_node
+    processes: int | str = (
+        k8s.train_gpus
+        if on_gpus
+        else _set_value(run_args, "train.nproc_per_node") or settings.train.nproc_per_node
+    )
     if settings.orchestration.runtime == "kubernetes" and k8s.elastic:
         # Every agent is a client of the store (none hosts it), so losing any pod loses no
         # rendezvous; ranks come from the rendezvous, not from the pod's index.
@@ -97,6 +104,15 @@ def step_argv(step: str, settings: Settings, run_args: Sequence[str]) -> list[st
         "--no-python",
         *argv,
     ]
+
+
+def _set_value(run_args: Sequence[str], key: str) -> str | None:
+    """The last ``--set key=value`` of ``run_args``, as written (``None`` without one)."""
+    found = None
+    for flag, value in zip(run_args, run_args[1:], strict=False):
+        if flag == "--set" and value.startswith(f"{key}="):
+            found = value.partition("=")[2]
+    return found
 
 
 def executable(name: str) -> str:

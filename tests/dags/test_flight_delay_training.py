@@ -67,5 +67,19 @@ def test_steps_run_the_trainyard_cli_and_train_goes_through_torchrun(dagbag) -> 
     assert ingest[:9] == ["trainyard", "step", "ingest", *run_args]
     assert "train.epochs={{ params.epochs | tojson }}" in ingest
     train = dag.get_task("train").argv
-    assert train[0] == "torchrun" and "--nproc-per-node=1" in train
+    assert train[0] == "torchrun"
     assert train[train.index("--no-python") + 1 :] == ["trainyard", "step", "train", *ingest[3:]]
+
+
+def test_torchrun_starts_the_processes_the_trigger_form_asks_for(dagbag) -> None:
+    """The form's ``nproc_per_node`` is what torchrun starts, not only what the step is told."""
+    import jinja2
+
+    train = dagbag.dags[DAG_ID].get_task("train").argv
+    (launch,) = (a for a in train if a.startswith("--nproc-per-node="))
+    template = jinja2.Environment().from_string(launch)
+    assert template.render(params={"nproc_per_node": 2}) == "--nproc-per-node=2"
+    told = train[train.index("--no-python") + 1 :]
+    (setting,) = (a for a in told if a.startswith("train.nproc_per_node="))
+    rendered = jinja2.Environment().from_string(setting).render(params={"nproc_per_node": 2})
+    assert rendered == "train.nproc_per_node=2"

@@ -133,6 +133,14 @@ def test_multi_node_training_is_an_indexed_job_around_a_headless_service(
     kubernetes_validate.validate(ApiClient().sanitize_for_serialization(spec), "1.30", strict=True)
 
 
+def test_a_set_of_nproc_per_node_is_what_torchrun_starts(make_settings) -> None:
+    settings = make_settings("train.nproc_per_node=4")
+    run_args = (*DEFAULT_RUN_ARGS, "--set", "train.nproc_per_node=2", "--set", "train.epochs=3")
+    argv = step_argv("train", settings, run_args)
+    assert "--nproc-per-node=2" in argv and "--nproc-per-node=4" not in argv
+    assert "--nproc-per-node=4" in step_argv("train", settings, DEFAULT_RUN_ARGS)
+
+
 def test_one_gpu_node_runs_one_process_per_gpu(make_settings) -> None:
     settings = make_settings("orchestration.runtime=kubernetes", "kubernetes.train_gpus=4")
     argv = step_argv("train", settings, DEFAULT_RUN_ARGS)

@@ -112,6 +112,16 @@ def test_a_forced_promotion_without_a_reason_is_refused_naming_the_fields() -> N
     assert {o["setting"] for o in trigger["overrides"]} == {"promotion.force", "promotion.reason"}
 
 
+def test_the_form_changes_the_processes_on_cpu_but_not_the_gpu_pool_slots() -> None:
+    settings = load_settings()
+    params = {**form_defaults(settings), "nproc_per_node": 2}
+    trigger = describe_run(_context(params=params), settings)["trigger"]
+    assert trigger["overrides"][0]["setting"] == "train.nproc_per_node"
+    on_cuda = load_settings(overrides=["train.device=cuda"])
+    with pytest.raises(RunRefused, match=r"nproc_per_node \(train.nproc_per_node\) 2 .*1 GPU"):
+        describe_run(_context(params=params), on_cuda)
+
+
 def test_a_drift_run_trains_for_the_day_the_newest_event_names() -> None:
     older = SimpleNamespace(timestamp="2026-01-01T00:00", extra={"logical_date": "2013-06-20"})
     newer = SimpleNamespace(
