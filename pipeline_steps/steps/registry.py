@@ -12,6 +12,7 @@ import importlib
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -109,7 +110,7 @@ def step_argv(step: str, settings: Settings, run_args: Sequence[str]) -> list[st
 def _set_value(run_args: Sequence[str], key: str) -> str | None:
     """The last ``--set key=value`` of ``run_args``, as written (``None`` without one)."""
     found = None
-    for flag, value in zip(run_args, run_args[1:], strict=False):
+    for flag, value in pairwise(run_args):
         if flag == "--set" and value.startswith(f"{key}="):
             found = value.partition("=")[2]
     return found
