@@ -157,7 +157,17 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of on and off")
     parser.add_argument("--log-every-s", type=float, default=2.0, help="train.log_every_s when on")
+    parser.add_argument(
+        "--smoothing",
+        type=float,
+        default=None,
+        help="weight of the latest interval's step rate in the ETA (default: the project's)",
+    )
     args = parser.parse_args()
+    from pipeline_steps.steps.train.callbacks import progress
+
+    if args.smoothing is not None:
+        progress.SMOOTHING = args.smoothing
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("pipeline_steps").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,6 +188,7 @@ def main() -> None:
             json.dumps(
                 {
                     "rounds": args.repeat,
+                    "smoothing": progress.SMOOTHING,
                     "samples_per_s_on": round(on),
                     "samples_per_s_off": round(off),
                     "on_over_off": round(on / off, 4),

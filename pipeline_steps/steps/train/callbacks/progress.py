@@ -19,7 +19,7 @@ from pipeline_steps.steps.train.callbacks import Callback, Loop, StepEnd
 
 log = logging.getLogger(__name__)
 
-SMOOTHING = 0.5
+SMOOTHING = 0.2
 """Weight of the latest interval's step rate in the estimate (the rest: the earlier ones)."""
 
 
