@@ -144,3 +144,19 @@ def test_usage_records_the_gpu_and_its_peak_memory_across_counter_resets() -> No
     assert measured.gpus_used >= 1
     assert measured.peak_gpu_memory_bytes >= 256 * 2**20
     assert measured.gpu_s == pytest.approx(measured.wall_s * measured.gpus_used, abs=0.01)
+
+
+def test_nvml_gives_the_epochs_utilisation_and_mlflow_samples_each_gpu() -> None:
+    """With the project's NVML bindings installed, the epoch's metrics hold the GPU's
+    utilisation and MLflow's system metrics monitor samples every GPU (not "Skip logging GPU
+    metrics")."""
+    from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+
+    from pipeline_steps.steps.train.step import gpu_metrics
+
+    metrics = gpu_metrics(torch.device("cuda", 0))
+    assert 0 <= metrics["gpu_utilization_pct"] <= 100
+    monitor = GPUMonitor()
+    monitor.collect_metrics()
+    sampled = monitor.aggregate_metrics()
+    assert {"gpu_0_utilization_percentage", "gpu_0_memory_usage_megabytes"} <= sampled.keys()

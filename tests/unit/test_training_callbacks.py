@@ -230,6 +230,17 @@ def test_bad_watching_settings_are_refused_naming_the_key(override: str, named: 
         load_settings(overrides=[override], environ={})
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests/gpu/test_cuda.py samples a GPU")
+def test_mlflow_s_gpu_monitor_finds_nvml_s_bindings_and_no_gpu_here() -> None:
+    """The bindings are installed with the project: without a GPU, MLflow's monitor is left out
+    because NVML finds no driver, not because the bindings are missing (on CUDA it samples each
+    GPU)."""
+    from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+
+    with pytest.raises(RuntimeError, match="Failed to initialize NVML"):
+        GPUMonitor()
+
+
 GLOO_TIMEOUT = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
     "waiting 2000ms for recv operation to complete"
