@@ -781,6 +781,11 @@ class EvaluateSettings:
     month of flights): a logistic regression (``binary``), a multinomial logistic regression
     (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
     window's delay rate, class prior or mean label) is always scored."""
+    baseline_rows: int = 200_000
+    """Training rows the linear baseline is fitted on: a seeded uniform sample (``seed``) when
+    the training set has more, every row when it has no more. The step reads the set one batch
+    at a time, so its memory stays flat as the window grows; the trivial model still sees
+    every row's label."""
     report: bool = True
     """Write the HTML evaluation report (``reports/evaluation/``) and log it to the challenger's
     MLflow run: ROC, precision-recall and calibration curves (``binary``), the confusion matrix
@@ -793,6 +798,8 @@ class EvaluateSettings:
             raise SettingsError("evaluate.confidence must be in (0.5, 1)")
         if self.resamples < 100:
             raise SettingsError("evaluate.resamples must be at least 100")
+        if self.baseline_rows < 100:
+            raise SettingsError("evaluate.baseline_rows must be at least 100")
 
 
 GATE_METRICS = ("auc", "log_loss", "brier", "accuracy", "macro_f1", "rmse", "mae", "r2")

@@ -1,11 +1,12 @@
 """Reference models on the same holdout: what a challenger has to beat to be worth anything.
 
-``trivial`` predicts what the training window says without features: its delay rate
-(``binary``; AUC 0.5 by construction, its log loss the label's entropy), its class prior
+``trivial`` predicts what every label of the training window says without features: its delay
+rate (``binary``; AUC 0.5 by construction, its log loss the label's entropy), its class prior
 (``multiclass``) or its mean label (``regression``; R² about 0). The linear baseline is
 scikit-learn's on the same features, categorical columns one-hot encoded, numeric ones imputed
 with the median and standardised: a logistic regression (``binary``), a multinomial logistic
-regression (``multiclass``) or a ridge regression (``regression``).
+regression (``multiclass``) or a ridge regression (``regression``), fitted on the rows the
+evaluate step gives it (at most ``evaluate.baseline_rows``, a seeded sample of the window).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pandas as pd
 if TYPE_CHECKING:
     from sklearn.compose import ColumnTransformer
 
+    from pipeline_steps.evaluation.training_set import LabelSummary
+
 LINEAR = {
     "binary": "logistic_regression",
     "multiclass": "logistic_regression",
@@ -26,21 +29,14 @@ LINEAR = {
 """The name each task's linear baseline is recorded under (``ScoredBaseline.name``)."""
 
 
-def trivial(
-    train_labels: np.ndarray, rows: int, task: str = "binary", classes: int = 0
-) -> np.ndarray:
-    """What the training window says for each of ``rows`` holdout rows: its positive rate
-    (``binary``), its share of each of ``classes`` classes ([rows, classes], ``multiclass``) or
-    its mean label (``regression``)."""
+def trivial(labels: LabelSummary, rows: int, task: str = "binary") -> np.ndarray:
+    """What the training window's ``labels`` say for each of ``rows`` holdout rows: their
+    positive rate (``binary``), each class's share ([rows, classes], ``multiclass``) or their
+    mean (``regression``)."""
     if task == "multiclass":
-        counts = np.bincount(np.asarray(train_labels, dtype=np.int64), minlength=classes)
-        prior = counts / counts.sum() if counts.sum() else np.full(classes, 1 / classes)
-        return np.tile(prior.astype(np.float64), (rows, 1))
-    if task == "regression":
-        mean = float(np.mean(train_labels)) if len(train_labels) else 0.0
-        return np.full(rows, mean, dtype=np.float64)
-    rate = float(np.mean(train_labels)) if len(train_labels) else 0.5
-    return np.full(rows, rate, dtype=np.float64)
+        return np.tile(labels.prior, (rows, 1))
+    mean = labels.mean
+    return np.full(rows, (0.5 if task == "binary" else 0.0) if mean is None else mean)
 
 
 def _columns(categorical: list[str], numeric: list[str]) -> ColumnTransformer:

@@ -38,6 +38,7 @@ from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.gate import Verdict, gate
 from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.evaluation.slices import slice_results
+from pipeline_steps.evaluation.training_set import read_sample
 
 log = logging.getLogger(__name__)
 
@@ -208,23 +209,39 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
 def baseline_predictions(
     ctx: RunContext, features: FeaturesManifest, holdout: pd.DataFrame
 ) -> dict[str, np.ndarray]:
-    """The baselines' holdout predictions by name: the trivial model, and the task's linear
-    model (``baselines.LINEAR``) when ``evaluate.logistic_baseline`` is on and the training
-    labels can fit it (both classes, two or more classes, two or more rows)."""
+    """The baselines' holdout predictions by name: the trivial model (every training row's
+    label), and the task's linear model (``baselines.LINEAR``) fitted on at most
+    ``evaluate.baseline_rows`` training rows when ``evaluate.logistic_baseline`` is on and those
+    rows' labels can fit it (both classes, two or more classes, two or more values)."""
+    settings = ctx.settings.evaluate
     task, classes = features.task, len(features.classes)
-    train = ctx.lake.read_table_at(features.sets.train.path).to_pandas()
-    labels = train[features.label].to_numpy()
-    out = {"trivial": trivial(labels, len(holdout), task, classes)}
-    fits = len(np.unique(labels)) == 2 if task == "binary" else len(np.unique(labels)) >= 2
-    if ctx.settings.evaluate.logistic_baseline and fits:
+    sample = read_sample(
+        ctx.lake.fs,
+        features.sets.train.path,
+        [*features.categorical, *features.numeric],
+        features.label,
+        settings.baseline_rows,
+        settings.seed,
+        classes if task == "multiclass" else 0,
+    )
+    out = {"trivial": trivial(sample.labels, len(holdout), task)}
+    if sample.sampled:
+        log.info(
+            "linear baseline fitted on %d of the %d training rows (evaluate.baseline_rows)",
+            len(sample.frame),
+            sample.labels.rows,
+        )
+    distinct = len(np.unique(sample.frame[features.label].to_numpy()))
+    fits = distinct == 2 if task == "binary" else distinct >= 2
+    if settings.logistic_baseline and fits:
         out[LINEAR[task]] = linear(
             task,
-            train,
+            sample.frame,
             holdout,
             features.categorical,
             features.numeric,
             features.label,
-            ctx.settings.evaluate.seed,
+            settings.seed,
             classes,
         )
     return out

@@ -19,6 +19,7 @@ from pipeline_steps.evaluation.gate import gate
 from pipeline_steps.evaluation.metrics import classification_report, holdout_metrics
 from pipeline_steps.evaluation.report import render
 from pipeline_steps.evaluation.slices import slice_results
+from pipeline_steps.evaluation.training_set import LabelSummary
 from tests.manifests import evaluate_manifest
 
 N = 900
@@ -36,6 +37,12 @@ def holdout() -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.DataFrame]:
         {"origin": rng.choice(["EWR", "JFK", "LGA"], N, p=[0.4, 0.4, 0.2]), "signal": signal}
     )
     return labels, good, poor, frame
+
+
+def _summary(labels: np.ndarray) -> LabelSummary:
+    summary = LabelSummary()
+    summary.add(labels)
+    return summary
 
 
 def test_resampled_metrics_are_the_metrics_of_the_resampled_rows(holdout) -> None:
@@ -96,7 +103,7 @@ def test_slices_name_each_value_and_only_large_ones_get_intervals(holdout) -> No
 def test_baselines_the_delay_rate_and_a_logistic_regression(holdout) -> None:
     labels, _, _, frame = holdout
     train = frame.assign(delayed=labels)
-    rate = trivial(labels[:600], 300)
+    rate = trivial(_summary(labels[:600]), 300)
     assert np.all(rate == labels[:600].mean())
     p = logistic_regression(
         train.iloc[:600], train.iloc[600:], ["origin"], ["signal"], "delayed", 0
@@ -110,7 +117,7 @@ def test_the_report_renders_curves_metrics_slices_and_the_verdict(holdout, tmp_p
     champion = ScoredChampion(
         version="4", model_uri="models:/m/4", metrics=holdout_metrics(labels, good)
     )
-    rate = trivial(labels, N)
+    rate = trivial(_summary(labels), N)
     evaluation = replace(
         evaluate_manifest("r", "runs:/r/model", 0.0, champion),
         challenger=replace(

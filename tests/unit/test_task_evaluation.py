@@ -40,6 +40,7 @@ from pipeline_steps.evaluation.gate import gate
 from pipeline_steps.evaluation.metrics import holdout_metrics, task_report
 from pipeline_steps.evaluation.report import render
 from pipeline_steps.evaluation.slices import slice_results
+from pipeline_steps.evaluation.training_set import LabelSummary
 from tests.manifests import train_manifest
 
 N = 900
@@ -129,9 +130,15 @@ def test_non_finite_regression_predictions_give_undefined_intervals(regression) 
     assert np.isnan(diff.estimate) and np.isnan(diff.low)
 
 
+def _summary(labels: np.ndarray, classes: int = 0) -> LabelSummary:
+    summary = LabelSummary(classes=classes)
+    summary.add(labels)
+    return summary
+
+
 def test_multiclass_baselines_the_class_shares_and_a_multinomial_regression(multiclass) -> None:
     labels, _, _, frame = multiclass
-    prior = trivial(labels[:600], 300, "multiclass", 3)
+    prior = trivial(_summary(labels[:600], 3), 300, "multiclass")
     assert prior.shape == (300, 3)
     assert np.allclose(prior[0], np.bincount(labels[:600]) / 600)
     train = frame.assign(kind=labels)
@@ -149,7 +156,7 @@ def test_multiclass_baselines_the_class_shares_and_a_multinomial_regression(mult
 
 def test_regression_baselines_the_mean_and_a_ridge_regression(regression) -> None:
     labels, _, _, frame = regression
-    mean = trivial(labels[:600], 300, "regression")
+    mean = trivial(_summary(labels[:600]), 300, "regression")
     assert np.all(mean == labels[:600].mean())
     train = frame.assign(minutes=labels)
     p = linear(
