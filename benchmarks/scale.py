@@ -13,8 +13,9 @@ peak RSS (``ru_maxrss`` of the one child) and wall time are recorded:
 ``--without-history`` also runs validate with the suites' history checks taken out (their
 cost: the trailing days' statistics and the day's own). ``--engine spark`` runs the data steps
 with ``engine.name=spark`` (pyspark local mode) beside the local engine, one after the other
-for each size; ``--baseline-tree DIR`` also runs the features step from another checkout (e.g.
-a ``git worktree`` of an earlier commit) on the same lake.
+for each size; ``--baseline-tree DIR`` also runs the features step (``--baseline-steps``:
+``evaluate`` too, on the measured run's training set and model) from another checkout (e.g. a
+``git worktree`` of an earlier commit) on the same lake.
 Results are printed as a markdown table and appended to ``--out`` as JSON lines.
 """
 
@@ -209,7 +210,17 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=30)
     parser.add_argument("--steps", nargs="+", default=["ingest", "validate", "features", "train"])
     parser.add_argument("--engine", nargs="+", default=["local"], choices=["local", "spark"])
-    parser.add_argument("--baseline-tree", type=Path, help="also run features from this tree")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="also run --baseline-steps from this tree"
+    )
+    parser.add_argument(
+        "--baseline-steps",
+        nargs="+",
+        default=["features"],
+        choices=["features", "evaluate"],
+        help="the steps the baseline tree runs (evaluate: on the local run's training set and "
+        "model, after the measured steps)",
+    )
     parser.add_argument(
         "--baseline-max-copies", type=int, default=100, help="largest size the baseline runs"
     )
@@ -238,6 +249,7 @@ def main() -> None:
             for step in args.steps:
                 result = repeated(args.repeat, step, home, sets, run_id)
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
+                result["run_id"] = run_id
                 rows.append(result)
                 print(json.dumps(result), flush=True)
         if args.without_history and "validate" in args.steps:
@@ -249,13 +261,17 @@ def main() -> None:
         for row in rows:
             if row["copies"] == copies:
                 row["rows"] = row["rows"] or window_rows(home, run_id)
-        if args.baseline_tree and "features" in args.steps and copies <= args.baseline_max_copies:
-            run_id = "bench_baseline"
-            shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
-            result = repeated(args.repeat, "features", home, base, run_id, args.baseline_tree)
-            result |= {"copies": copies, "engine": "baseline", "rows": window_rows(home, run_id)}
-            rows.append(result)
-            print(json.dumps(result), flush=True)
+        if args.baseline_tree and copies <= args.baseline_max_copies:
+            local_run = next(r["run_id"] for r in rows if r["copies"] == copies)
+            for step in args.baseline_steps:
+                run_id = "bench_baseline" if step == "features" else local_run
+                if step == "features":
+                    shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+                result = repeated(args.repeat, step, home, base, run_id, args.baseline_tree)
+                rows_in = window_rows(home, run_id)
+                result |= {"copies": copies, "engine": "baseline", "rows": rows_in}
+                rows.append(result)
+                print(json.dumps(result), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a") as fh:
         for row in rows:
