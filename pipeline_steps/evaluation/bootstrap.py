@@ -7,11 +7,13 @@ its count (and its weight in macro-F1); ``regression`` draws rows. Both models a
 same drawn rows, so what the models share cancels out of their difference. This is the default
 of pROC's ``roc.test`` and DeLong's alternative for paired AUCs. The point estimate is the
 difference of the metrics computed by :mod:`pipeline_steps.evaluation.metrics` (scikit-learn) on
-the whole holdout; the resamples give its interval, each metric computed for all resamples at
-once.
+the whole holdout; the resamples give its interval, each metric computed for a chunk of
+resamples at once (all of them on a holdout of up to 4,000 rows; memory stays flat above).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -31,28 +33,52 @@ METRICS = task_spec("binary").metrics
 ``TaskSpec.metrics``."""
 
 
-def resample_rows(
-    labels: np.ndarray, resamples: int, seed: int, task: str = "binary"
-) -> np.ndarray:
-    """Row indices of ``resamples`` resamples, shape (resamples, rows). ``binary``: stratified,
-    in each row first the drawn positives, then the drawn negatives; ``multiclass``: stratified,
-    each class's drawn rows in class order; ``regression``: rows drawn from all rows. Seeded:
-    the same labels, count and seed give the same draws."""
+RESAMPLE_BUDGET = 1 << 22
+"""Drawn row indices held at once (resamples times holdout rows; 32 MiB of them): a large
+holdout's resamples are drawn and scored in chunks of ``RESAMPLE_BUDGET // rows``, so memory
+stays flat however many rows the holdout has. A holdout that fits (the shipped domains' days:
+4,000 rows take 1,000 resamples at once) is drawn in one chunk."""
+
+
+def resample_chunks(
+    labels: np.ndarray,
+    resamples: int,
+    seed: int,
+    task: str = "binary",
+    budget: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Row indices of ``resamples`` resamples, in chunks of shape (resamples in the chunk,
+    rows) holding at most ``budget`` indices (default ``RESAMPLE_BUDGET``; at least one
+    resample each). ``binary``: stratified, in each row first the drawn positives, then the
+    drawn negatives; ``multiclass``: stratified, each class's drawn rows in class order;
+    ``regression``: rows drawn from all rows. Seeded: the same labels, count, seed and budget
+    give the same draws."""
     rng = np.random.default_rng(seed)
     if task == "regression":
-        n = len(labels)
-        return rng.integers(0, n, size=(resamples, n)) if n else np.empty((resamples, 0), int)
-    if task == "multiclass":
+        strata = [np.arange(len(labels))]
+    elif task == "multiclass":
         y = np.asarray(labels, dtype=np.int64)
         strata = [np.flatnonzero(y == c) for c in np.unique(y)]
     else:
         positive = np.asarray(labels).astype(bool)
         strata = [np.flatnonzero(positive), np.flatnonzero(~positive)]
-    drawn = []
-    for rows in strata:
-        if len(rows):
-            drawn.append(rows[rng.integers(0, len(rows), size=(resamples, len(rows)))])
-    return np.hstack(drawn) if drawn else np.empty((resamples, 0), dtype=np.int64)
+    per_chunk = max(1, (budget or RESAMPLE_BUDGET) // max(len(labels), 1))
+    for start in range(0, resamples, per_chunk):
+        count = min(per_chunk, resamples - start)
+        drawn = [
+            rows[rng.integers(0, len(rows), size=(count, len(rows)))]
+            for rows in strata
+            if len(rows)
+        ]
+        yield np.hstack(drawn) if drawn else np.empty((count, 0), dtype=np.int64)
+
+
+def resample_rows(
+    labels: np.ndarray, resamples: int, seed: int, task: str = "binary"
+) -> np.ndarray:
+    """Every resample's row indices at once, shape (resamples, rows), as
+    :func:`resample_chunks` draws them."""
+    return np.vstack(list(resample_chunks(labels, resamples, seed, task)))
 
 
 def _scores(p: np.ndarray) -> np.ndarray:
@@ -201,12 +227,18 @@ def paired_differences(
     intervals from the same resamples of the holdout for both. Metrics undefined on the holdout
     (AUC with one class, any metric of non-finite predictions) give NaN."""
     y = np.asarray(labels)
-    rows = resample_rows(y, resamples, seed, task)
+    chosen = task_spec(task).metrics if metrics is None else metrics
+    diffs: dict[str, list[np.ndarray]] = {metric: [] for metric in chosen}
+    for rows in resample_chunks(y, resamples, seed, task):
+        for metric in chosen:
+            diffs[metric].append(
+                replicates(metric, y, first, rows, task) - replicates(metric, y, second, rows, task)
+            )
     point_first = task_report(task, y, first)
     point_second = task_report(task, y, second)
     out: dict[str, Interval] = {}
-    for metric in task_spec(task).metrics if metrics is None else metrics:
-        diff = replicates(metric, y, first, rows, task) - replicates(metric, y, second, rows, task)
+    for metric in chosen:
+        diff = np.concatenate(diffs[metric])
         estimate = point_first[metric] - point_second[metric]
         if np.isnan(diff).any() or np.isnan(estimate):
             out[metric] = Interval(estimate=float("nan"), low=float("nan"), high=float("nan"))

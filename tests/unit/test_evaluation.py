@@ -8,6 +8,7 @@ import pytest
 
 from pipeline_steps.core.manifests import ScoredBaseline, ScoredChampion
 from pipeline_steps.core.settings import GateSettings
+from pipeline_steps.evaluation import bootstrap
 from pipeline_steps.evaluation.baselines import LINEAR, linear, logistic_regression, trivial
 from pipeline_steps.evaluation.bootstrap import (
     METRICS,
@@ -62,6 +63,31 @@ def test_intervals_are_seeded_and_reproducible(holdout) -> None:
     first = paired_differences(labels, good, poor, seed=1, **kwargs)
     assert paired_differences(labels, good, poor, seed=1, **kwargs) == first
     assert paired_differences(labels, good, poor, seed=2, **kwargs)["auc"] != first["auc"]
+
+
+def test_a_large_holdout_is_resampled_in_chunks_with_the_same_intervals(
+    holdout, monkeypatch
+) -> None:
+    """Chunks hold at most the budget's indices, keep each resample stratified, and give the
+    intervals all resamples at once give, within the bootstrap's own noise; a holdout within the
+    budget is drawn in one chunk, as before chunks existed."""
+    labels, good, poor, _ = holdout
+    chunks = list(bootstrap.resample_chunks(labels, 300, seed=5, budget=40 * len(labels)))
+    assert [len(c) for c in chunks] == [40] * 7 + [20]
+    assert all((labels[c].sum(axis=1) == labels.sum()).all() for c in chunks)
+    whole = list(bootstrap.resample_chunks(labels, 300, seed=5))
+    assert len(whole) == 1 and (whole[0] == resample_rows(labels, 300, seed=5)).all()
+
+    kwargs = dict(resamples=1000, confidence=0.95, seed=5)
+    at_once = paired_differences(labels, good, poor, **kwargs)
+    monkeypatch.setattr(bootstrap, "RESAMPLE_BUDGET", 40 * len(labels))
+    chunked = paired_differences(labels, good, poor, **kwargs)
+    assert chunked != at_once  # other draws
+    for metric, interval in at_once.items():
+        width = interval.high - interval.low
+        assert chunked[metric].estimate == interval.estimate
+        assert chunked[metric].low == pytest.approx(interval.low, abs=0.15 * width), metric
+        assert chunked[metric].high == pytest.approx(interval.high, abs=0.15 * width), metric
 
 
 def test_a_better_model_gets_an_interval_in_its_favour_and_itself_a_zero_one(holdout) -> None:
