@@ -44,6 +44,11 @@ LIFTED = {
 }
 
 
+def lake_of(home: Path) -> Path:
+    """The flights domain's folder of the embedded default's lake under ``home``."""
+    return home / "lake" / "flight_delay"
+
+
 def write_days(folder: Path, copies: int, days: list[date]) -> None:
     """Each day's flights ``copies`` times with distinct flight numbers, its weather and the
     planes registry, as ``<folder>/<dataset>/<day>.parquet``."""
@@ -119,7 +124,7 @@ def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) ->
 
     settings = load_settings(overrides=sets, environ={"TRAINYARD_HOME": str(home)})
     for day in days:
-        if (home / "lake" / "validated" / "flights" / f"date={day}").exists():
+        if (lake_of(home) / "validated" / "flights" / f"date={day}").exists():
             continue
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         ingest(ctx)
@@ -181,11 +186,11 @@ def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tr
     runs = []
     for _ in range(times):
         if step == "features":
-            shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+            shutil.rmtree(lake_of(home) / "training_sets" / run_id, ignore_errors=True)
         if step == "validate":  # else a day validated before is only looked up
             for dataset in ("flights", "weather", "planes"):
                 shutil.rmtree(
-                    home / "lake" / "validated" / dataset / f"date={DAY}", ignore_errors=True
+                    lake_of(home) / "validated" / dataset / f"date={DAY}", ignore_errors=True
                 )
         runs.append(measure(step, home, sets, run_id, tree))
     result = dict(runs[-1])
@@ -197,7 +202,7 @@ def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tr
 
 
 def window_rows(home: Path, run_id: str) -> int | None:
-    path = home / "lake" / "training_sets" / run_id / "_manifest.json"
+    path = lake_of(home) / "training_sets" / run_id / "_manifest.json"
     if not path.exists():
         return None
     sets = json.loads(path.read_text())["sets"]
@@ -266,7 +271,7 @@ def main() -> None:
             for step in args.baseline_steps:
                 run_id = "bench_baseline" if step == "features" else local_run
                 if step == "features":
-                    shutil.rmtree(home / "lake" / "training_sets" / run_id, ignore_errors=True)
+                    shutil.rmtree(lake_of(home) / "training_sets" / run_id, ignore_errors=True)
                 result = repeated(args.repeat, step, home, base, run_id, args.baseline_tree)
                 rows_in = window_rows(home, run_id)
                 result |= {"copies": copies, "engine": "baseline", "rows": rows_in}
