@@ -201,6 +201,18 @@ def repeated(times: int, step: str, home: Path, sets: list[str], run_id: str, tr
     return result
 
 
+def evaluated(home: Path, run_id: str) -> dict:
+    """What the evaluate step of ``run_id`` recorded: the holdout's rows and each model's AUC
+    (the challenger's, the baselines')."""
+    path = lake_of(home) / "runs" / run_id / "evaluation.json"
+    if not path.exists():
+        return {}
+    report = json.loads(path.read_text())
+    aucs = {"challenger": report["challenger"]["metrics"]["auc"]}
+    aucs |= {b["name"]: b["metrics"]["auc"] for b in report["baselines"]}
+    return {"holdout_rows": report["holdout"]["rows"], "auc": aucs}
+
+
 def window_rows(home: Path, run_id: str) -> int | None:
     path = lake_of(home) / "training_sets" / run_id / "_manifest.json"
     if not path.exists():
@@ -255,6 +267,8 @@ def main() -> None:
                 result = repeated(args.repeat, step, home, sets, run_id)
                 result |= {"copies": copies, "engine": engine, "rows": window_rows(home, run_id)}
                 result["run_id"] = run_id
+                if step == "evaluate":
+                    result |= evaluated(home, run_id)
                 rows.append(result)
                 print(json.dumps(result), flush=True)
         if args.without_history and "validate" in args.steps:
@@ -275,6 +289,8 @@ def main() -> None:
                 result = repeated(args.repeat, step, home, base, run_id, args.baseline_tree)
                 rows_in = window_rows(home, run_id)
                 result |= {"copies": copies, "engine": "baseline", "rows": rows_in}
+                if step == "evaluate":
+                    result |= evaluated(home, run_id)
                 rows.append(result)
                 print(json.dumps(result), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -781,7 +781,7 @@ class EvaluateSettings:
     month of flights): a logistic regression (``binary``), a multinomial logistic regression
     (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
     window's delay rate, class prior or mean label) is always scored."""
-    baseline_rows: int = 200_000
+    baseline_rows: int = 100_000
     """Training rows the linear baseline is fitted on: a seeded uniform sample (``seed``) when
     the training set has more, every row when it has no more. The step reads the set one batch
     at a time, so its memory stays flat as the window grows; the trivial model still sees

@@ -8,7 +8,7 @@ same drawn rows, so what the models share cancels out of their difference. This 
 of pROC's ``roc.test`` and DeLong's alternative for paired AUCs. The point estimate is the
 difference of the metrics computed by :mod:`pipeline_steps.evaluation.metrics` (scikit-learn) on
 the whole holdout; the resamples give its interval, each metric computed for a chunk of
-resamples at once (all of them on a holdout of up to 4,000 rows; memory stays flat above).
+resamples at once (all 1,000 on a holdout of up to 1,048 rows; memory stays flat above).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ METRICS = task_spec("binary").metrics
 ``TaskSpec.metrics``."""
 
 
-RESAMPLE_BUDGET = 1 << 22
-"""Drawn row indices held at once (resamples times holdout rows; 32 MiB of them): a large
-holdout's resamples are drawn and scored in chunks of ``RESAMPLE_BUDGET // rows``, so memory
-stays flat however many rows the holdout has. A holdout that fits (the shipped domains' days:
-4,000 rows take 1,000 resamples at once) is drawn in one chunk."""
+RESAMPLE_BUDGET = 1 << 20
+"""Drawn row indices held at once (resamples times holdout rows; 8 MiB of them, and the
+metrics' working arrays of the same shape): a large holdout's resamples are drawn and scored in
+chunks of ``RESAMPLE_BUDGET // rows``, so memory stays flat however many rows the holdout has.
+A day of the shipped domains (up to 1,048 rows with the default 1,000 resamples) is drawn in one
+chunk."""
 
 
 def resample_chunks(

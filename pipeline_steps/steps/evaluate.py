@@ -42,6 +42,10 @@ from pipeline_steps.evaluation.training_set import read_sample
 
 log = logging.getLogger(__name__)
 
+SCORE_ROWS = 16_384
+"""Holdout rows a model scores at once: its activations stay bounded however large the
+holdout (a shipped domain's day is scored in one call)."""
+
 
 def score(
     model_uri: str,
@@ -50,15 +54,25 @@ def score(
     task: str | None = None,
     classes: Sequence[str] = (),
 ) -> np.ndarray:
-    """The model's predictions for the holdout rows: probabilities of 1 (``binary``), each
-    class's probability ([rows, K], ``multiclass``) or values (``regression``). With ``task``
+    """The model's predictions for the holdout rows, ``SCORE_ROWS`` at a time: probabilities
+    of 1 (``binary``), each class's probability ([rows, K], ``multiclass``) or values
+    (``regression``). With ``task``
     the class probabilities are taken in the order of ``classes`` (the model's columns are
     class names) and a shape that does not fit the task is a ``StepError``; without it they are
     as the model gives them."""
     import mlflow.pyfunc
 
     model = mlflow.pyfunc.load_model(model_uri)
-    predicted = model.predict(holdout[features])
+    rows = holdout[features]
+    parts = [
+        model.predict(rows.iloc[start : start + SCORE_ROWS])
+        for start in range(0, max(len(rows), 1), SCORE_ROWS)
+    ]
+    predicted = (
+        pd.concat(parts, ignore_index=True)
+        if isinstance(parts[0], pd.DataFrame | pd.Series)
+        else np.concatenate([np.asarray(part) for part in parts])
+    )
     if task is None:
         return np.asarray(predicted)
     if task == "multiclass" and isinstance(predicted, pd.DataFrame):

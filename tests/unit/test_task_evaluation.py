@@ -366,7 +366,8 @@ def _flights(rng: np.random.Generator, rows: int, task: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("task", ["multiclass", "regression"])
-def test_the_evaluate_step_follows_the_features_task(task, make_settings) -> None:
+def test_the_evaluate_step_follows_the_features_task(task, make_settings, monkeypatch) -> None:
+    from pipeline_steps.steps import evaluate as step
     from pipeline_steps.steps.evaluate import evaluate, score
 
     settings = make_settings("evaluate.resamples=200")
@@ -426,7 +427,13 @@ def test_the_evaluate_step_follows_the_features_task(task, make_settings) -> Non
         p = score(info.model_uri, holdout, ["signal"], task, CLASSES)
         high = holdout["signal"].to_numpy() > 0.5
         assert (p[high, 2] > p[high, 1]).all() and (p[high, 1] > p[high, 0]).all()
+        monkeypatch.setattr(step, "SCORE_ROWS", 64)  # 700 rows scored 64 at a time
+        assert (score(info.model_uri, holdout, ["signal"], task, CLASSES) == p).all()
         with pytest.raises(StepError, match=r"no probability of class\(es\) \['delayed'\]"):
             score(info.model_uri, holdout, ["signal"], task, ["early", "on_time", "delayed"])
     else:
         assert metrics.rmse == pytest.approx(3, abs=0.4) and metrics.r2 > 0.8
+        holdout = ctx.lake.read_table_at(evaluation.holdout.path).to_pandas()
+        whole = score(info.model_uri, holdout, ["signal"], task)
+        monkeypatch.setattr(step, "SCORE_ROWS", 64)
+        assert (score(info.model_uri, holdout, ["signal"], task) == whole).all()
