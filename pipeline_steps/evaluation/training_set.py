@@ -27,11 +27,10 @@ class LabelSummary:
     classes: int = 0
     rows: int = 0
     total: float = 0.0
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    counts: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.classes and len(self.counts) != self.classes:
-            self.counts = np.zeros(self.classes, dtype=np.int64)
+        self.counts = np.zeros(self.classes, dtype=np.int64)
 
     def add(self, labels: np.ndarray) -> None:
         self.rows += len(labels)

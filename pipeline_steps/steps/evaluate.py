@@ -56,10 +56,9 @@ def score(
 ) -> np.ndarray:
     """The model's predictions for the holdout rows, ``SCORE_ROWS`` at a time: probabilities
     of 1 (``binary``), each class's probability ([rows, K], ``multiclass``) or values
-    (``regression``). With ``task``
-    the class probabilities are taken in the order of ``classes`` (the model's columns are
-    class names) and a shape that does not fit the task is a ``StepError``; without it they are
-    as the model gives them."""
+    (``regression``). With ``task`` the class probabilities are taken in the order of
+    ``classes`` (the model's columns are class names) and a shape that does not fit the task is
+    a ``StepError``; without it they are as the model gives them."""
     import mlflow.pyfunc
 
     model = mlflow.pyfunc.load_model(model_uri)
