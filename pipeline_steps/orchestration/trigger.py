@@ -157,14 +157,19 @@ def drift_evidence(events: Any) -> tuple[dict[str, Any], str]:
 
 class TriggerOperator(BaseOperator):
     """The run's first task: its XCom is ``describe_run``'s value; a refused run fails at once
-    (no retries). ``config``: the settings file the DAG and its steps load, if not the default."""
+    (``AirflowFailException``: no retry), while a try lost to the worker (killed, timed out) is
+    retried as the steps are. ``config``: the settings file the DAG and its steps load, if not
+    the default."""
 
     ui_color = "#fdf2d0"
 
     def __init__(
         self, *, settings: Settings, config: str | PathLike[str] | None = None, **kwargs: Any
     ) -> None:
-        super().__init__(task_id=TRIGGER_TASK, retries=0, **kwargs)
+        orch = settings.orchestration
+        kwargs.setdefault("retries", orch.retries)
+        kwargs.setdefault("retry_delay", timedelta(seconds=orch.retry_delay_s))
+        super().__init__(task_id=TRIGGER_TASK, **kwargs)
         self.settings = settings
         self.config = str(config) if config else None
 

@@ -1,6 +1,6 @@
 """A small client of Airflow 3's authenticated REST API (``/api/v2``): what scripts, the
 production profile's test and the scheduler benchmark need — trigger, unpause, wait, read task
-instances."""
+instances and their logs."""
 
 from __future__ import annotations
 
@@ -70,6 +70,35 @@ class AirflowApi:
         found = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return list(found["task_instances"])
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+        """The lines of one try's log (its events, as the UI shows them)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        content = self.get(f"{path}?full_content=true").get("content", [])
+        if isinstance(content, str):
+            return content.splitlines()
+        return [
+            f"{line.get('timestamp', '')} {line.get('level', '')} {line.get('event', '')}".strip()
+            if isinstance(line, dict)
+            else str(line)
+            for line in content
+        ]
+
+    def unsuccessful(self, dag_id: str, run_id: str, tail: int = 30) -> str:
+        """Each task of the run that did not succeed, its state and the last ``tail`` lines of
+        its latest try's log: what a failed or stuck run is read by."""
+        lines = []
+        for task in self.task_instances(dag_id, run_id):
+            if task["state"] == "success":
+                continue
+            tries = int(task.get("try_number") or 0)
+            lines.append(f"--- {task['task_id']}: {task['state']} (try {tries})")
+            if tries:
+                try:
+                    lines += self.task_log(dag_id, run_id, task["task_id"], tries)[-tail:]
+                except AirflowApiError as exc:
+                    lines.append(f"(no log: {exc})")
+        return "\n".join(lines)
+
     def wait(self, dag_id: str, run_ids: list[str], timeout_s: float) -> dict[str, str]:
         """Each run's final state; AirflowApiError when one is still going at the deadline."""
         deadline = time.monotonic() + timeout_s
@@ -79,7 +108,11 @@ class AirflowApi:
             if all(state in FINISHED for state in states.values()):
                 return states
             time.sleep(5)
-        raise AirflowApiError(f"runs of {dag_id} not finished after {timeout_s:.0f} s: {states}")
+        going = [run_id for run_id, state in states.items() if state not in FINISHED]
+        detail = "\n".join(self.unsuccessful(dag_id, run_id) for run_id in going)
+        raise AirflowApiError(
+            f"runs of {dag_id} not finished after {timeout_s:.0f} s: {states}\n{detail}"
+        )
 
 
 def boundary_gaps(task_instances: list[dict[str, Any]]) -> list[float]:

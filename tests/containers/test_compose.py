@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pipeline_steps.services.airflow_api import AirflowApi
+from pipeline_steps.services.airflow_api import AirflowApi, AirflowApiError
 from tests.conftest import wait_until
 from tests.containers.engine import Compose, env_file, remove_stale_projects
 
@@ -67,9 +67,11 @@ def test_compose_profile_trains_a_demo_date_through_the_rest_api(
     api.unpause(DAG)
     run_id = f"manual__{DAY}"
     api.trigger(DAG, DAY, run_id, conf={"window_days": 3, "epochs": 2})
-    states = api.wait(DAG, [run_id], RUN_TIMEOUT_S)
-    failed = [t["task_id"] for t in api.task_instances(DAG, run_id) if t["state"] != "success"]
-    assert states[run_id] == "success", (failed, compose.logs())
+    try:
+        states = api.wait(DAG, [run_id], RUN_TIMEOUT_S)
+    except AirflowApiError as exc:
+        raise AssertionError(f"{exc}\n{compose.logs()}") from None
+    assert states[run_id] == "success", (api.unsuccessful(DAG, run_id), compose.logs())
 
     from mlflow import MlflowClient
 

@@ -102,6 +102,19 @@ def test_a_conf_key_that_is_not_a_form_field_is_refused() -> None:
         describe_run(context, load_settings())
 
 
+def test_a_refused_run_fails_its_trigger_task_without_a_retry(dag) -> None:
+    """A refusal is AirflowFailException, which Airflow never retries, though the task retries
+    a try its worker lost."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    task = dag.get_task("trigger")
+    assert task.retries == load_settings().orchestration.retries > 0
+    context = _context(params=form_defaults(load_settings()))
+    context["dag_run"].conf = {"epocs": 3}
+    with pytest.raises(AirflowFailException, match=r"'epocs'"):
+        task.execute(context)
+
+
 def test_a_forced_promotion_without_a_reason_is_refused_naming_the_fields() -> None:
     settings = load_settings()
     params = {**form_defaults(settings), "force_promotion": True, "force_reason": None}

@@ -215,12 +215,8 @@ def _run_all(profile: Profile, days: list[str]) -> list[str]:
     for day, run_id in zip(days, run_ids, strict=True):
         api.trigger(DAG, day, run_id)
     states = api.wait(DAG, run_ids, RUN_TIMEOUT_S)
-    failed = {
-        run_id: [t["task_id"] for t in api.task_instances(DAG, run_id) if t["state"] != "success"]
-        for run_id, state in states.items()
-        if state != "success"
-    }
-    assert not failed, f"runs failed (logs under {profile.airflow_home / 'logs'}): {failed}"
+    failed = {r: api.unsuccessful(DAG, r) for r, state in states.items() if state != "success"}
+    assert not failed, "runs failed:\n" + "\n".join(f"{k}:\n{v}" for k, v in failed.items())
     return run_ids
 
 
