@@ -118,8 +118,8 @@ def run_mode(mode: str, folder: Path) -> dict:
     if mode == "gx":
         import great_expectations  # noqa: F401
 
+        from pipeline_steps.quality.suite_chunks import run_partition_suite
         from pipeline_steps.quality.suites import load_suite
-        from pipeline_steps.steps.validate import run_partition_suite
 
         suite = load_suite(suite_file)
     started = time.perf_counter()

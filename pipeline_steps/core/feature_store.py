@@ -208,13 +208,14 @@ def open_store(
     *,
     project: str | None = None,
     config: str = DEFAULT_CONFIG,
-    spark: bool = False,
+    offline: str | None = None,
 ) -> Iterator[Any]:
     """The Feast store of ``settings.feature_repo`` over ``folder`` with ``config`` (a file of
-    the repository) and the repository's definitions applied. ``spark``: the offline store is
-    Feast's Spark store (on the process's active Spark session) and the views' offline sources
-    are Spark sources (:func:`pipeline_steps.core.feast_sources.offline_source`); registry and
-    online store stay the config's."""
+    the repository) and the repository's definitions applied. ``offline``: the offline store's
+    type instead of the config's (``spark``: Feast's Spark store on the process's active Spark
+    session, the views' offline sources Spark sources, see
+    :func:`pipeline_steps.core.feast_sources.offline_source`); registry and online store stay
+    the config's."""
     import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
@@ -223,10 +224,10 @@ def open_store(
     if not (repo / config).is_file():
         setting = "features.store_config" if config != DEFAULT_CONFIG else "features.feature_repo"
         raise StepError(f"{setting}: Feast repository {repo} has no {config}")
-    with feast_environment(folder, project, "spark" if spark else None):
-        if spark:
+    with feast_environment(folder, project, offline):
+        if offline:
             raw = yaml.safe_load(os.path.expandvars((repo / config).read_text()))
-            raw["offline_store"] = {"type": "spark"}
+            raw["offline_store"] = {"type": offline}
             repo_config = RepoConfig(**raw)
             repo_config.repo_path = repo
             store = FeatureStore(repo_path=str(repo), config=repo_config)
@@ -241,16 +242,16 @@ def scratch_store(
     settings: FeatureSettings,
     sources: Mapping[str, SourceRows],
     *,
-    spark: bool = False,
+    offline: str | None = None,
     scratch: str | None = None,
 ) -> Iterator[Any]:
     """A store of its own over ``sources``, in a scratch folder removed afterwards (under
     ``scratch`` when given; the repository's ``feature_store.yaml``: a registry file and a
-    SQLite online store, with Feast's Spark offline store when ``spark``); nothing a training
-    run reads is written."""
+    SQLite online store, with the ``offline`` store type when given, see :func:`open_store`);
+    nothing a training run reads is written."""
     with tempfile.TemporaryDirectory(prefix="trainyard-feast-", dir=scratch) as folder:
         write_sources(folder, sources)
-        with open_store(settings, folder, spark=spark) as store:
+        with open_store(settings, folder, offline=offline) as store:
             yield store
 
 

@@ -1,6 +1,9 @@
-"""The engines that run the data steps beside the embedded default (DuckDB and Arrow in
-``core``): ``spark`` (:mod:`pipeline_steps.engines.spark`, the session;
-:mod:`pipeline_steps.engines.spark_join`, the point-in-time join through Feast's Spark store).
+"""The engines that run the data steps, one module each, chosen once per step from
+``engine.name`` (:func:`pipeline_steps.engines.base.open_engine`): ``local``
+(:mod:`pipeline_steps.engines.local`, DuckDB and Arrow in the step's own process, the embedded
+default) and ``spark`` (:mod:`pipeline_steps.engines.spark`, the step as a Spark driver).
+:mod:`pipeline_steps.engines.base` says what an engine does.
 
-Imports ``core`` only; the steps and the quality checks import it, lazily, when
-``engine.name`` is ``spark``: pyspark is an optional extra."""
+Imports ``core`` and ``quality``; the steps import it. pyspark is an optional extra, imported
+only by the Spark engine's modules.
+"""

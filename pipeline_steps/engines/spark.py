@@ -1,4 +1,9 @@
-"""The Spark engine's session: the step process is the Spark driver.
+"""The Spark engine: the step process is the Spark driver.
+
+Validation runs the suite through Great Expectations' Spark datasource (no Data Docs); the
+point-in-time join runs through Feast's Spark offline store
+(:mod:`pipeline_steps.engines.spark_join`); a drift window's rows are scored and counted on the
+executors (:mod:`pipeline_steps.engines.spark_drift`).
 
 ``engine.spark_master`` says where executors run (``local[*]`` in the step's own process, a
 standalone cluster, or Kubernetes); ``engine.spark_conf`` adds properties over trainyard's own:
@@ -13,13 +18,24 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.settings import EngineSettings
+from pipeline_steps.core.settings import EngineSettings, FeatureSettings
+from pipeline_steps.engines.base import JoinedRows
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_suite import ExpectationSuite
+
+    from pipeline_steps.core.domain import Domain
+    from pipeline_steps.core.lake import Lake
+    from pipeline_steps.engines.spark_drift import SparkWindow
+    from pipeline_steps.quality.suites import SuiteOutcome
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -123,11 +139,77 @@ def _scratch(settings: EngineSettings) -> Iterator[str]:
         yield folder
 
 
+@dataclass(frozen=True)
+class SparkEngine:
+    """:class:`~pipeline_steps.engines.base.Engine` on the Spark session ``spark``."""
+
+    spark: Any
+    settings: EngineSettings
+    name: str = "spark"
+    data_docs: bool = False
+    feast_offline: str | None = "spark"
+
+    def scratch(self, prefix: str) -> AbstractContextManager[str]:
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=self.settings.spark_dir or None)
+
+    def validate(
+        self,
+        lake: Lake,
+        raw: str,
+        dataset: str,
+        suite: ExpectationSuite,
+        parameters: dict[str, Any],
+        dropped: list[str],
+        *,
+        data_docs_dir: str | None,
+        chunk_rows: int,
+    ) -> SuiteOutcome:
+        from pipeline_steps.quality.spark_suite import run_partition_suite_spark
+
+        path = lake.path(raw, "data.parquet")
+        return run_partition_suite_spark(self.spark, path, dataset, suite, parameters, dropped)
+
+    def joined(
+        self,
+        store: Any,
+        domain: Domain,
+        settings: FeatureSettings,
+        entity_files: list[str],
+        scratch: str,
+    ) -> AbstractContextManager[JoinedRows]:
+        from pipeline_steps.engines.spark_join import spark_joined_rows
+
+        return spark_joined_rows(self.spark, store, domain, entity_files, scratch)
+
+    @contextmanager
+    def window(
+        self,
+        store: Any,
+        domain: Domain,
+        settings: FeatureSettings,
+        entity_files: list[str],
+        scratch: str,
+        *,
+        reference_days: Sequence[date],
+        current_days: Sequence[date],
+        model_uri: str | None,
+    ) -> Iterator[SparkWindow]:
+        from pipeline_steps.engines.spark_drift import SparkWindow, with_prediction
+        from pipeline_steps.engines.spark_join import joined_frame
+
+        rows, columns = joined_frame(self.spark, store, domain, entity_files, scratch)
+        if model_uri is not None:
+            features = [*columns.categorical, *columns.numeric]
+            rows = with_prediction(rows, model_uri, features, domain)
+        rows = rows.cache()
+        try:
+            yield SparkWindow(rows, columns, domain, reference_days, current_days)
+        finally:
+            rows.unpersist()
+
+
 @contextmanager
-def engine_session(settings: EngineSettings) -> Iterator[Any]:
-    """The Spark session when ``engine.name`` is ``spark``, else None (the local engine)."""
-    if settings.name != "spark":
-        yield None
-        return
+def open_engine(settings: EngineSettings) -> Iterator[SparkEngine]:
+    """The Spark engine on a session of ``engine.spark_master`` (:func:`spark_session`)."""
     with spark_session(settings) as spark:
-        yield spark
+        yield SparkEngine(spark, settings)

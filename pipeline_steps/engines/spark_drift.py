@@ -1,5 +1,8 @@
-"""The drift monitor's counts as Spark aggregates.
+"""The drift monitor's window on Spark: its rows scored and counted on the executors.
 
+``SparkWindow`` holds the window's joined rows as a cached DataFrame, with the champion's
+prediction signal scored on the executors in pandas batches (:func:`with_prediction`); only the
+counts, the sensitivity sample and day D's rows reach the driver.
 ``SparkCounts`` is the Spark engine's ``WindowCounts`` (:mod:`pipeline_steps.quality.calibration`):
 the rows of both windows stay in Spark, and only the per-day counts reach the driver. The bins
 are the local engine's: a numeric column's edges are the exact quantiles of its present reference
@@ -10,11 +13,17 @@ last bin; categories are the values as strings, missing as ``<missing>``, sorted
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from pipeline_steps.core.domain import Domain, FeatureColumns
+from pipeline_steps.core.scoring import predicted_signal, scorer
+from pipeline_steps.quality.calibration import PREDICTION
 
 
 class SparkCounts:
@@ -117,3 +126,73 @@ class SparkCounts:
             return float("nan") if found is None or found[0] is None else float(found[0])
 
         return mean(self.reference), mean(self.current)
+
+
+def with_prediction(rows: Any, model_uri: str, features: list[str], domain: Domain) -> Any:
+    """``rows`` (a Spark DataFrame) with the champion's prediction signal, scored on the
+    executors in pandas batches as the local engine scores its batches."""
+    import mlflow
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    kind = StringType() if domain.task == "multiclass" else DoubleType()
+    schema = StructType([*rows.schema.fields, StructField(PREDICTION, kind)])
+    # The executors' Python workers find the registry the driver uses.
+    tracking, registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+
+    def score(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking)
+        mlflow.set_registry_uri(registry)
+        predict = scorer(model_uri, features)
+        for frame in batches:
+            frame[PREDICTION] = predicted_signal(domain, predict(frame))
+            yield frame
+
+    return rows.mapInPandas(score, schema)
+
+
+@dataclass
+class SparkWindow:
+    """The Spark engine's :class:`~pipeline_steps.engines.base.DriftWindow`: ``rows`` a cached
+    DataFrame of both windows."""
+
+    rows: Any
+    columns: FeatureColumns
+    domain: Domain
+    reference_days: Sequence[date]
+    current_days: Sequence[date]
+    counts: SparkCounts = field(init=False)
+    reference_rows: int = field(init=False)
+    current_rows: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        day_column = self.domain.date_column
+        self.counts = SparkCounts(self.rows, day_column, self.reference_days, self.current_days)
+        self.reference_rows = self.counts.reference.count()
+        self.current_rows = self.counts.current.count()
+
+    def sample(self, size: int) -> pd.DataFrame:
+        """The reference rows pandas' ``sample(size, random_state=0)`` draws from the same rows
+        in key order, fetched to the driver in the order drawn."""
+        rows = self.counts.reference
+        total = self.reference_rows
+        drawn = np.random.RandomState(0).choice(total, size=min(total, size), replace=False)
+        wanted = {int(i): n for n, i in enumerate(drawn)}
+        picked = (
+            rows.orderBy(self.domain.key)
+            .rdd.zipWithIndex()
+            .filter(lambda pair: pair[1] in wanted)
+            .map(lambda pair: (*pair[0], pair[1]))
+            .toDF([*rows.columns, "__index"])
+            .toPandas()
+        )
+        picked["__order"] = picked["__index"].map(wanted)
+        picked = picked.sort_values("__order").drop(columns=["__index", "__order"])
+        return picked.reset_index(drop=True)
+
+    def day(self, day: date) -> pd.DataFrame:
+        from pyspark.sql import functions as F
+
+        today = self.rows.where(F.col(self.domain.date_column) == day.isoformat())
+        return today.orderBy(self.domain.key).toPandas()

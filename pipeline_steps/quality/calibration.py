@@ -38,6 +38,7 @@ from pipeline_steps.core.settings import DriftSettings
 EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
 PREDICTION = "prediction"
 LABEL = "label"
+MISSING = "<missing>"  # the category of a missing value
 INPUTS = "inputs"
 """The importance-weighted input drift: the one input signal that may trigger."""
 
@@ -116,26 +117,32 @@ def _day_index(frame: pd.DataFrame, day_column: str, days: Sequence[date]) -> np
     return index.to_numpy(dtype=np.int64)
 
 
+def numeric_edges(present: np.ndarray, bins: int) -> np.ndarray:
+    """The inner edges of ``bins`` quantile bins of the present (non-NaN) reference values,
+    deduplicated (``[0.0]`` when there are none)."""
+    if not present.size:
+        return np.array([0.0])
+    return np.unique(np.quantile(present, np.linspace(0, 1, bins + 1)[1:-1]))
+
+
+def numeric_bins(edges: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each value's bin over ``edges`` (the number of edges at or below it); a missing value
+    the last bin, ``len(edges) + 1``."""
+    out = np.searchsorted(edges, values, side="right")
+    out[np.isnan(values)] = len(edges) + 1
+    return out
+
+
 def numeric_counts(
     reference: np.ndarray, ref_days: np.ndarray, current: np.ndarray, n_days: int, bins: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-reference-day counts (days x bins) over reference-quantile bins plus a missing bin,
     and the current window's counts over the same bins."""
-    present = reference[~np.isnan(reference)]
-    if present.size:
-        edges = np.unique(np.quantile(present, np.linspace(0, 1, bins + 1)[1:-1]))
-    else:
-        edges = np.array([0.0])
+    edges = numeric_edges(reference[~np.isnan(reference)], bins)
     width = len(edges) + 2  # bins between edges, then the missing bin
-
-    def binned(values: np.ndarray) -> np.ndarray:
-        out = np.searchsorted(edges, values, side="right")
-        out[np.isnan(values)] = width - 1
-        return out
-
     per_day = np.zeros((n_days, width), dtype=np.int64)
-    np.add.at(per_day, (ref_days, binned(reference)), 1)
-    cur = np.bincount(binned(current), minlength=width)
+    np.add.at(per_day, (ref_days, numeric_bins(edges, reference)), 1)
+    cur = np.bincount(numeric_bins(edges, current), minlength=width)
     return per_day, cur
 
 
@@ -144,9 +151,7 @@ def categorical_counts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-reference-day counts per category (missing is a category) and the current counts."""
     labels = pd.Series(np.concatenate([reference, current]), dtype=object)
-    codes, categories = pd.factorize(
-        labels.where(labels.notna(), "<missing>").astype(str), sort=True
-    )
+    codes, categories = pd.factorize(labels.where(labels.notna(), MISSING).astype(str), sort=True)
     ref_codes, cur_codes = codes[: len(reference)], codes[len(reference) :]
     per_day = np.zeros((n_days, len(categories)), dtype=np.int64)
     np.add.at(per_day, (ref_days, ref_codes), 1)

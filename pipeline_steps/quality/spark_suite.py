@@ -1,7 +1,7 @@
 """A dataset's suite run on a parquet partition with Spark, giving the pandas path's verdicts.
 
 :func:`run_partition_suite_spark` is the Spark counterpart of
-:func:`pipeline_steps.steps.validate.run_partition_suite`: the partition is read as a Spark
+:func:`pipeline_steps.quality.suite_chunks.run_partition_suite`: the partition is read as a Spark
 DataFrame and validated through GX's Spark datasource, by the same Checkpoint, parameters and
 outcome building as :func:`pipeline_steps.quality.suites.run_suite`. What differs between the
 engines is bridged here and in :mod:`pipeline_steps.quality.spark_expectations`:

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pandas.api.types import is_numeric_dtype
 
+from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.prefetch import prefetch
 from pipeline_steps.quality.history import STATISTICS, Accumulator
 from pipeline_steps.quality.suites import (
@@ -40,6 +41,7 @@ from pipeline_steps.quality.suites import (
     add_checkpoint,
     as_frame,
     gx_context,
+    run_suite,
     suite_outcome,
     validate_batch,
     whole_frame_batch,
@@ -48,6 +50,8 @@ from pipeline_steps.quality.suites import (
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
+
+    from pipeline_steps.core.lake import Lake
 
 ROW_COUNT = "expect_table_row_count_to_be_between"
 UNIQUE_KEY = "expect_compound_columns_to_be_unique"
@@ -396,3 +400,30 @@ def _quantiles(kw: dict[str, Any], aggregates: Aggregates) -> tuple[bool, dict[s
         "observed_value": {"quantiles": list(ranges["quantiles"]), "values": observed},
         "details": {"success_details": details},
     }
+
+
+def run_partition_suite(
+    lake: Lake,
+    raw: str,
+    dataset: str,
+    suite: ExpectationSuite,
+    parameters: dict[str, Any],
+    data_docs_dir: str | None,
+    chunk_rows: int,
+    dropped: list[str] | None = None,
+) -> SuiteOutcome:
+    """Run the suite on the whole partition, or chunk by chunk when it has more rows; the
+    ``dropped`` columns (added upstream, ``validation.added_columns=warn_and_drop``) left out."""
+    path = lake.path(raw, "data.parquet")
+    try:
+        with lake.fs.open(path, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            columns = [c for c in parquet.schema_arrow.names if c not in (dropped or [])]
+            if parquet.metadata.num_rows > chunk_rows:
+                return run_suite_chunked(
+                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows, columns
+                )
+            frame = as_frame(parquet.read(columns=columns))
+    except (pa.ArrowException, OSError) as exc:
+        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
+    return run_suite(dataset, frame, suite, parameters, data_docs_dir)

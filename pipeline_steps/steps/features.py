@@ -25,7 +25,7 @@ import hashlib
 import logging
 import tempfile
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -36,10 +36,9 @@ import pyarrow.compute as pc
 
 from pipeline_steps.core import feature_store
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import FeatureColumns, ValidatedPartitions
+from pipeline_steps.core.domain import ValidatedPartitions
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
-    joined_rows,
     materialize_online,
     open_store,
     write_entity_rows,
@@ -56,7 +55,7 @@ from pipeline_steps.core.manifests import (
     TrainingSets,
     load_manifest,
 )
-from pipeline_steps.engines.spark import engine_session
+from pipeline_steps.engines.base import Engine, open_engine
 
 log = logging.getLogger(__name__)
 
@@ -164,17 +163,17 @@ def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRe
 
 
 @contextmanager
-def run_store(ctx: RunContext, folder: str, spark: Any = None) -> Iterator[Any]:
+def run_store(ctx: RunContext, folder: str, engine: Engine) -> Iterator[Any]:
     """The run's Feast store over ``folder``: ``features.store_config`` of
     ``features.feature_repo``, as the run's own project, with the repository's definitions;
-    its offline store Feast's Spark store when a ``spark`` session runs the step."""
+    its offline store the one the step's ``engine`` joins through."""
     settings = ctx.settings.features
     with open_store(
         settings,
         folder,
         project=feast_project(ctx),
         config=settings.store_config,
-        spark=spark is not None,
+        offline=engine.feast_offline,
     ) as store:
         yield store
 
@@ -223,22 +222,21 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             return ctx.record(replace(previous, status="cached"))
 
     rebuilt = lake.exists(out_dir, MANIFEST)  # from other inputs: the online store is stale
-    spark_dir = ctx.settings.engine.spark_dir or None
     with (
         feast_workspace(ctx) as folder,
-        tempfile.TemporaryDirectory(prefix="trainyard-join-", dir=spark_dir) as scratch,
-        engine_session(ctx.settings.engine) as spark,
+        open_engine(ctx.settings.engine) as engine,
+        engine.scratch("trainyard-join-") as scratch,
     ):
         write_sources(folder, sources)
         pieces = labelled.by_batch(feature_store.ENTITY_PIECE_ROWS)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
-        with run_store(ctx, folder, spark) as store:
+        with run_store(ctx, folder, engine) as store:
             manifest = _build(
                 ctx,
                 store,
-                (entity_files, scratch, spark),
+                (entity_files, scratch, engine),
                 read,
                 inputs,
                 (train_days, holdout_days),
@@ -276,17 +274,6 @@ class _SetWriter:
         return FrozenSet(path=path, rows=rows, positive_rate=rate, sha256=digest)
 
 
-def _joined(
-    store: Any, ctx: RunContext, entity_files: list[str], scratch: str, spark: Any
-) -> AbstractContextManager[tuple[pa.RecordBatchReader, FeatureColumns]]:
-    """The point-in-time join of the engine that runs the step."""
-    if spark is not None:
-        from pipeline_steps.engines.spark_join import spark_joined_rows
-
-        return spark_joined_rows(spark, store, ctx.domain, entity_files, scratch)
-    return joined_rows(store, ctx.domain, ctx.settings.features, entity_files, scratch)
-
-
 def _nan_under_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` with NaN in the value slots under its floating columns' nulls, as a table
     converted from pandas has: the sets' sha256 hashes those slots too, so the same rows hash
@@ -308,7 +295,7 @@ def _nan_under_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
 def _build(
     ctx: RunContext,
     store: Any,
-    entities: tuple[list[str], str, Any],
+    entities: tuple[list[str], str, Engine],
     read: dict[str, dict[str, str]],
     inputs: dict[str, Any],
     split: tuple[list[date], list[date]],
@@ -317,18 +304,18 @@ def _build(
 ) -> FeaturesManifest:
     """Join, freeze and materialise the training set with the run's Feast ``store``;
     ``entities`` holds the entity-row files, the scratch folder the join may spill to and the
-    Spark session of the Spark engine (None: the local engine),
+    engine that joins them,
     ``read`` the hashes of the partitions read (dataset → date → sha256), ``split`` the
     training days and the holdout days. ``rebuilt``: the run built a set from other inputs
     before, so every view is reloaded."""
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
     train_days, holdout_days = split
     days = [*train_days, *holdout_days]
-    entity_files, scratch, spark = entities
+    entity_files, scratch, engine = entities
     holdout_dates = pa.array([d.isoformat() for d in holdout_days], pa.string())
     frozen: dict[str, FrozenSet] = {}
     with (
-        _joined(store, ctx, entity_files, scratch, spark) as (reader, columns),
+        engine.joined(store, domain, settings, entity_files, scratch) as (reader, columns),
         lake.staged_dir(out_dir) as tmp,
     ):
         schema = reader.schema

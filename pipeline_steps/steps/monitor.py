@@ -14,7 +14,6 @@ the Airflow asset event (and the cooldown) is the orchestration layer's job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -23,37 +22,26 @@ import numpy as np
 import pandas as pd
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import Domain, FeatureColumns, ValidatedPartitions
+from pipeline_steps.core.domain import Domain, ValidatedPartitions
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
     ENTITY_PIECE_ROWS,
-    join_features,
     scratch_store,
     write_entity_rows,
 )
 from pipeline_steps.core.manifests import ChampionDay, MonitorManifest
-from pipeline_steps.engines.spark import engine_session
+from pipeline_steps.core.scoring import scorer
+from pipeline_steps.engines.base import Engine, open_engine
 from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.quality.calibration import (
-    PREDICTION,
     Verdict,
     measure_counts,
-    measure_window,
     sensitivity,
     split_windows,
 )
 
 log = logging.getLogger(__name__)
 SENSITIVITY_ROWS = 2000  # reference rows the champion's permutation sensitivity is measured on
-
-
-def window_rows(ctx: RunContext, days: list[date]) -> tuple[pd.DataFrame, FeatureColumns]:
-    """Feature rows of the validated ``days`` (labelled rows, joined like the features step: entity
-    rows made piece by piece, the join in DuckDB a day at a time)."""
-    labelled = ValidatedPartitions(ctx.lake, ctx.domain.labelled_dataset, days)
-    sources, _ = ctx.domain.feature_sources(ctx.lake, days)
-    parts = ((day.isoformat(), rows) for day, rows in labelled.by_batch(ENTITY_PIECE_ROWS))
-    return join_features(ctx.domain, ctx.settings.features, parts, sources)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,177 +109,65 @@ def training_window(client: Any, run_id: str | None) -> tuple[date, date] | None
     )
 
 
-def scorer(model_uri: str, features: list[str]) -> Callable[[pd.DataFrame], np.ndarray]:
-    """The champion's predictions for feature rows (probabilities, values, or [n, K] class
-    probabilities)."""
-    import mlflow.pyfunc
-
-    try:
-        model = mlflow.pyfunc.load_model(model_uri)
-    except Exception as exc:
-        raise StepError(f"champion {model_uri} could not be loaded: {exc}") from exc
-
-    def predict(rows: pd.DataFrame) -> np.ndarray:
-        return np.asarray(model.predict(rows[features]), dtype=np.float64)
-
-    return predict
-
-
-def predicted_signal(domain: Domain, predicted: np.ndarray) -> np.ndarray:
-    """What the prediction drift is measured on: the probability or the value, or for a
-    multiclass task the most probable class's name."""
-    if domain.task == "multiclass":
-        return np.asarray(domain.classes, dtype=object)[np.asarray(predicted).argmax(1)]
-    return predicted
-
-
 def _measure(
     ctx: RunContext,
+    engine: Engine,
     champion: Champion | None,
     staging: Champion | None,
     reference_days: list[date],
     current_days: list[date],
 ) -> tuple[Verdict, ScoredDay | None]:
-    """The window's verdict and the champion's day, the rows joined and counted in pandas."""
-    domain, cfg, day = ctx.domain, ctx.settings.drift, ctx.logical_date
-    rows, columns = window_rows(ctx, [*reference_days, *current_days])
-    features = [*columns.categorical, *columns.numeric]
-    importance = None
-    champion_day = None
-    predicted = None
-    if champion is not None:
-        predict = scorer(champion.model_uri, features)
-        predicted = predict(rows)
-        rows[PREDICTION] = predicted_signal(domain, predicted)
-        current_keys = {d.isoformat() for d in current_days}
-        sample = rows[~rows[domain.date_column].isin(current_keys)]
-        sample = sample.sample(min(len(sample), SENSITIVITY_ROWS), random_state=0)
-        importance = sensitivity(predict, sample, features)
-    in_current = rows[domain.date_column].isin({d.isoformat() for d in current_days})
-    verdict = measure_window(
-        rows[~in_current],
-        rows[in_current],
-        reference_days=reference_days,
-        day_column=domain.date_column,
-        numeric=columns.numeric,
-        categorical=columns.categorical,
-        label=domain.label,
-        importance=importance,
-        cfg=cfg,
-        task=domain.task,
-    )
-    if champion is not None and predicted is not None:
-        is_today = (rows[domain.date_column] == day.isoformat()).to_numpy()
-        today = rows[is_today].reset_index(drop=True)
-        champion_day = score_day(
-            ctx, champion, staging, today, predicted[is_today], features, verdict
-        )
-    return verdict, champion_day
-
-
-def _measure_on_spark(
-    ctx: RunContext,
-    spark: Any,
-    champion: Champion | None,
-    staging: Champion | None,
-    reference_days: list[date],
-    current_days: list[date],
-) -> tuple[Verdict, ScoredDay | None]:
-    """As :func:`_measure` with the Spark engine: the window joined through Feast's Spark store,
-    scored by the champion on the executors, counted by Spark aggregates; only the counts, the
-    sensitivity sample and day D's rows reach the driver."""
-    import tempfile
-
-    from pyspark.sql import functions as F
-
-    from pipeline_steps.engines.spark_drift import SparkCounts
-    from pipeline_steps.engines.spark_join import joined_frame
-
+    """The window's verdict and the champion's day: the window's rows joined, scored and counted
+    by ``engine``; only the counts, the sensitivity sample and D's rows come back here."""
     domain, cfg, day = ctx.domain, ctx.settings.drift, ctx.logical_date
     days = [*reference_days, *current_days]
-    current_keys = [d.isoformat() for d in current_days]
     sources, _ = domain.feature_sources(ctx.lake, days)
     labelled = ValidatedPartitions(ctx.lake, domain.labelled_dataset, days)
+    features_cfg = ctx.settings.features
     with (
-        tempfile.TemporaryDirectory(
-            prefix="trainyard-monitor-", dir=ctx.settings.engine.spark_dir or None
-        ) as scratch,
-        scratch_store(ctx.settings.features, sources, spark=True, scratch=scratch) as store,
+        engine.scratch("trainyard-monitor-") as scratch,
+        scratch_store(
+            features_cfg, sources, offline=engine.feast_offline, scratch=scratch
+        ) as store,
     ):
         parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(ENTITY_PIECE_ROWS))
-        files = write_entity_rows(scratch, domain, ctx.settings.features, parts)
-        rows, columns = joined_frame(spark, store, domain, files, scratch)
-        features = [*columns.categorical, *columns.numeric]
-        importance, predict = None, None
-        if champion is not None:
-            rows = with_prediction(rows, champion.model_uri, features, domain)
-            predict = scorer(champion.model_uri, features)
-            reference = rows.where(~F.col(domain.date_column).isin(current_keys))
-            importance = sensitivity(predict, spark_sample(reference, domain.key), features)
-        rows = rows.cache()
-        counts = SparkCounts(rows, domain.date_column, reference_days, current_days)
-        verdict = measure_counts(
-            counts,
+        files = write_entity_rows(scratch, domain, features_cfg, parts)
+        with engine.window(
+            store,
+            domain,
+            features_cfg,
+            files,
+            scratch,
             reference_days=reference_days,
-            numeric=columns.numeric,
-            categorical=columns.categorical,
-            label=domain.label,
-            importance=importance,
-            cfg=cfg,
-            task=domain.task,
-        )
-        champion_day = None
-        if champion is not None and predict is not None:
-            today = rows.where(F.col(domain.date_column) == day.isoformat()).orderBy(domain.key)
-            frame = today.toPandas()
-            champion_day = score_day(
-                ctx, champion, staging, frame, predict(frame), features, verdict
+            current_days=current_days,
+            model_uri=champion.model_uri if champion else None,
+        ) as window:
+            if not window.reference_rows or not window.current_rows:
+                which = "reference" if not window.reference_rows else "current"
+                raise StepError(f"the {which} window has no rows to measure drift on")
+            columns = window.columns
+            features = [*columns.categorical, *columns.numeric]
+            importance, predict = None, None
+            if champion is not None:
+                predict = scorer(champion.model_uri, features)
+                importance = sensitivity(predict, window.sample(SENSITIVITY_ROWS), features)
+            verdict = measure_counts(
+                window.counts,
+                reference_days=reference_days,
+                numeric=columns.numeric,
+                categorical=columns.categorical,
+                label=domain.label,
+                importance=importance,
+                cfg=cfg,
+                task=domain.task,
             )
-        rows.unpersist()
+            champion_day = None
+            if champion is not None and predict is not None:
+                today = window.day(day)
+                champion_day = score_day(
+                    ctx, champion, staging, today, predict(today), features, verdict
+                )
     return verdict, champion_day
-
-
-def with_prediction(rows: Any, model_uri: str, features: list[str], domain: Domain) -> Any:
-    """``rows`` (a Spark DataFrame) with the champion's prediction signal, scored on the
-    executors in pandas batches as the local engine scores its frame."""
-    import mlflow
-    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
-
-    kind = StringType() if domain.task == "multiclass" else DoubleType()
-    schema = StructType([*rows.schema.fields, StructField(PREDICTION, kind)])
-    # The executors' Python workers find the registry the driver uses.
-    tracking, registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-
-    def score(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        import mlflow
-
-        mlflow.set_tracking_uri(tracking)
-        mlflow.set_registry_uri(registry)
-        predict = scorer(model_uri, features)
-        for frame in batches:
-            frame[PREDICTION] = predicted_signal(domain, predict(frame))
-            yield frame
-
-    return rows.mapInPandas(score, schema)
-
-
-def spark_sample(rows: Any, key: str, size: int = SENSITIVITY_ROWS) -> pd.DataFrame:
-    """The rows pandas' ``sample(size, random_state=0)`` draws from the same rows in key order
-    (the local engine's sensitivity sample), fetched to the driver in the order drawn."""
-    total = rows.count()
-    size = min(total, size)
-    drawn = np.random.RandomState(0).choice(total, size=size, replace=False)
-    wanted = {int(i): n for n, i in enumerate(drawn)}
-    picked = (
-        rows.orderBy(key)
-        .rdd.zipWithIndex()
-        .filter(lambda pair: pair[1] in wanted)
-        .map(lambda pair: (*pair[0], pair[1]))
-        .toDF([*rows.columns, "__index"])
-        .toPandas()
-    )
-    picked["__order"] = picked["__index"].map(wanted)
-    return picked.sort_values("__order").drop(columns=["__index", "__order"]).reset_index(drop=True)
 
 
 def monitor(ctx: RunContext) -> MonitorManifest:
@@ -323,13 +199,8 @@ def monitor(ctx: RunContext) -> MonitorManifest:
             day,
             ", ".join(d.isoformat() for d in skipped),
         )
-    with engine_session(ctx.settings.engine) as spark:
-        if spark is None:
-            verdict, scored = _measure(ctx, champion, staging, reference_days, current_days)
-        else:
-            verdict, scored = _measure_on_spark(
-                ctx, spark, champion, staging, reference_days, current_days
-            )
+    with open_engine(ctx.settings.engine) as engine:
+        verdict, scored = _measure(ctx, engine, champion, staging, reference_days, current_days)
     folder = f"reports/monitor/date={day.isoformat()}"
     signals = verdict.signals
     manifest = MonitorManifest(

@@ -13,10 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.context import RunContext
@@ -29,15 +27,13 @@ from pipeline_steps.core.manifests import (
     ValidateManifest,
     to_json,
 )
-from pipeline_steps.engines.spark import engine_session
+from pipeline_steps.engines.base import Engine, open_engine
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     SuiteOutcome,
     UnmetExpectation,
-    as_frame,
     describe,
     load_suite,
-    run_suite,
     suite_path,
     temporary_docs_dir,
 )
@@ -45,9 +41,6 @@ from pipeline_steps.quality.trailing import (
     suite_parameters,
     unapplied_checks,
 )
-
-if TYPE_CHECKING:
-    from great_expectations.core.expectation_suite import ExpectationSuite
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +72,8 @@ def validate(ctx: RunContext) -> ValidateManifest:
     nothing reaches ``validated/`` then.
     """
     lake, day = ctx.lake, ctx.logical_date
-    with engine_session(ctx.settings.engine) as spark:
-        verdicts = {d: validate_partition(ctx, d, day, spark) for d in ctx.datasets}
+    with open_engine(ctx.settings.engine) as engine:
+        verdicts = {d: validate_partition(ctx, d, day, engine) for d in ctx.datasets}
     failed = [v.message for v in verdicts.values() if not v.success]
 
     if lake.pins:
@@ -112,11 +105,11 @@ def validate(ctx: RunContext) -> ValidateManifest:
 
 
 def validate_partition(
-    ctx: RunContext, dataset: str, day: date, spark: Any = None
+    ctx: RunContext, dataset: str, day: date, engine: Engine
 ) -> PartitionVerdict:
-    """Run the dataset's suite on the partition this run ingested (cached when the validated
-    copy has the same content) and keep its report and Data Docs; with a ``spark`` session (the
-    Spark engine) the suite runs on Spark, without Data Docs."""
+    """Run the dataset's suite on the partition this run ingested with the step's ``engine``
+    (cached when the validated copy has the same content) and keep its report and the Data Docs
+    the engine renders."""
     lake, settings = ctx.lake, ctx.settings.validation
     raw = raw_folder(ctx, dataset, day)
     raw_manifest = lake.partition_manifest(raw)
@@ -155,23 +148,18 @@ def validate_partition(
     dropped = [c.column for c in changes if c.action == "dropped"]
     docs = None
     with temporary_docs_dir() as tmp_docs:
-        if spark is not None:
-            from pipeline_steps.quality.spark_suite import run_partition_suite_spark
-
-            path = lake.path(raw, "data.parquet")
-            outcome = run_partition_suite_spark(spark, path, dataset, suite, parameters, dropped)
-        else:
-            outcome = run_partition_suite(
-                lake,
-                raw,
-                dataset,
-                suite,
-                parameters,
-                tmp_docs if settings.data_docs else None,
-                settings.chunk_rows,
-                dropped,
-            )
-        if settings.data_docs and spark is None:
+        rendered = settings.data_docs and engine.data_docs
+        outcome = engine.validate(
+            lake,
+            raw,
+            dataset,
+            suite,
+            parameters,
+            dropped,
+            data_docs_dir=tmp_docs if rendered else None,
+            chunk_rows=settings.chunk_rows,
+        )
+        if rendered:
             docs = lake.path(reports, "data_docs", dataset)
             lake.remove(reports, "data_docs", dataset)
             lake.fs.put(f"{tmp_docs}/", docs, recursive=True)
@@ -221,35 +209,6 @@ def schema_changes(ctx: RunContext, raw: str, dataset: str, day: date) -> list[S
         if change.action != "kept" or change.against == "previous":
             log.warning("validate %s: %s", lake.path(raw), change.label)
     return changes
-
-
-def run_partition_suite(
-    lake: Lake,
-    raw: str,
-    dataset: str,
-    suite: ExpectationSuite,
-    parameters: dict[str, Any],
-    data_docs_dir: str | None,
-    chunk_rows: int,
-    dropped: list[str] | None = None,
-) -> SuiteOutcome:
-    """Run the suite on the whole partition, or chunk by chunk when it has more rows; the
-    ``dropped`` columns (added upstream, ``validation.added_columns=warn_and_drop``) left out."""
-    from pipeline_steps.quality.suite_chunks import run_suite_chunked
-
-    path = lake.path(raw, "data.parquet")
-    try:
-        with lake.fs.open(path, "rb") as fh:
-            parquet = pq.ParquetFile(fh)
-            columns = [c for c in parquet.schema_arrow.names if c not in (dropped or [])]
-            if parquet.metadata.num_rows > chunk_rows:
-                return run_suite_chunked(
-                    dataset, parquet, suite, parameters, data_docs_dir, chunk_rows, columns
-                )
-            frame = as_frame(parquet.read(columns=columns))
-    except (pa.ArrowException, OSError) as exc:
-        raise StepError(f"partition {lake.path(raw)} cannot be read: {exc}") from exc
-    return run_suite(dataset, frame, suite, parameters, data_docs_dir)
 
 
 def _verdict(

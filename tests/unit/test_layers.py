@@ -18,14 +18,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pipeline_steps"
 LAYERS = {
     "core": 0,
     "domain": 1,
-    "engines": 1,
     "quality": 2,
     "evaluation": 2,
     "tuning": 2,
-    "steps": 3,
-    "orchestration": 4,
-    "services": 4,
-    "commands": 5,
+    "engines": 3,
+    "steps": 4,
+    "orchestration": 5,
+    "services": 5,
+    "commands": 6,
 }
 
 

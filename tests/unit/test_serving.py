@@ -15,6 +15,7 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.feature_store import earliest_event, materialize_online, scratch_store
 from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.domain.flights import DOMAIN
+from pipeline_steps.engines.local import LocalEngine
 from pipeline_steps.steps.features import build_features, feast_dir, run_store
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
@@ -109,7 +110,7 @@ def test_materialising_again_reads_nothing_and_changes_nothing(built, monkeypatc
     assert manifest.materialized is not None
     start = datetime.fromisoformat(manifest.materialized.start)
     end = datetime.fromisoformat(manifest.materialized.end)
-    with run_store(ctx, ctx.lake.url(feast_dir(ctx.run_id))) as store:
+    with run_store(ctx, ctx.lake.url(feast_dir(ctx.run_id)), LocalEngine()) as store:
         service = store.get_feature_service(DOMAIN.feature_service)
         views = [p.name for p in service.feature_view_projections]
         intervals = {v: store.get_feature_view(v).materialization_intervals for v in views}
@@ -234,6 +235,6 @@ def test_a_training_set_rebuilt_from_other_inputs_reloads_the_online_store(
         datetime.fromisoformat(first.materialized.start),
         datetime.fromisoformat(first.materialized.end),
     )
-    with run_store(other, other.lake.url(feast_dir(other.run_id))) as store:
+    with run_store(other, other.lake.url(feast_dir(other.run_id)), LocalEngine()) as store:
         for view in ("weather_hourly", "plane_specs"):
             assert store.get_feature_view(view).materialization_intervals == [window, window]
