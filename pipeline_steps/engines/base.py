@@ -33,12 +33,21 @@ class DriftWindow(Protocol):
     """The joined rows of a drift window's reference and current days, held by the engine
     (with the champion's prediction signal when it scored them)."""
 
-    columns: FeatureColumns
-    """The model's feature columns."""
-    counts: WindowCounts
-    """Per-day counts of the window's columns, counted where the rows are."""
-    reference_rows: int
-    current_rows: int
+    @property
+    def columns(self) -> FeatureColumns:
+        """The model's feature columns."""
+        ...
+
+    @property
+    def counts(self) -> WindowCounts:
+        """Per-day counts of the window's columns, counted where the rows are."""
+        ...
+
+    @property
+    def reference_rows(self) -> int: ...
+
+    @property
+    def current_rows(self) -> int: ...
 
     def sample(self, size: int) -> pd.DataFrame:
         """The reference rows pandas' ``sample(size, random_state=0)`` draws from them in the
@@ -53,11 +62,19 @@ class DriftWindow(Protocol):
 class Engine(Protocol):
     """One engine, open for a step."""
 
-    name: str
-    data_docs: bool
-    """Whether validation renders Great Expectations' Data Docs."""
-    feast_offline: str | None
-    """The Feast offline store the engine joins through (``None``: the store config's own)."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def data_docs(self) -> bool:
+        """Whether validation renders Great Expectations' Data Docs."""
+        ...
+
+    @property
+    def feast_offline(self) -> str | None:
+        """The Feast offline store the engine joins through (``None``: the store config's
+        own)."""
+        ...
 
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
         """A scratch folder for the block, removed afterwards."""

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from pipeline_steps.core.feature_store import joined_rows
 from pipeline_steps.core.scoring import predicted_signal, scorer
-from pipeline_steps.engines.base import JoinedRows
+from pipeline_steps.engines.base import Engine, JoinedRows
 from pipeline_steps.engines.window_file import FileCounts, SpilledWindow, write_window
 
 if TYPE_CHECKING:
@@ -101,6 +101,6 @@ class LocalEngine:
 
 
 @contextmanager
-def open_engine(settings: EngineSettings) -> Iterator[LocalEngine]:
+def open_engine(settings: EngineSettings) -> Iterator[Engine]:
     """The local engine (nothing to start)."""
     yield LocalEngine()

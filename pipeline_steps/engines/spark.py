@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.settings import EngineSettings, FeatureSettings
-from pipeline_steps.engines.base import JoinedRows
+from pipeline_steps.engines.base import Engine, JoinedRows
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -209,7 +209,7 @@ class SparkEngine:
 
 
 @contextmanager
-def open_engine(settings: EngineSettings) -> Iterator[SparkEngine]:
+def open_engine(settings: EngineSettings) -> Iterator[Engine]:
     """The Spark engine on a session of ``engine.spark_master`` (:func:`spark_session`)."""
     with spark_session(settings) as spark:
         yield SparkEngine(spark, settings)
