@@ -14,8 +14,9 @@ peak RSS (``ru_maxrss`` of the one child) and wall time are recorded:
 cost: the trailing days' statistics and the day's own). ``--engine spark`` runs the data steps
 with ``engine.name=spark`` (pyspark local mode) beside the local engine, one after the other
 for each size; ``--baseline-tree DIR`` also runs the features step (``--baseline-steps``:
-``evaluate`` too, on the measured run's training set and model) from another checkout (e.g. a
-``git worktree`` of an earlier commit) on the same lake.
+``evaluate`` too, on the measured run's training set and model, and ``monitor``) from another
+checkout (e.g. a ``git worktree`` of an earlier commit) on the same lake. The monitor's window
+is ``drift.reference_days`` + ``drift.current_days`` days (21 by default) of the history.
 Results are printed as a markdown table and appended to ``--out`` as JSON lines.
 """
 
@@ -234,9 +235,9 @@ def main() -> None:
         "--baseline-steps",
         nargs="+",
         default=["features"],
-        choices=["features", "evaluate"],
+        choices=["features", "evaluate", "monitor"],
         help="the steps the baseline tree runs (evaluate: on the local run's training set and "
-        "model, after the measured steps)",
+        "model, after the measured steps; monitor: the drift window ending at the day)",
     )
     parser.add_argument(
         "--baseline-max-copies", type=int, default=100, help="largest size the baseline runs"
@@ -283,7 +284,7 @@ def main() -> None:
         if args.baseline_tree and copies <= args.baseline_max_copies:
             local_run = next(r["run_id"] for r in rows if r["copies"] == copies)
             for step in args.baseline_steps:
-                run_id = "bench_baseline" if step == "features" else local_run
+                run_id = local_run if step == "evaluate" else f"bench_baseline_{step}"
                 if step == "features":
                     shutil.rmtree(lake_of(home) / "training_sets" / run_id, ignore_errors=True)
                 result = repeated(args.repeat, step, home, base, run_id, args.baseline_tree)
