@@ -89,10 +89,11 @@ class LocalEngine:
         with self.joined(store, domain, settings, entity_files, scratch) as (reader, columns):
             score = None
             if model_uri is not None:
-                predict = scorer(model_uri, [*columns.categorical, *columns.numeric])
+                features = [*columns.categorical, *columns.numeric]
+                predict = scorer(model_uri, features)
 
-                def score(rows: Any) -> Any:
-                    return predicted_signal(domain, predict(rows))
+                def score(rows: pa.Table) -> Any:
+                    return predicted_signal(domain, predict(rows.select(features).to_pandas()))
 
             signal = pa.string() if domain.task == "multiclass" else pa.float64()
             write_window(reader, path, score, signal)

@@ -13,7 +13,6 @@ measured on whole frames.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline_steps.core.domain import FeatureColumns
@@ -33,7 +33,8 @@ BATCH_ROWS = 65_536  # rows read back at a time
 
 class FileCounts:
     """Per-day counts of the window file ``path``: ``day_column`` holds each row's day (ISO);
-    rows of ``reference_days`` are the reference, rows of ``current_days`` the current window."""
+    rows of ``reference_days`` are the reference, rows of ``current_days`` the current window.
+    Each row's day is read once (two bytes a row); every count then reads one column."""
 
     def __init__(
         self,
@@ -49,33 +50,38 @@ class FileCounts:
         self.current = {d.isoformat() for d in current_days}
         self.n_days = len(self.position)
         self.batch_rows = batch_rows
+        self.days = self._day_index()
+
+    def _day_index(self) -> np.ndarray:
+        """Each row's reference day (its position), -1 for a row of the current window."""
+        known = [*self.position, *sorted(self.current)]
+        value = np.array([*range(self.n_days), *[-1] * len(self.current)], dtype=np.int16)
+        pieces = []
+        for batch in self.file.iter_batches(batch_size=self.batch_rows, columns=[self.day_column]):
+            days = batch.column(0).cast(pa.string())
+            found = pc.index_in(days, value_set=pa.array(known, pa.string()))
+            if found.null_count:
+                stray = pc.unique(pc.filter(days, pc.is_null(found))).to_pylist()
+                raise StepError(f"rows of day(s) {sorted(stray)[:3]} are outside the window's days")
+            pieces.append(value[found.to_numpy()])
+        return np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int16)
 
     def columns(self) -> set[str]:
         return set(self.file.schema_arrow.names)
 
     def rows(self) -> tuple[int, int]:
         """Rows of the reference and of the current window."""
-        reference = current = 0
-        for days, _ in self._batches(self.day_column):
-            reference += int(np.sum(days >= 0))
-            current += int(np.sum(days < 0))
-        return reference, current
+        reference = int(np.sum(self.days >= 0))
+        return reference, len(self.days) - reference
 
     def _batches(self, column: str) -> Iterator[tuple[np.ndarray, pd.Series]]:
         """Per batch: each row's reference day (its position; -1 in the current window) and
         ``column``'s values."""
-        names = [self.day_column] if column == self.day_column else [self.day_column, column]
-        for batch in self.file.iter_batches(batch_size=self.batch_rows, columns=names):
-            days = batch.column(0).to_pandas().astype(str)
-            index = days.map(self.position)
-            stray = index.isna() & ~days.isin(self.current)
-            if stray.any():
-                found = sorted(set(days[stray]))[:3]
-                raise StepError(f"rows of day(s) {found} are outside the window's days")
-            yield (
-                index.fillna(-1).to_numpy(dtype=np.int64),
-                batch.column(len(names) - 1).to_pandas(),
-            )
+        offset = 0
+        for batch in self.file.iter_batches(batch_size=self.batch_rows, columns=[column]):
+            days = self.days[offset : offset + batch.num_rows]
+            offset += batch.num_rows
+            yield days, batch.column(0).to_pandas()
 
     def numeric(self, column: str, bins: int) -> tuple[np.ndarray, np.ndarray]:
         present = []
@@ -90,28 +96,30 @@ class FileCounts:
         for days, series in self._batches(column):
             codes = numeric_bins(edges, _floats(series))
             ref = days >= 0
-            np.add.at(per_day, (days[ref], codes[ref]), 1)
+            per_day += _per_day(days[ref], codes[ref], self.n_days, width)
             current += np.bincount(codes[~ref], minlength=width)
         return per_day, current
 
     def categorical(self, column: str) -> tuple[np.ndarray, np.ndarray]:
-        reference: Counter[tuple[int, str]] = Counter()
-        current: Counter[str] = Counter()
+        reference: dict[str, np.ndarray] = {}
+        current: dict[str, int] = {}
         for days, series in self._batches(column):
             labels = series.astype(object)
-            labels = labels.where(labels.notna(), MISSING).astype(str).to_numpy()
+            codes, uniques = pd.factorize(labels.where(labels.notna(), MISSING).astype(str))
             ref = days >= 0
-            reference.update(zip(days[ref].tolist(), labels[ref].tolist(), strict=True))
-            current.update(labels[~ref].tolist())
-        categories = sorted({value for _, value in reference} | set(current))
-        code = {c: i for i, c in enumerate(categories)}
-        per_day = np.zeros((self.n_days, len(categories)), dtype=np.int64)
-        for (day, value), n in reference.items():
-            per_day[day, code[value]] = n
-        counted = np.zeros(len(categories), dtype=np.int64)
-        for value, n in current.items():
-            counted[code[value]] = n
-        return per_day, counted
+            per_day = _per_day(days[ref], codes[ref], self.n_days, len(uniques))
+            counted = np.bincount(codes[~ref], minlength=len(uniques))
+            for i, value in enumerate(uniques):
+                if value in reference:
+                    reference[value] += per_day[:, i]
+                else:
+                    reference[value] = per_day[:, i].copy()
+                current[value] = current.get(value, 0) + int(counted[i])
+        categories = sorted(reference)
+        if not categories:
+            return np.zeros((self.n_days, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        per_day_all = np.stack([reference[c] for c in categories], axis=1)
+        return per_day_all, np.array([current[c] for c in categories], dtype=np.int64)
 
     def binary(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         per_day = np.zeros((self.n_days, 2), dtype=np.int64)
@@ -119,7 +127,7 @@ class FileCounts:
         for days, series in self._batches(column):
             values = series.to_numpy().astype(np.int64)
             ref = days >= 0
-            np.add.at(per_day, (days[ref], values[ref]), 1)
+            per_day += _per_day(days[ref], values[ref], self.n_days, 2)
             current += np.bincount(values[~ref], minlength=2)
         return per_day, current
 
@@ -134,12 +142,18 @@ class FileCounts:
             return float(sums[0] / counts[0]), float(sums[1] / counts[1])
 
 
+def _per_day(days: np.ndarray, codes: np.ndarray, n_days: int, width: int) -> np.ndarray:
+    """Counts of (day, code) pairs as a days x width matrix."""
+    flat = days.astype(np.int64) * width + codes
+    return np.bincount(flat, minlength=n_days * width).reshape(n_days, width)
+
+
 def _floats(series: pd.Series) -> np.ndarray:
     return series.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-Score = Callable[[pd.DataFrame], np.ndarray]
-"""The prediction signal of feature rows (what the drift of predictions is measured on)."""
+Score = Callable[[pa.Table], np.ndarray]
+"""The prediction signal of joined rows (what the drift of predictions is measured on)."""
 
 
 def write_window(
@@ -149,28 +163,32 @@ def write_window(
     signal: pa.DataType | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> tuple[int, int]:
-    """The joined rows of ``reader`` into the Parquet file ``path``, ``batch_rows`` to a row
-    group, with ``score``'s signal of each batch (of type ``signal``: probabilities or values,
-    a multiclass model's class names as strings) as the column ``calibration.PREDICTION``.
-    Returns the rows written and the row groups."""
-    schema = reader.schema
+    """The joined rows of ``reader`` into the Parquet file ``path`` in row groups of about
+    ``batch_rows`` rows, with ``score``'s signal of each (of type ``signal``: float64
+    probabilities or values, a multiclass model's class names as strings) as the column
+    ``calibration.PREDICTION``. Returns the rows written and the row groups."""
     signal = signal or pa.float64()
+    schema = reader.schema
     if score is not None:
         schema = schema.append(pa.field(PREDICTION, signal))
     pending: list[pa.RecordBatch] = []
     held = rows = groups = 0
     with pq.ParquetWriter(str(path), schema) as writer:
+
+        def flush() -> None:
+            table = pa.Table.from_batches(pending, reader.schema)
+            if score is not None:
+                table = table.append_column(PREDICTION, pa.array(score(table), type=signal))
+            writer.write_table(table, row_group_size=table.num_rows)
+
         for batch in reader:
-            if score is not None and batch.num_rows:
-                scored = pa.array(score(batch.to_pandas()), type=signal)
-                batch = pa.RecordBatch.from_arrays([*batch.columns, scored], schema=schema)
             pending.append(batch)
             held += batch.num_rows
             if held >= batch_rows:
-                writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=held)
+                flush()
                 rows, groups, pending, held = rows + held, groups + 1, [], 0
         if held:
-            writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=held)
+            flush()
             rows, groups = rows + held, groups + 1
     return rows, groups
 
@@ -190,34 +208,34 @@ class SpilledWindow:
         self.reference_rows, self.current_rows = self.counts.rows()
 
     def sample(self, size: int) -> pd.DataFrame:
+        counts = self.counts
         drawn = np.random.RandomState(0).choice(
             self.reference_rows, size=min(size, self.reference_rows), replace=False
         )
-        order = np.empty(self.reference_rows, dtype=np.int64)
-        order.fill(-1)
+        order = np.full(self.reference_rows, -1, dtype=np.int64)
         order[drawn] = np.arange(len(drawn))
-        picked, seen = [], 0
-        for frame in self._frames():
-            reference = frame[frame[self.counts.day_column].astype(str).isin(self.counts.position)]
-            position = order[seen : seen + len(reference)]
-            seen += len(reference)
-            chosen = reference[position >= 0]
-            if len(chosen):
-                picked.append(chosen.assign(__order=position[position >= 0]))
+        # each row's place in the draw (-1: not drawn, or not a reference row)
+        drawn_at = np.full(len(counts.days), -1, dtype=np.int64)
+        drawn_at[counts.days >= 0] = order
+        picked, offset = [], 0
+        for batch in counts.file.iter_batches(batch_size=counts.batch_rows):
+            here = drawn_at[offset : offset + batch.num_rows]
+            offset += batch.num_rows
+            rows = np.flatnonzero(here >= 0)
+            if len(rows):
+                frame = batch.take(pa.array(rows)).to_pandas()
+                picked.append(frame.assign(__order=here[rows]))
         if not picked:
-            return pd.DataFrame(columns=self.counts.file.schema_arrow.names)
-        rows = pd.concat(picked, ignore_index=True).sort_values("__order")
-        return rows.drop(columns="__order").reset_index(drop=True)
+            return counts.file.schema_arrow.empty_table().to_pandas()
+        frame = pd.concat(picked, ignore_index=True).sort_values("__order")
+        return frame.drop(columns="__order").reset_index(drop=True)
 
     def day(self, day: date) -> pd.DataFrame:
-        wanted = day.isoformat()
+        counts = self.counts
+        wanted = pa.scalar(day.isoformat(), pa.string())
         kept = [
-            frame[frame[self.counts.day_column].astype(str) == wanted] for frame in self._frames()
+            batch.filter(pc.equal(batch.column(counts.day_column).cast(pa.string()), wanted))
+            for batch in counts.file.iter_batches(batch_size=counts.batch_rows)
         ]
-        if not kept:
-            return pd.DataFrame(columns=self.counts.file.schema_arrow.names)
-        return pd.concat(kept, ignore_index=True)
-
-    def _frames(self) -> Iterator[pd.DataFrame]:
-        for batch in self.counts.file.iter_batches(batch_size=self.counts.batch_rows):
-            yield batch.to_pandas()
+        table = pa.Table.from_batches(kept, counts.file.schema_arrow)
+        return table.to_pandas()
