@@ -132,10 +132,19 @@ def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) ->
         validate(ctx)
 
 
-def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = ROOT) -> dict:
+def measure(
+    step: str,
+    home: Path,
+    sets: list[str],
+    run_id: str,
+    tree: Path = ROOT,
+    env: dict[str, str] | None = None,
+    cgroup: Path | None = None,
+) -> dict:
     """One step for DAY in a fresh process: wall seconds, exit status, the step process's own
     peak RSS (``ru_maxrss``, exact) and its process tree's (the sum over the step and its
-    children, a JVM included, sampled every 0.1 s)."""
+    children, a JVM included, sampled every 0.1 s). ``env``: more environment; ``cgroup``: a
+    cgroup (v1) folder the process runs in."""
     import psutil
 
     command = [
@@ -156,9 +165,20 @@ def measure(step: str, home: Path, sets: list[str], run_id: str, tree: Path = RO
         DAY.isoformat(),
         *[item for value in sets for item in ("--set", value)],
     ]
-    env = {**os.environ, "TRAINYARD_HOME": str(home), "PYTHONPATH": str(tree)}
+    environ = {**os.environ, "TRAINYARD_HOME": str(home), "PYTHONPATH": str(tree), **(env or {})}
+
+    def enter_cgroup() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
     process = subprocess.Popen(
-        command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=tree,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=enter_cgroup,
     )
     wrapper, tree_peak = psutil.Process(process.pid), 0
     while process.poll() is None:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from pipeline_steps.core.domain import MISSING_CATEGORY as MISSING
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import DriftSignal, SignalKind, StatisticName
 from pipeline_steps.core.settings import DriftSettings
@@ -38,7 +39,6 @@ from pipeline_steps.core.settings import DriftSettings
 EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
 PREDICTION = "prediction"
 LABEL = "label"
-MISSING = "<missing>"  # the category of a missing value
 INPUTS = "inputs"
 """The importance-weighted input drift: the one input signal that may trigger."""
 
