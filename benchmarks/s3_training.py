@@ -1,15 +1,16 @@
 """The train step reading its frozen set from object storage, with less memory than the set.
 
 Real days repeated (as ``benchmarks/scale.py`` writes them, ``--copies`` times) go through
-ingest, validate and features on a local lake; the lake is then copied to an S3 server (moto's,
-as the production profile on one machine runs it) and the train step runs twice in fresh
-processes on the same run: once on the local lake, once with ``lake.root`` on S3 inside a
-cgroup (v1 memory controller) whose limit is below the training set's decoded size. Recorded:
-the set's rows, its size on S3 and decoded (the row groups' uncompressed bytes), each run's wall
+ingest, validate and features on a local lake, whose validated days are then copied to an S3
+server (moto's, as the production profile on one machine runs it). The train step runs on the
+local lake; then, with ``lake.root`` on S3, the features step freezes the same set there and the
+train step runs inside a cgroup (v1 memory controller) whose limit is below the training set's
+decoded size; each step in a fresh process. Recorded:
+the set's rows, its size on S3 and in memory (Arrow), each run's wall
 time, peak RSS and the cgroup's peak usage and failures, and the final training loss of both
 (the same rows in the same order give the same loss)::
 
-    .venv/bin/python benchmarks/s3_training.py --copies 300 --memory-limit 1280M
+    .venv/bin/python benchmarks/s3_training.py --copies 300 --memory-limit 1280M --no-checks
 
 Needs root (the cgroup) and moto's server (``pip install 'trainyard[production]'``).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,10 +60,12 @@ def free_port() -> int:
 
 
 def decoded_bytes(path: Path) -> tuple[int, int, int]:
-    """Rows, row groups and uncompressed bytes of a parquet file (its metadata)."""
-    meta = pq.ParquetFile(path).metadata
-    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    return meta.num_rows, meta.num_row_groups, size
+    """Rows, row groups and in-memory (Arrow) bytes of a parquet file, read a row group at a
+    time."""
+    parquet = pq.ParquetFile(path)
+    groups = parquet.metadata.num_row_groups
+    size = sum(parquet.read_row_group(i).nbytes for i in range(groups))
+    return parquet.metadata.num_rows, groups, size
 
 
 def start_s3(folder: Path) -> tuple[subprocess.Popen, str]:
@@ -93,12 +97,15 @@ def s3_env(url: str) -> dict[str, str]:
 
 
 def upload(lake: Path, url: str) -> None:
-    """The local lake's files to ``s3://BUCKET/lake/flight_delay/``."""
+    """The local lake's files to ``s3://BUCKET/lake/flight_delay/``, but the runs' training
+    sets and files (the features step writes them again there, with their S3 paths)."""
     import boto3
 
     client = boto3.client("s3", endpoint_url=url, **_keys(url))
     client.create_bucket(Bucket=BUCKET)
     for path in lake.rglob("*"):
+        if path.relative_to(lake).parts[0] in ("training_sets", "runs"):
+            continue
         if path.is_file():
             key = f"lake/flight_delay/{path.relative_to(lake)}"
             client.upload_file(str(path), BUCKET, key)
@@ -131,12 +138,27 @@ def trained(manifest: dict) -> dict:
     }
 
 
+def empty_suites(folder: Path) -> Path:
+    """The suites without expectations: the days pass validate at once (the training is
+    measured here, not the checks, which ``benchmarks/scale.py`` measures)."""
+    out = folder / "expectations-empty"
+    shutil.copytree(folder / "expectations", out, dirs_exist_ok=True)
+    for path in out.glob("*.json"):
+        suite = json.loads(path.read_text())
+        suite["expectations"] = []
+        path.write_text(json.dumps(suite, indent=2))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=300)
     parser.add_argument("--window", type=int, default=30)
     parser.add_argument("--memory-limit", default="1280M", help="the S3 run's cgroup limit")
     parser.add_argument("--work", type=Path, default=Path("/tmp/trainyard-scale"))
+    parser.add_argument(
+        "--no-checks", action="store_true", help="validate with empty suites (faster seeding)"
+    )
     args = parser.parse_args()
     limit = parse_bytes(args.memory_limit)
 
@@ -145,6 +167,8 @@ def main() -> None:
     write_days(folder, args.copies, [*days, DAY])
     lifted_suites(folder)
     sets = overrides(folder, args.window, [])
+    if args.no_checks:
+        sets.append(f"validation.expectations_dir={empty_suites(folder)}")
     home = folder / "home"
     seed_history(folder, home, days, sets)
     run_id = "bench_s3_train"
@@ -158,22 +182,32 @@ def main() -> None:
     stored = train_set.stat().st_size
     print(json.dumps({"rows": rows, "row_groups": groups, "stored": stored, "decoded": decoded}))
 
+    run_dir = lake_of(home) / "runs" / run_id  # a run trained before would be cached
+    (run_dir / "train.json").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     server, url = start_s3(folder)
     try:
-        upload(lake_of(home), url)  # before the local training writes its run's files
+        upload(lake_of(home), url)
         local = measure("train", home, sets, run_id)
         local |= trained(json.loads((lake_of(home) / "runs" / run_id / "train.json").read_text()))
         print(json.dumps({"lake": "local", **local}), flush=True)
         group = in_cgroup("trainyard-s3-train", limit)
         env = {**s3_env(url), "TRAINYARD_LAKE__ROOT": f"s3://{BUCKET}/lake"}
         s3_home = folder / "home-s3"  # its own MLflow store and scratch
-        s3_home.mkdir(exist_ok=True)
+        shutil.rmtree(s3_home, ignore_errors=True)
+        s3_home.mkdir()
+        features = measure("features", s3_home, sets, run_id, env=env)
+        print(json.dumps({"lake": "s3", **features}), flush=True)
+        if features["rc"]:
+            raise SystemExit(f"features on S3 failed: {json.dumps(features)}")
         remote = measure("train", s3_home, sets, run_id, env=env, cgroup=group)
         remote["cgroup_peak_mib"] = round(
             int((group / "memory.max_usage_in_bytes").read_text()) / 2**20
         )
         remote["cgroup_failcnt"] = int((group / "memory.failcnt").read_text())
         remote["limit_mib"] = round(limit / 2**20)
+        if remote["rc"]:
+            raise SystemExit(f"train on S3 failed: {json.dumps(remote)}")
         import boto3
 
         client = boto3.client("s3", endpoint_url=url, **_keys(url))
