@@ -167,9 +167,11 @@ def measure(
     ]
     environ = {**os.environ, "TRAINYARD_HOME": str(home), "PYTHONPATH": str(tree), **(env or {})}
 
+    procs = cgroup / "cgroup.procs" if cgroup is not None else None
+
     def enter_cgroup() -> None:
-        if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        if procs is not None:
+            procs.write_text(str(os.getpid()))
 
     process = subprocess.Popen(
         command,
@@ -178,7 +180,7 @@ def measure(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=enter_cgroup,
+        preexec_fn=enter_cgroup if procs is not None else None,
     )
     wrapper, tree_peak = psutil.Process(process.pid), 0
     while process.poll() is None:

@@ -10,12 +10,13 @@ whose ``open_engine(settings)`` is a context manager giving its :class:`Engine`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import date
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -41,6 +42,12 @@ class DriftWindow(Protocol):
     @property
     def counts(self) -> WindowCounts:
         """Per-day counts of the window's columns, counted where the rows are."""
+        ...
+
+    @property
+    def predict(self) -> Callable[[pd.DataFrame], np.ndarray] | None:
+        """The model's predictions on feature rows, loaded once by the window (None when it
+        was given no model)."""
         ...
 
     @property

@@ -87,10 +87,10 @@ class LocalEngine:
     ) -> Iterator[SpilledWindow]:
         path = Path(scratch, "window.parquet")
         with self.joined(store, domain, settings, entity_files, scratch) as (reader, columns):
+            features = [*columns.categorical, *columns.numeric]
+            predict = scorer(model_uri, features) if model_uri is not None else None
             score = None
-            if model_uri is not None:
-                features = [*columns.categorical, *columns.numeric]
-                predict = scorer(model_uri, features)
+            if predict is not None:
 
                 def score(rows: pa.Table) -> Any:
                     return predicted_signal(domain, predict(rows.select(features).to_pandas()))
@@ -98,7 +98,7 @@ class LocalEngine:
             signal = pa.string() if domain.task == "multiclass" else pa.float64()
             write_window(reader, path, score, signal)
         counts = FileCounts(path, domain.date_column, reference_days, current_days)
-        yield SpilledWindow(columns=columns, counts=counts, key=domain.key)
+        yield SpilledWindow(columns=columns, counts=counts, predict=predict)
 
 
 @contextmanager

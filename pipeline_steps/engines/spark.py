@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.scoring import scorer
 from pipeline_steps.core.settings import EngineSettings, FeatureSettings
 from pipeline_steps.engines.base import Engine, JoinedRows
 
@@ -198,12 +199,14 @@ class SparkEngine:
         from pipeline_steps.engines.spark_join import joined_frame
 
         rows, columns = joined_frame(self.spark, store, domain, entity_files, scratch)
+        features = [*columns.categorical, *columns.numeric]
+        predict = None
         if model_uri is not None:
-            features = [*columns.categorical, *columns.numeric]
             rows = with_prediction(rows, model_uri, features, domain)
+            predict = scorer(model_uri, features)  # the driver's: the sample and day D
         rows = rows.cache()
         try:
-            yield SparkWindow(rows, columns, domain, reference_days, current_days)
+            yield SparkWindow(rows, columns, domain, reference_days, current_days, predict)
         finally:
             rows.unpersist()
 

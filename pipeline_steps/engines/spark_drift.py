@@ -13,7 +13,7 @@ last bin; categories are the values as strings, missing as ``<missing>``, sorted
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -162,6 +162,7 @@ class SparkWindow:
     domain: Domain
     reference_days: Sequence[date]
     current_days: Sequence[date]
+    predict: Callable[[pd.DataFrame], np.ndarray] | None
     counts: SparkCounts = field(init=False)
     reference_rows: int = field(init=False)
     current_rows: int = field(init=False)

@@ -1,11 +1,12 @@
 """The drift monitor's windows on the local engine, spilled to a Parquet file.
 
 The reference and current windows' joined rows are written once, a record batch at a time, with
-the champion's prediction signal scored batch by batch (:func:`write_window`). Each statistic then
-reads the day column and one other back a batch at a time (:class:`FileCounts`, the local
-engine's :class:`~pipeline_steps.quality.calibration.WindowCounts`): memory holds a batch, the
-counts, and for a numeric column its present reference values (its quantile bins need them),
-whatever the window's length. Bins and categories are those of
+the champion's prediction signal scored batch by batch (:func:`write_window`). Each row's day is
+read back once, as an index; each statistic then reads its one column back a batch at a time
+(:class:`FileCounts`, the local engine's
+:class:`~pipeline_steps.quality.calibration.WindowCounts`): memory holds the day index (two bytes
+a row), a batch, the counts, and for a numeric column its present reference values (its quantile
+bins need them), whatever the window's length. Bins and categories are those of
 :func:`~pipeline_steps.quality.calibration.numeric_counts` and
 :func:`~pipeline_steps.quality.calibration.categorical_counts`, so the verdict is the one
 measured on whole frames.
@@ -26,7 +27,12 @@ import pyarrow.parquet as pq
 
 from pipeline_steps.core.domain import FeatureColumns
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.quality.calibration import MISSING, PREDICTION, numeric_bins, numeric_edges
+from pipeline_steps.quality.calibration import (
+    PREDICTION,
+    category_labels,
+    numeric_bins,
+    numeric_edges,
+)
 
 BATCH_ROWS = 65_536  # rows read back at a time
 
@@ -104,8 +110,7 @@ class FileCounts:
         reference: dict[str, np.ndarray] = {}
         current: dict[str, int] = {}
         for days, series in self._batches(column):
-            labels = series.astype(object)
-            codes, uniques = pd.factorize(labels.where(labels.notna(), MISSING).astype(str))
+            codes, uniques = pd.factorize(category_labels(series.to_numpy(dtype=object)))
             ref = days >= 0
             per_day = _per_day(days[ref], codes[ref], self.n_days, len(uniques))
             counted = np.bincount(codes[~ref], minlength=len(uniques))
@@ -152,6 +157,8 @@ def _floats(series: pd.Series) -> np.ndarray:
     return series.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
+Predict = Callable[[pd.DataFrame], np.ndarray]
+"""A model's predictions on feature rows."""
 Score = Callable[[pa.Table], np.ndarray]
 """The prediction signal of joined rows (what the drift of predictions is measured on)."""
 
@@ -193,19 +200,23 @@ def write_window(
     return rows, groups
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpilledWindow:
-    """A drift window's joined rows in the Parquet file ``path`` (:func:`write_window`), read
-    back a batch at a time: the local engine's :class:`~pipeline_steps.engines.base.DriftWindow`."""
+    """A drift window's joined rows in a Parquet file (:func:`write_window`) that ``counts``
+    reads, read back a batch at a time: the local engine's
+    :class:`~pipeline_steps.engines.base.DriftWindow`."""
 
     columns: FeatureColumns
     counts: FileCounts
-    key: str
-    reference_rows: int = 0
-    current_rows: int = 0
+    predict: Predict | None
 
-    def __post_init__(self) -> None:
-        self.reference_rows, self.current_rows = self.counts.rows()
+    @property
+    def reference_rows(self) -> int:
+        return self.counts.rows()[0]
+
+    @property
+    def current_rows(self) -> int:
+        return self.counts.rows()[1]
 
     def sample(self, size: int) -> pd.DataFrame:
         counts = self.counts

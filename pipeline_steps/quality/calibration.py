@@ -146,12 +146,18 @@ def numeric_counts(
     return per_day, cur
 
 
+def category_labels(values: np.ndarray | pd.Series) -> pd.Series:
+    """Each value's category: the value as a string, a missing one ``MISSING``."""
+    labels = pd.Series(values, dtype=object)
+    return labels.where(labels.notna(), MISSING).astype(str)
+
+
 def categorical_counts(
     reference: np.ndarray, ref_days: np.ndarray, current: np.ndarray, n_days: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-reference-day counts per category (missing is a category) and the current counts."""
-    labels = pd.Series(np.concatenate([reference, current]), dtype=object)
-    codes, categories = pd.factorize(labels.where(labels.notna(), MISSING).astype(str), sort=True)
+    labels = category_labels(np.concatenate([reference, current]))
+    codes, categories = pd.factorize(labels, sort=True)
     ref_codes, cur_codes = codes[: len(reference)], codes[len(reference) :]
     per_day = np.zeros((n_days, len(categories)), dtype=np.int64)
     np.add.at(per_day, (ref_days, ref_codes), 1)

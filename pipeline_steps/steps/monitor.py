@@ -147,9 +147,8 @@ def _measure(
                 raise StepError(f"the {which} window has no rows to measure drift on")
             columns = window.columns
             features = [*columns.categorical, *columns.numeric]
-            importance, predict = None, None
-            if champion is not None:
-                predict = scorer(champion.model_uri, features)
+            predict, importance = window.predict, None
+            if predict is not None:
                 importance = sensitivity(predict, window.sample(SENSITIVITY_ROWS), features)
             verdict = measure_counts(
                 window.counts,

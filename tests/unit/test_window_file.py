@@ -58,7 +58,7 @@ def spilled(window: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> S
     assert pq.ParquetFile(path).metadata.num_row_groups == groups == -(-rows // (6 * 777))
     counts = FileCounts(path, "flight_date", REFERENCE, CURRENT, batch_rows=BATCH)
     columns = FeatureColumns(categorical=["carrier", "tailnum"], numeric=["dep_delay"])
-    return SpilledWindow(columns=columns, counts=counts, key="flight_id")
+    return SpilledWindow(columns=columns, counts=counts, predict=None)
 
 
 def _frames(window: pd.DataFrame) -> FrameCounts:
