@@ -37,6 +37,8 @@ $(STAMP): pyproject.toml examples/hotel_rates/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@# The second example's domain is a package of its own, installed as a team installs theirs.
 	$(BIN)/python -m pip install --quiet --no-deps -e examples/hotel_rates
+	@# Hadoop's S3 connector for the Spark engine on a cluster (s3a://): jars no wheel carries.
+	$(BIN)/python -m pipeline_steps.engines.s3a_jars > /dev/null
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install trainyard (skipped when up to date)

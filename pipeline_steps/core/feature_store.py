@@ -4,7 +4,10 @@ store itself, point-in-time joins and online materialisation.
 The feature repository's config and definitions find a store's folder in
 ``$TRAINYARD_FEAST_DIR`` (sources, registry file, SQLite online store) and a shared registry's
 project in ``$TRAINYARD_FEAST_PROJECT``. :func:`open_store` sets both for as long as its store is
-open and restores them when it closes, so no store leaves the process environment changed.
+open and restores them when it closes, so no store leaves the process environment changed. The
+sources may live elsewhere than the registry (an object store a Spark cluster reads while the
+registry and online store stay with the step): ``$TRAINYARD_FEAST_SOURCES`` then names their
+folder (:func:`pipeline_steps.core.feast_sources.offline_source`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +35,7 @@ from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, featu
 from pipeline_steps.core.environment import environment
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feast_import import import_feast
-from pipeline_steps.core.feast_sources import FEAST_OFFLINE
+from pipeline_steps.core.feast_sources import FEAST_OFFLINE, FEAST_SOURCES
 from pipeline_steps.core.manifests import TimeRange
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, joined_batches, view_joins
 from pipeline_steps.core.settings import FeatureSettings
@@ -61,9 +64,10 @@ def load_definitions(repo: Path) -> list[Any]:
 
 
 def write_sources(folder: str | Path, sources: Mapping[str, SourceRows]) -> None:
-    """Write the domain's offline sources (name → rows) as ``<folder>/sources/<name>.parquet``;
-    a stream is written piece by piece, each piece cast to the first one's column types."""
-    os.makedirs(f"{folder}/sources", exist_ok=True)
+    """Write the domain's offline sources (name → rows) as ``<folder>/sources/<name>.parquet``
+    (``folder`` local or an object store URL); a stream is written piece by piece, each piece
+    cast to the first one's column types."""
+    _makedirs(f"{folder}/sources")
     for name, rows in sources.items():
         pieces = [rows] if isinstance(rows, pd.DataFrame | pa.Table) else rows
         _write_pieces(f"{folder}/sources/{name}.parquet", pieces, f"offline source {name}")
@@ -80,7 +84,7 @@ def _write_pieces(
             table = piece if isinstance(piece, pa.Table) else _table(piece)
             table = table.replace_schema_metadata(None)
             if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
+                writer = _parquet_writer(path, table.schema)
             elif not table.schema.equals(writer.schema):
                 table = _conform(table, writer.schema, what)
             writer.write_table(table)
@@ -88,6 +92,20 @@ def _write_pieces(
         if writer is not None:
             writer.close()
     return writer.schema if writer is not None else None
+
+
+def _makedirs(folder: str) -> None:
+    if "://" not in folder:  # an object store has no folders to make
+        os.makedirs(folder, exist_ok=True)
+
+
+def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
+    if "://" in path:
+        import fsspec
+
+        fs, where = fsspec.core.url_to_fs(path)
+        return pq.ParquetWriter(where, schema, filesystem=fs)
+    return pq.ParquetWriter(path, schema)
 
 
 def _table(frame: pd.DataFrame) -> pa.Table:
@@ -128,8 +146,8 @@ def write_entity_rows(
     """The domain's entity rows of each labelled part (name → rows: a validated day, or a piece
     of one), written as ``<folder>/entities/<name>.parquet`` in the parts' order, consecutive
     parts of one name into one file; the files written. An entity row lacking a column the
-    join needs is an error naming it."""
-    os.makedirs(f"{folder}/{ENTITY_DIR}", exist_ok=True)
+    join needs is an error naming it. ``folder`` is local or an object store URL."""
+    _makedirs(f"{folder}/{ENTITY_DIR}")
     needed = [
         domain.key,
         domain.date_column,
@@ -188,15 +206,21 @@ def joined_rows(
 
 @contextmanager
 def feast_environment(
-    folder: str, project: str | None = None, offline: str | None = None
+    folder: str,
+    project: str | None = None,
+    offline: str | None = None,
+    sources: str | None = None,
 ) -> Iterator[None]:
-    """``$TRAINYARD_FEAST_DIR`` (and ``$TRAINYARD_FEAST_PROJECT``, ``$TRAINYARD_FEAST_OFFLINE``
-    when given) set for the block, the previous values back afterwards."""
+    """``$TRAINYARD_FEAST_DIR`` (and ``$TRAINYARD_FEAST_PROJECT``, ``$TRAINYARD_FEAST_OFFLINE``,
+    ``$TRAINYARD_FEAST_SOURCES`` when given) set for the block, the previous values back
+    afterwards."""
     values = {FEAST_DIR: folder}
     if project:
         values[FEAST_PROJECT] = project
     if offline:
         values[FEAST_OFFLINE] = offline
+    if sources and sources != folder:
+        values[FEAST_SOURCES] = f"{sources}/sources"
     with environment(values):
         yield
 
@@ -209,13 +233,15 @@ def open_store(
     project: str | None = None,
     config: str = DEFAULT_CONFIG,
     offline: str | None = None,
+    sources: str | None = None,
 ) -> Iterator[Any]:
     """The Feast store of ``settings.feature_repo`` over ``folder`` with ``config`` (a file of
     the repository) and the repository's definitions applied. ``offline``: the offline store's
     type instead of the config's (``spark``: Feast's Spark store on the process's active Spark
     session, the views' offline sources Spark sources, see
     :func:`pipeline_steps.core.feast_sources.offline_source`); registry and online store stay
-    the config's."""
+    the config's. ``sources``: the folder the offline sources were written to, when not
+    ``folder``."""
     import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
@@ -224,7 +250,7 @@ def open_store(
     if not (repo / config).is_file():
         setting = "features.store_config" if config != DEFAULT_CONFIG else "features.feature_repo"
         raise StepError(f"{setting}: Feast repository {repo} has no {config}")
-    with feast_environment(folder, project, offline):
+    with feast_environment(folder, project, offline, sources):
         if offline:
             raw = yaml.safe_load(os.path.expandvars((repo / config).read_text()))
             raw["offline_store"] = {"type": offline}
@@ -243,15 +269,17 @@ def scratch_store(
     sources: Mapping[str, SourceRows],
     *,
     offline: str | None = None,
-    scratch: str | None = None,
+    place: Callable[[str], str] | None = None,
 ) -> Iterator[Any]:
-    """A store of its own over ``sources``, in a scratch folder removed afterwards (under
-    ``scratch`` when given; the repository's ``feature_store.yaml``: a registry file and a
-    SQLite online store, with the ``offline`` store type when given, see :func:`open_store`);
-    nothing a training run reads is written."""
-    with tempfile.TemporaryDirectory(prefix="trainyard-feast-", dir=scratch) as folder:
-        write_sources(folder, sources)
-        with open_store(settings, folder, offline=offline) as store:
+    """A store of its own over ``sources``, in a scratch folder removed afterwards (the
+    repository's ``feature_store.yaml``: a registry file and a SQLite online store, with the
+    ``offline`` store type when given, see :func:`open_store`); the sources are written where
+    ``place`` puts them given that folder (an engine's ``sources_folder``), else in it. Nothing a
+    training run reads is written."""
+    with tempfile.TemporaryDirectory(prefix="trainyard-feast-") as folder:
+        at = place(folder) if place else folder
+        write_sources(at, sources)
+        with open_store(settings, folder, offline=offline, sources=at) as store:
             yield store
 
 

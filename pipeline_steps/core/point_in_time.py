@@ -234,15 +234,19 @@ def nullable_columns(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in reader))
 
 
-def read_in_order(files: Sequence[str], batch_rows: int) -> pa.RecordBatchReader:
-    """The parquet files' rows one file after another, as one stream."""
+def read_in_order(
+    files: Sequence[str], batch_rows: int, filesystem: Any = None
+) -> pa.RecordBatchReader:
+    """The parquet files' rows one file after another, as one stream (``files`` on
+    ``filesystem`` when given, an fsspec or Arrow file system)."""
     import pyarrow.parquet as pq
 
-    schema = pq.read_schema(files[0]) if files else None
+    schema = pq.read_schema(files[0], filesystem=filesystem) if files else None
 
     def batches() -> Iterator[pa.RecordBatch]:
         for path in files:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+            source = pq.ParquetFile(path, filesystem=filesystem)
+            for batch in source.iter_batches(batch_size=batch_rows):
                 yield batch.cast(schema) if not batch.schema.equals(schema) else batch
             pa.default_memory_pool().release_unused()  # a day read: give its buffers back
 

@@ -84,7 +84,13 @@ class Engine(Protocol):
         ...
 
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
-        """A scratch folder for the block, removed afterwards."""
+        """A scratch folder for the block, removed afterwards: a local path, or an object store
+        URL where the engine's workers share no disk with the step."""
+        ...
+
+    def sources_folder(self, folder: str, scratch: str) -> str:
+        """Where the step writes the Feast offline sources the engine joins: ``folder`` (the
+        run's Feast folder), or ``scratch`` when the engine's workers do not see that folder."""
         ...
 
     def validate(

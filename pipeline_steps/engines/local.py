@@ -44,6 +44,9 @@ class LocalEngine:
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
         return tempfile.TemporaryDirectory(prefix=prefix)
 
+    def sources_folder(self, folder: str, scratch: str) -> str:
+        return folder
+
     def validate(
         self,
         lake: Lake,

@@ -6,7 +6,11 @@ point-in-time join runs through Feast's Spark offline store
 executors (:mod:`pipeline_steps.engines.spark_drift`).
 
 ``engine.spark_master`` says where executors run (``local[*]`` in the step's own process, a
-standalone cluster, or Kubernetes); ``engine.spark_conf`` adds properties over trainyard's own:
+standalone cluster, or Kubernetes). On a cluster every file Spark reads or writes is on object
+storage (:mod:`pipeline_steps.engines.spark_storage`): the lake, and ``engine.spark_dir``, an
+``s3://`` folder under which each step writes its entity rows, offline sources and joined rows;
+a path on the driver's own disk is refused, naming its setting. ``engine.spark_conf`` adds
+properties over trainyard's own:
 the session time zone and the driver's are UTC (Feast's Spark store compares its time bounds as
 the driver's local times, so any other zone shifts the join), parquet timestamps are written as
 microseconds with their zone (not INT96), and Spark's scratch files go to ``engine.spark_dir``
@@ -19,7 +23,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -29,6 +33,15 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.scoring import scorer
 from pipeline_steps.core.settings import EngineSettings, FeatureSettings
 from pipeline_steps.engines.base import Engine, JoinedRows
+from pipeline_steps.engines.spark_storage import (
+    check_cluster,
+    cluster_properties,
+    fsspec_url,
+    is_cluster,
+    is_object_url,
+    s3a_properties,
+    spark_url,
+)
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -59,6 +72,8 @@ def spark_properties(settings: EngineSettings, scratch: str) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "8",
+        **s3a_properties(settings),
+        **(cluster_properties() if is_cluster(settings.spark_master) else {}),
         **settings.spark_conf,
     }
 
@@ -92,6 +107,7 @@ def spark_session(settings: EngineSettings) -> Iterator[Any]:
         raise StepError(
             "engine.name is spark but pyspark is not installed: pip install 'trainyard[spark]'"
         ) from exc
+    check_cluster(settings)
     active = SparkSession.getActiveSession()
     if active is not None:
         running = active.conf.get("spark.master")
@@ -132,7 +148,8 @@ def _python() -> str:
 
 @contextmanager
 def _scratch(settings: EngineSettings) -> Iterator[str]:
-    if settings.spark_dir:
+    """The driver's own scratch folder (Java's temporary files, Spark's local directory)."""
+    if settings.spark_dir and not is_object_url(settings.spark_dir):
         Path(settings.spark_dir).mkdir(parents=True, exist_ok=True)
         yield settings.spark_dir
         return
@@ -150,8 +167,27 @@ class SparkEngine:
     data_docs: bool = False
     feast_offline: str | None = "spark"
 
+    @property
+    def cluster(self) -> bool:
+        return is_cluster(self.settings.spark_master)
+
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
+        if is_object_url(self.settings.spark_dir):
+            return _object_scratch(self.settings.spark_dir, prefix)
         return tempfile.TemporaryDirectory(prefix=prefix, dir=self.settings.spark_dir or None)
+
+    def shared(self, path: str, setting: str) -> str:
+        """``path`` as Spark reads it; on a cluster, a path on the driver's own disk is refused,
+        naming the ``setting`` it came from."""
+        if self.cluster and not is_object_url(path):
+            raise StepError(
+                f"{setting} {path}: a path on the driver's disk, which the executors of "
+                f"{self.settings.spark_master} (engine.spark_master) do not share; use s3://"
+            )
+        return spark_url(path)
+
+    def sources_folder(self, folder: str, scratch: str) -> str:
+        return scratch if self.cluster else folder
 
     def validate(
         self,
@@ -167,7 +203,7 @@ class SparkEngine:
     ) -> SuiteOutcome:
         from pipeline_steps.quality.spark_suite import run_partition_suite_spark
 
-        path = lake.path(raw, "data.parquet")
+        path = self.shared(lake.url(raw, "data.parquet"), "lake.root")
         return run_partition_suite_spark(self.spark, path, dataset, suite, parameters, dropped)
 
     def joined(
@@ -180,7 +216,8 @@ class SparkEngine:
     ) -> AbstractContextManager[JoinedRows]:
         from pipeline_steps.engines.spark_join import spark_joined_rows
 
-        return spark_joined_rows(self.spark, store, domain, entity_files, scratch)
+        files = [self.shared(f, "engine.spark_dir") for f in entity_files]
+        return spark_joined_rows(self.spark, store, domain, files, spark_url(scratch))
 
     @contextmanager
     def window(
@@ -198,7 +235,8 @@ class SparkEngine:
         from pipeline_steps.engines.spark_drift import SparkWindow, with_prediction
         from pipeline_steps.engines.spark_join import joined_frame
 
-        rows, columns = joined_frame(self.spark, store, domain, entity_files, scratch)
+        files = [self.shared(f, "engine.spark_dir") for f in entity_files]
+        rows, columns = joined_frame(self.spark, store, domain, files, spark_url(scratch))
         features = [*columns.categorical, *columns.numeric]
         predict = None
         if model_uri is not None:
@@ -209,6 +247,22 @@ class SparkEngine:
             yield SparkWindow(rows, columns, domain, reference_days, current_days, predict)
         finally:
             rows.unpersist()
+
+
+@contextmanager
+def _object_scratch(root: str, prefix: str) -> Iterator[str]:
+    """A folder of its own under the object store folder ``root``, removed afterwards."""
+    import uuid
+
+    import fsspec
+
+    folder = f"{fsspec_url(root).rstrip('/')}/{prefix}{uuid.uuid4().hex[:12]}"
+    fs, path = fsspec.core.url_to_fs(folder)
+    try:
+        yield folder
+    finally:
+        with suppress(FileNotFoundError):
+            fs.rm(path, recursive=True)
 
 
 @contextmanager

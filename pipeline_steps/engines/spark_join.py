@@ -10,16 +10,17 @@ part files, which the driver then reads back in order into the frozen sets.
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 
 from pipeline_steps.core.domain import MISSING_CATEGORY, Domain, FeatureColumns, feature_columns
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, nullable_columns, read_in_order
+from pipeline_steps.engines.spark_storage import fsspec_url
 
 
 def first_of_each_key(entities: Any, key: str) -> Any:
@@ -101,11 +102,13 @@ def spark_joined_rows(
 ) -> Iterator[tuple[pa.RecordBatchReader, FeatureColumns]]:
     """As ``core.feature_store.joined_rows``, on Spark: the joined rows ordered by the key as a
     stream of record batches read while the block runs (Spark writes them under ``scratch``, a
-    folder the driver and executors share), and the model's feature columns."""
+    folder the driver and executors share: an object store's on a cluster), and the model's
+    feature columns."""
     service = store.get_feature_service(domain.feature_service)
     columns = feature_columns(domain, service)
     out = _write_joined(spark, store, service, domain, columns, entity_files, scratch)
-    parts = sorted(glob.glob(f"{out}/part-*.parquet"))
+    fs, folder = fsspec.core.url_to_fs(fsspec_url(out))
+    parts = sorted(fs.glob(f"{folder}/part-*.parquet"))
     if not parts:
         raise StepError(f"point-in-time join on Spark wrote no rows under {out}")
-    yield nullable_columns(read_in_order(parts, batch_rows)), columns
+    yield nullable_columns(read_in_order(parts, batch_rows, filesystem=fs)), columns

@@ -93,8 +93,20 @@ def _readable(path: str, action: Callable[[], T]) -> T:
     try:
         return action()
     except (PySparkException, Py4JJavaError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StepError(f"partition {path} cannot be read: {first}") from exc
+        raise StepError(f"partition {path} cannot be read: {spark_error(exc)}") from exc
+
+
+def spark_error(exc: BaseException) -> str:
+    """The first line of a Spark error, with the Java exception beneath a Py4J call's."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        cause = java
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        first = f"{first} {cause.toString()}"
+    return first
 
 
 def as_spark_frame(frame: DataFrame) -> DataFrame:

@@ -20,7 +20,16 @@ def build_parser() -> argparse.ArgumentParser:
         "workers, an authenticated MLflow server, an S3 store, on PostgreSQL and Redis.",
     )
     sub = parser.add_subparsers(dest="action", required=True)
-    sub.add_parser("up", help="start every process (prepares databases, users and secrets)")
+    up = sub.add_parser("up", help="start every process (prepares databases, users and secrets)")
+    up.add_argument(
+        "--spark",
+        nargs="?",
+        type=int,
+        const=2,
+        metavar="WORKERS",
+        help="also a Spark standalone cluster (a master and WORKERS workers, 2 when not given), "
+        "which the steps then run their data work on; --spark 0 goes back to the local engine",
+    )
     down = sub.add_parser("down", help="stop every process")
     down.add_argument(
         "--purge",
@@ -55,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         if args.action == "up":
-            profile = lifecycle.up()
+            profile = lifecycle.up(spark_workers=args.spark)
             print("The production profile is up.\n" + lifecycle.describe(profile))
         elif args.action == "down":
             stopped = lifecycle.down(purge=args.purge)

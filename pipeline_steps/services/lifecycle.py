@@ -24,6 +24,7 @@ from pipeline_steps.services.gpu_pool import ensure_pools
 from pipeline_steps.services.profile import (
     DATABASES,
     PROCESSES,
+    SPARK_PROCESSES,
     Profile,
     ensure_env,
     load_profile,
@@ -204,9 +205,30 @@ def start_monitoring(profile: Profile) -> None:
         proc.wait_for(profile, name, partial(proc.prometheus_ready, url), 60)
 
 
-def up(given: Profile | None = None) -> Profile:
-    """Start every process of the profile (those running already are left alone)."""
+def start_spark(profile: Profile) -> None:
+    """The Spark master, then ``SPARK_WORKERS`` workers, each waited for."""
+    master = "spark-master"
+    proc.start(profile, master)
+    proc.wait_for(profile, master, lambda: proc.port_open(profile["SPARK_MASTER_PORT"]), 120)
+    workers = [f"spark-worker-{n}" for n in range(1, profile.spark_workers + 1)]
+    for name in workers:
+        proc.start(profile, name)
+    proc.wait_for(
+        profile,
+        master,
+        lambda: proc.spark_workers_alive(profile) >= len(workers),
+        START_TIMEOUT_S,
+    )
+
+
+def up(given: Profile | None = None, spark_workers: int | None = None) -> Profile:
+    """Start every process of the profile (those running already are left alone); with
+    ``spark_workers``, a Spark standalone cluster of that many workers too, which the steps then
+    run their data work on (0: back to the local engine)."""
     profile = given or load_profile()
+    if spark_workers is not None and spark_workers != profile.spark_workers:
+        values = ensure_env(profile.env_file, SPARK_WORKERS=str(spark_workers))
+        profile = Profile(home=profile.home, values=values)
     prepare_postgres(profile)
     s3_fresh = proc.running_pid(profile, "s3") is None
     proc.start(profile, "s3")
@@ -214,6 +236,8 @@ def up(given: Profile | None = None) -> Profile:
     proc.wait_for(profile, "s3", lambda: proc.port_open(port), 60)
     if s3_fresh:
         profile = prepare_s3(profile)
+    if profile.spark_workers:
+        start_spark(profile)
     ready = profile
     proc.write_mlflow_auth_config(profile)
     if proc.running_pid(profile, "mlflow") is None:  # its workers' metrics start from nothing
@@ -254,7 +278,7 @@ def down(profile: Profile | None = None, purge: bool = False) -> list[str]:
     # the workers first: their tasks end while MLflow and S3 still answer; the monitoring last,
     # so that it takes everyone's last metrics
     stopped = proc.stop(profile, list(AIRFLOW[::-1]))
-    stopped += proc.stop(profile, ["mlflow", "s3"])
+    stopped += proc.stop(profile, ["mlflow", *SPARK_PROCESSES[::-1], "s3"])
     stopped += proc.stop(profile, ["prometheus", "statsd-exporter", "pushgateway"])
     if purge:
         _purge(profile)
@@ -286,7 +310,8 @@ def _purge(profile: Profile) -> None:
 
 def status(profile: Profile | None = None) -> dict[str, int | None]:
     profile = profile or load_profile()
-    return {name: proc.running_pid(profile, name) for name in PROCESSES}
+    names = [*PROCESSES, *SPARK_PROCESSES[: 1 + profile.spark_workers]]
+    return {name: proc.running_pid(profile, name) for name in names}
 
 
 def describe(profile: Profile) -> str:
@@ -305,6 +330,15 @@ def describe(profile: Profile) -> str:
             f"Postgres  {profile.database_url('airflow').rsplit('/', 1)[0]}/"
             f"{profile['TRAINYARD_DB_PREFIX']}_{{{','.join(DATABASES)}}}   password "
             "TRAINYARD_DB_PASSWORD",
+            *(
+                [
+                    f"Spark     {profile.spark_master_url}   {profile.spark_workers} workers, "
+                    f"web UI http://127.0.0.1:{profile['SPARK_WEBUI_PORT']}; the steps' data "
+                    f"work runs there, its files under s3://{profile['S3_BUCKET']}/spark"
+                ]
+                if profile.spark_workers
+                else []
+            ),
             f"Credentials: {profile.env_file} (mode 0600)",
             f"Logs: {profile.home / 'logs'}",
         ]

@@ -21,7 +21,7 @@ from base64 import b64encode
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pipeline_steps.services import prometheus
+from pipeline_steps.services import prometheus, spark_cluster
 from pipeline_steps.services.profile import Profile, write_private
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,23 @@ class ServiceError(RuntimeError):
 def command(profile: Profile, name: str) -> list[str]:
     """The command line of one process."""
     if name == "s3":
-        return [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", profile["S3_PORT"]]
+        server = "pipeline_steps.services.s3_server"  # moto's, see there
+        return [sys.executable, "-m", server, "-H", "127.0.0.1", "-p", profile["S3_PORT"]]
+    if name == "spark-master":
+        return spark_cluster.master_command(
+            "127.0.0.1", profile["SPARK_MASTER_PORT"], profile["SPARK_WEBUI_PORT"]
+        )
+    if name.startswith("spark-worker-"):
+        number = int(name.rsplit("-", 1)[1])
+        return spark_cluster.worker_command(
+            profile.spark_master_url,
+            spark_worker_dir(profile, number),
+            host="127.0.0.1",
+            cores=profile["SPARK_WORKER_CORES"],
+            memory=profile["SPARK_WORKER_MEMORY"],
+            webui_port=int(profile["SPARK_WEBUI_PORT"]) + number,
+            isolate=spark_cluster.can_isolate(),
+        )
     if name == "mlflow":
         return [
             str(BIN / "mlflow"),
@@ -94,6 +110,11 @@ def environment(profile: Profile, name: str) -> dict[str, str]:
         return {**base, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
     if name in ("pushgateway", "statsd-exporter", "prometheus"):
         return base
+    if name == "spark-master":
+        return spark_cluster.master_environment(base, str(profile.home / "logs"))
+    if name.startswith("spark-worker-"):
+        work_dir = spark_worker_dir(profile, int(name.rsplit("-", 1)[1]))
+        return spark_cluster.worker_environment(work_dir, base)
     if name == "mlflow":
         return {
             **base,
@@ -107,6 +128,13 @@ def environment(profile: Profile, name: str) -> dict[str, str]:
         **profile.airflow_env(),
         "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
     }
+
+
+def spark_worker_dir(profile: Profile, number: int) -> str:
+    """A worker's own folder: in its private ``/tmp`` where it has one, else the profile's."""
+    if spark_cluster.can_isolate():
+        return f"/tmp/spark-worker-{number}"
+    return str(profile.home / "spark" / f"worker-{number}")
 
 
 def pid_file(profile: Profile, name: str) -> Path:
@@ -249,6 +277,17 @@ def airflow_healthy(profile: Profile, *components: str) -> bool:
 def worker_ready(profile: Profile) -> bool:
     text = log_file(profile, "airflow-worker").read_text(errors="replace")
     return " ready." in text
+
+
+def spark_workers_alive(profile: Profile) -> int:
+    """The workers the Spark master counts alive (its web UI's JSON); 0 while it does not
+    answer."""
+    url = f"http://127.0.0.1:{profile['SPARK_WEBUI_PORT']}/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return int(json.load(answer).get("aliveworkers", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 def write_airflow_passwords(profile: Profile) -> None:

@@ -37,6 +37,9 @@ PROCESSES: tuple[str, ...] = (
 )
 """Processes ``trainyard services up`` starts, in start order."""
 
+SPARK_PROCESSES: tuple[str, ...] = ("spark-master", "spark-worker-1", "spark-worker-2")
+"""The Spark standalone cluster ``trainyard services up --spark`` starts besides, after S3."""
+
 SERVICES: tuple[str, ...] = ("postgres", "redis")
 """Services the profile uses and does not start (the machine's own; containers in compose)."""
 
@@ -79,6 +82,12 @@ DEFAULTS: dict[str, str] = {
     "PROMETHEUS_SCRAPE_S": "15",
     "S3_BUCKET": "trainyard",
     "S3_ACCESS_KEY_ID": "trainyard",  # moto's server replaces it with the key it issues
+    # the Spark standalone cluster (`up --spark` sets SPARK_WORKERS; 0: the local engine)
+    "SPARK_WORKERS": "0",
+    "SPARK_MASTER_PORT": "7077",
+    "SPARK_WEBUI_PORT": "8090",  # the master's; its workers' the ports after it
+    "SPARK_WORKER_CORES": "1",
+    "SPARK_WORKER_MEMORY": "2g",
 }
 """Plain settings of the profile and their defaults (an environment variable of the same name
 wins when ``.env`` is first written)."""
@@ -228,6 +237,24 @@ class Profile:
     def mlflow_auth_config(self) -> Path:
         return self.home / "mlflow-auth.ini"
 
+    @property
+    def spark_workers(self) -> int:
+        return int(self.values.get("SPARK_WORKERS", "0") or 0)
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://127.0.0.1:{self['SPARK_MASTER_PORT']}"
+
+    def spark_env(self) -> dict[str, str]:
+        """The steps' engine: the profile's Spark cluster, its scratch folder on S3."""
+        if not self.spark_workers:
+            return {}
+        return {
+            "TRAINYARD_ENGINE__NAME": "spark",
+            "TRAINYARD_ENGINE__SPARK_MASTER": self.spark_master_url,
+            "TRAINYARD_ENGINE__SPARK_DIR": f"s3://{self['S3_BUCKET']}/spark",
+        }
+
     def s3_env(self) -> dict[str, str]:
         return {
             "AWS_ENDPOINT_URL": self.s3_url,
@@ -262,6 +289,7 @@ class Profile:
             "TRAINYARD_PROMOTION__LOCK": self.database_url("airflow"),
             # the steps' gauges (training progress and stalls, failures, refusals, drift)
             "TRAINYARD_MONITORING__PUSHGATEWAY_URL": self.pushgateway_url,
+            **self.spark_env(),
         }
 
     def airflow_env(self) -> dict[str, str]:

@@ -163,10 +163,13 @@ def partition_refs(lake: Lake, hashes: dict[str, dict[str, str]]) -> PartitionRe
 
 
 @contextmanager
-def run_store(ctx: RunContext, folder: str, engine: Engine) -> Iterator[Any]:
+def run_store(
+    ctx: RunContext, folder: str, engine: Engine, sources: str | None = None
+) -> Iterator[Any]:
     """The run's Feast store over ``folder``: ``features.store_config`` of
     ``features.feature_repo``, as the run's own project, with the repository's definitions;
-    its offline store the one the step's ``engine`` joins through."""
+    its offline store the one the step's ``engine`` joins through, reading the offline sources
+    written under ``sources`` (``folder`` when not given)."""
     settings = ctx.settings.features
     with open_store(
         settings,
@@ -174,6 +177,7 @@ def run_store(ctx: RunContext, folder: str, engine: Engine) -> Iterator[Any]:
         project=feast_project(ctx),
         config=settings.store_config,
         offline=engine.feast_offline,
+        sources=sources,
     ) as store:
         yield store
 
@@ -227,12 +231,13 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         open_engine(ctx.settings.engine) as engine,
         engine.scratch("trainyard-join-") as scratch,
     ):
-        write_sources(folder, sources)
+        sources_at = engine.sources_folder(folder, scratch)
+        write_sources(sources_at, sources)
         pieces = labelled.by_batch(feature_store.ENTITY_PIECE_ROWS)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)
         read = {domain.labelled_dataset: labelled_hashes, **source_hashes}
-        with run_store(ctx, folder, engine) as store:
+        with run_store(ctx, folder, engine, sources_at) as store:
             manifest = _build(
                 ctx,
                 store,

@@ -127,7 +127,10 @@ def _measure(
     with (
         engine.scratch("trainyard-monitor-") as scratch,
         scratch_store(
-            features_cfg, sources, offline=engine.feast_offline, scratch=scratch
+            features_cfg,
+            sources,
+            offline=engine.feast_offline,
+            place=lambda folder: engine.sources_folder(folder, scratch),
         ) as store,
     ):
         parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(ENTITY_PIECE_ROWS))

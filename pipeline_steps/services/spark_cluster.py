@@ -1,0 +1,106 @@
+"""A Spark standalone cluster on this machine: a master and its workers as separate processes.
+
+``trainyard services up --spark`` starts them beside the production profile (the steps then run
+with ``engine.name: spark`` against the master, the lake and ``engine.spark_dir`` on the
+profile's S3 store). Each worker has its own working and local directories, and — where the
+machine allows a process a mount namespace of its own (root on Linux) — its own empty ``/tmp``:
+the driver's scratch folders and anything else it keeps under ``/tmp`` do not exist for the
+worker or its executors, as on a cluster of separate machines.
+
+The master and workers are the classes the pyspark wheel ships, run through its ``spark-class``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+PRIVATE_TMP = 'mount --make-rprivate / && mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$@"'
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def master_url(host: str, port: str | int) -> str:
+    return f"spark://{host}:{port}"
+
+
+def can_isolate() -> bool:
+    """Whether a worker can be given a mount namespace (an empty ``/tmp``) of its own."""
+    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+def master_command(host: str, port: str | int, webui_port: str | int) -> list[str]:
+    return [
+        str(spark_home() / "bin" / "spark-class"),
+        MASTER_CLASS,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--webui-port",
+        str(webui_port),
+    ]
+
+
+def worker_command(
+    master: str,
+    work_dir: str,
+    *,
+    host: str,
+    cores: str | int,
+    memory: str,
+    webui_port: str | int,
+    isolate: bool,
+) -> list[str]:
+    """A worker of ``master`` with ``work_dir`` (under the worker's private ``/tmp`` when
+    ``isolate``)."""
+    argv = [
+        str(spark_home() / "bin" / "spark-class"),
+        WORKER_CLASS,
+        "--host",
+        host,
+        "--cores",
+        str(cores),
+        "--memory",
+        memory,
+        "--work-dir",
+        work_dir,
+        "--webui-port",
+        str(webui_port),
+        master,
+    ]
+    if not isolate:
+        return argv
+    return ["unshare", "--mount", "--fork", "sh", "-c", PRIVATE_TMP, "spark-worker", *argv]
+
+
+def worker_environment(work_dir: str, base: dict[str, str]) -> dict[str, str]:
+    """The worker's environment: Spark's home the wheel's, its executors' local directories
+    under its own working directory, Python's and Java's temporary files in its ``/tmp``."""
+    env = {k: v for k, v in base.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    return {
+        **env,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_DIRS": f"{work_dir}/local",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": work_dir,
+        "TMPDIR": "/tmp",
+    }
+
+
+def master_environment(base: dict[str, str], log_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    return {
+        **env,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": log_dir,
+    }
