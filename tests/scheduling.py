@@ -37,6 +37,7 @@ UNITS = {
     "tests/integration/test_production_profile.py": "deployments",
     "tests/engines/test_spark_engine.py": "spark",
     "tests/data/test_spark_validation.py": "spark",
+    "tests/engines/test_spark_cluster.py": "spark",
 }
 """Modules (or folders) that run as one unit with others; ``tests/unit/test_scheduling.py``
 checks that every module marked ``containers``, ``deployment`` or ``spark`` is here."""

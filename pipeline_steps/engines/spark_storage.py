@@ -77,14 +77,16 @@ def bundled_jars(folder: Path = JARS_DIR) -> list[Path]:
 
 
 def s3a_properties(
-    settings: EngineSettings, environ: Mapping[str, str] | None = None
+    settings: EngineSettings,
+    environ: Mapping[str, str] | None = None,
+    jars_dir: Path | None = None,
 ) -> dict[str, str]:
     """The Spark properties that let driver and executors read and write ``s3a://``: the jars
     (trainyard's unless ``engine.spark_conf`` names its own), the endpoint and credentials of
     the environment. Empty when no jar provides the connector."""
     env = os.environ if environ is None else environ
     own = "spark.jars" in settings.spark_conf or "spark.jars.packages" in settings.spark_conf
-    jars = [] if own else bundled_jars()
+    jars = [] if own else bundled_jars(jars_dir or JARS_DIR)
     if not own and not jars:
         return {}
     props: dict[str, str] = {}

@@ -13,11 +13,14 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,8 +95,6 @@ class Cluster:
 
 
 def _listening(port: int) -> bool:
-    import socket
-
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
@@ -174,36 +175,30 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def home(seeded_home: Path, s3: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The seeded history's lake copied to S3 (the home keeps only the step's state)."""
-    import fsspec
-
-    fs = fsspec.filesystem(
-        "s3",
-        key=s3["AWS_ACCESS_KEY_ID"],
-        secret=s3["AWS_SECRET_ACCESS_KEY"],
-        client_kwargs={"endpoint_url": s3["AWS_ENDPOINT_URL"]},
-    )
+    fs = _s3(s3)
     fs.put(str(seeded_home / "lake") + "/", f"{BUCKET}/lake/", recursive=True)
     return tmp_path_factory.mktemp("cluster-home")
+
+
+def step_argv(name: str, run_id: str, *settings: str) -> list[str]:
+    every = (*STEP_SETTINGS, f"lake.root=s3://{BUCKET}/lake", *settings)
+    return [
+        str(BIN / "trainyard"),
+        "step",
+        name,
+        "--run-id",
+        run_id,
+        "--logical-date",
+        FIRST_DAY.isoformat(),
+        *[arg for setting in every for arg in ("--set", setting)],
+    ]
 
 
 def step(
     name: str, run_id: str, env: dict[str, str], *settings: str, home: Path
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            str(BIN / "trainyard"),
-            "step",
-            name,
-            "--run-id",
-            run_id,
-            "--logical-date",
-            FIRST_DAY.isoformat(),
-            *[
-                a
-                for s in (*STEP_SETTINGS, f"lake.root=s3://{BUCKET}/lake", *settings)
-                for a in ("--set", s)
-            ],
-        ],
+        step_argv(name, run_id, *settings),
         env={**os.environ, **env, "TRAINYARD_HOME": str(home)},
         capture_output=True,
         text=True,
@@ -224,7 +219,33 @@ def manifest(done: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_validate_features_and_monitor_run_on_the_cluster_as_on_the_local_engine(
+def features_losing_a_worker(
+    cluster: Cluster, env: dict[str, str], home: Path
+) -> subprocess.CompletedProcess[str]:
+    """The features step on the cluster, its second worker killed (with its executor) once the
+    step's application has its executors and the step is a few seconds into its work."""
+    worker_log = cluster.logs / "worker-2.log"
+    launched = worker_log.read_text().count("Asked to launch executor")
+    with subprocess.Popen(
+        step_argv("features", "lost-worker", *on(cluster)),
+        env={**os.environ, **env, "TRAINYARD_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as running:
+        wait_until(
+            "an executor of the step on the second worker",
+            lambda: worker_log.read_text().count("Asked to launch executor") > launched,
+            180,
+        )
+        time.sleep(8)
+        assert running.poll() is None, "the step ended before the worker could be lost"
+        cluster.kill(cluster.workers[1])
+        out, err = running.communicate(timeout=900)
+    return subprocess.CompletedProcess(running.args, running.returncode, out, err)
+
+
+def test_validate_and_features_run_on_the_cluster_as_on_the_local_engine_losing_a_worker(
     cluster: Cluster, s3: dict[str, str], home: Path
 ) -> None:
     driver_only = home / "driver-only.txt"
@@ -240,32 +261,52 @@ def test_validate_features_and_monitor_run_on_the_cluster_as_on_the_local_engine
     assert validated["verdict"] == "passed"
     assert {d["status"] for d in validated["datasets"].values()} == {"validated"}
 
-    remote = manifest(step("features", "cluster", s3, *on(cluster), home=home))
+    # A worker (and its executor) lost mid-step: Spark runs its tasks again on the other one.
+    lost = features_losing_a_worker(cluster, s3, home)
+    remote = manifest(lost)
+    wait_until("the master to count one worker", lambda: cluster.alive() == 1, 90)
     local = manifest(step("features", "local", s3, home=home))
     assert remote["status"] == local["status"] == "built"
     assert remote["sets"]["train"]["rows"] == local["sets"]["train"]["rows"] > 2000
     assert remote["training_set_sha256"] == local["training_set_sha256"]
     assert remote["materialized"] == local["materialized"]
+    # the step's scratch folder on S3 went with it
+    fs = _s3(s3)
+    assert not fs.exists(f"{BUCKET}/spark") or not fs.ls(f"{BUCKET}/spark")
 
-    window = ("drift.current_days=1", "drift.reference_days=3", "drift.min_reference_days=2")
-    drift = {
-        engine: manifest(step("monitor", f"drift-{engine}", s3, *window, *extra, home=home))
-        for engine, extra in (("cluster", on(cluster)), ("local", ()))
-    }
-    signals = {engine: d["signals"] for engine, d in drift.items()}
-    assert [s["name"] for s in signals["cluster"]] == [s["name"] for s in signals["local"]]
-    assert {"label", "temp", "carrier"} <= {s["name"] for s in signals["local"]}
-    for a, b in zip(signals["cluster"], signals["local"], strict=True):
-        assert (a["statistic"], a["crossed"]) == (b["statistic"], b["crossed"]), a["name"]
-        assert a["value"] == pytest.approx(b["value"], rel=1e-6, abs=1e-9), a["name"]
-    assert drift["cluster"]["drift_detected"] == drift["local"]["drift_detected"]
-    # the step's scratch folders on S3 are gone with it
+
+def test_credentials_the_store_refuses_name_the_setting(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline_steps.core.errors import StepError
+    from pipeline_steps.core.settings import EngineSettings
+    from pipeline_steps.engines.spark_storage import check_cluster
+
+    for key, value in {**s3, "AWS_SECRET_ACCESS_KEY": "not-the-key"}.items():
+        monkeypatch.setenv(key, value)
+    with socket.socket() as master:  # a master that answers: only the store is wrong
+        master.bind(("127.0.0.1", 0))
+        master.listen()
+        settings = EngineSettings(
+            name="spark",
+            spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}",
+            spark_dir=f"s3://{BUCKET}/spark",
+        )
+        with pytest.raises(
+            StepError,
+            match=r"engine.spark_dir s3://cluster/spark: the object "
+            r"store refused the credentials \(AWS_ACCESS_KEY_ID",
+        ):
+            check_cluster(settings)
+
+
+def _s3(env: dict[str, str]) -> Any:
     import fsspec
 
-    fs = fsspec.filesystem(
+    return fsspec.filesystem(
         "s3",
-        client_kwargs={"endpoint_url": s3["AWS_ENDPOINT_URL"]},
-        key=s3["AWS_ACCESS_KEY_ID"],
-        secret=s3["AWS_SECRET_ACCESS_KEY"],
+        key=env["AWS_ACCESS_KEY_ID"],
+        secret=env["AWS_SECRET_ACCESS_KEY"],
+        client_kwargs={"endpoint_url": env["AWS_ENDPOINT_URL"]},
+        skip_instance_cache=True,
     )
-    assert not fs.exists(f"{BUCKET}/spark") or not fs.ls(f"{BUCKET}/spark")
