@@ -114,8 +114,8 @@ mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
 	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.core.settings import load_settings; print(load_settings().tuning.storage)")
 
-prod-up: $(STAMP) ## start the production profile here: Airflow + Celery, MLflow with auth, S3
-	@$(BIN)/trainyard services up
+prod-up: $(STAMP) ## start the production profile here: Airflow + Celery, MLflow with auth, S3 (SPARK=1: and a Spark cluster)
+	@$(BIN)/trainyard services up $(if $(SPARK),--spark)
 
 prod-down: ## stop the production profile (PURGE=1 also drops its databases and .trainyard-prod/)
 	@$(BIN)/trainyard services down $(if $(PURGE),--purge)

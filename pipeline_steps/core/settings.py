@@ -1165,8 +1165,9 @@ class EngineSettings:
     """Further Spark properties (``spark.executor.memory``, ``spark.kubernetes.container.image``,
     ...), over trainyard's own (UTC session time zone, microsecond parquet timestamps)."""
     spark_dir: str = ""
-    """Folder for Spark's scratch files and the joined rows it writes (empty: a temporary folder
-    per step); on a cluster, a path every executor and the driver can read, e.g. ``s3a://``."""
+    """Where each step writes its entity rows, Feast offline sources and joined rows (empty: a
+    temporary folder per step). On a cluster (any master but ``local``) an ``s3://`` folder:
+    the executors share no disk with the step, and a local path is refused."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -57,9 +57,13 @@ def is_object_url(path: str) -> bool:
     return path.startswith(OBJECT_SCHEMES)
 
 
+CLUSTER_MASTERS = ("spark://", "k8s://", "yarn", "mesos://")
+
+
 def is_cluster(master: str) -> bool:
-    """Whether executors run outside the driver's process (any master but ``local``)."""
-    return not master.startswith("local")
+    """Whether executors run outside the driver's process: a standalone, Kubernetes, YARN or
+    Mesos master (``local`` is the driver's own threads; Spark refuses any other)."""
+    return master.startswith(CLUSTER_MASTERS)
 
 
 def spark_url(path: str) -> str:
