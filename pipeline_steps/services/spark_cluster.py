@@ -12,8 +12,10 @@ The master and workers are the classes the pyspark wheel ships, run through its 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,9 +34,14 @@ def master_url(host: str, port: str | int) -> str:
     return f"spark://{host}:{port}"
 
 
+@functools.cache
 def can_isolate() -> bool:
-    """Whether a worker can be given a mount namespace (an empty ``/tmp``) of its own."""
-    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("unshare") is not None
+    """Whether a worker can be given a mount namespace (an empty ``/tmp``) of its own: root on
+    Linux, where ``unshare`` is present and the kernel lets it mount (not in every container)."""
+    if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--mount", "--fork", "sh", "-c", "mount -t tmpfs tmpfs /tmp"]
+    return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
 
 
 def master_command(host: str, port: str | int, webui_port: str | int) -> list[str]:

@@ -103,3 +103,29 @@ def test_the_production_feast_config_reads_its_connections_from_the_environment(
     assert config.registry.path == "postgresql+psycopg2://u@h:5432/feast"
     assert config.online_store.type == "redis"
     assert config.online_store.connection_string == "h:6379,db=2"
+
+
+def test_a_spark_cluster_in_the_profile_runs_the_steps_data_work(tmp_path: Path) -> None:
+    from pipeline_steps.services import processes
+
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+    assert profile.spark_workers == 0
+    assert "TRAINYARD_ENGINE__NAME" not in profile.pipeline_env()
+    values = ensure_env(profile.env_file, SPARK_WORKERS="2")
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+    assert values["SPARK_WORKERS"] == "2" and profile.spark_workers == 2
+    env = profile.airflow_env()
+    assert env["TRAINYARD_ENGINE__NAME"] == "spark"
+    assert env["TRAINYARD_ENGINE__SPARK_MASTER"] == "spark://127.0.0.1:7077"
+    assert env["TRAINYARD_ENGINE__SPARK_DIR"] == "s3://trainyard/spark"
+    master = processes.command(profile, "spark-master")
+    assert "org.apache.spark.deploy.master.Master" in master and "7077" in master
+    worker = processes.command(profile, "spark-worker-2")
+    assert worker[-1] == "spark://127.0.0.1:7077" and "8092" in worker
+    work_dir = worker[worker.index("--work-dir") + 1]
+    assert work_dir == processes.spark_worker_dir(profile, 2)
+    assert processes.environment(profile, "spark-worker-2")["SPARK_LOCAL_DIRS"] == (
+        f"{work_dir}/local"
+    )
+    # the S3 stand-in checks the signatures of Hadoop's connector too
+    assert processes.command(profile, "s3")[1:3] == ["-m", "pipeline_steps.services.s3_server"]
