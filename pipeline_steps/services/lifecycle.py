@@ -78,12 +78,11 @@ def prepare_postgres(profile: Profile) -> None:
         engine.dispose()
 
 
-def prepare_s3(profile: Profile) -> Profile:
-    """The S3 server's only user (its keys into ``.env``) and the bucket. moto's server keeps
-    everything in memory, so each start creates them afresh."""
+def create_s3_user(endpoint: str, user: str) -> tuple[str, str]:
+    """A user of moto's S3 server at ``endpoint`` allowed every S3 action, and its access key
+    (id, secret): the three unauthenticated requests the server is started to accept."""
     import boto3
 
-    endpoint = profile.s3_url
     iam = boto3.client(
         "iam",
         endpoint_url=endpoint,
@@ -91,7 +90,6 @@ def prepare_s3(profile: Profile) -> Profile:
         aws_access_key_id="bootstrap",
         aws_secret_access_key="bootstrap",
     )
-    user = profile["TRAINYARD_DB_USER"]
     iam.create_user(UserName=user)
     policy = {
         "Version": "2012-10-17",
@@ -99,11 +97,16 @@ def prepare_s3(profile: Profile) -> Profile:
     }
     iam.put_user_policy(UserName=user, PolicyName="lake", PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName=user)["AccessKey"]
-    values = ensure_env(
-        profile.env_file,
-        S3_ACCESS_KEY_ID=key["AccessKeyId"],
-        S3_SECRET_ACCESS_KEY=key["SecretAccessKey"],
-    )
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+def prepare_s3(profile: Profile) -> Profile:
+    """The S3 server's only user (its keys into ``.env``) and the bucket. moto's server keeps
+    everything in memory, so each start creates them afresh."""
+    import boto3
+
+    key_id, secret = create_s3_user(profile.s3_url, profile["TRAINYARD_DB_USER"])
+    values = ensure_env(profile.env_file, S3_ACCESS_KEY_ID=key_id, S3_SECRET_ACCESS_KEY=secret)
     profile = replace(profile, values=values)
     s3 = boto3.client("s3", region_name="us-east-1", **_boto_args(profile))
     s3.create_bucket(Bucket=profile["S3_BUCKET"])

@@ -104,6 +104,8 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """moto's S3 server with one user allowed everything (its keys) and the bucket."""
     import boto3
 
+    from pipeline_steps.services.lifecycle import create_s3_user
+
     port = free_port()
     log = tmp_path_factory.mktemp("s3") / "moto.log"
     with log.open("ab") as out:
@@ -125,24 +127,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     try:
         wait_until("moto's S3 server", lambda: _listening(port), 60)
         endpoint = f"http://127.0.0.1:{port}"
-        iam = boto3.client(
-            "iam",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="bootstrap",
-            aws_secret_access_key="bootstrap",
-        )
-        iam.create_user(UserName="lake")
-        policy = {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
-        }
-        iam.put_user_policy(UserName="lake", PolicyName="lake", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="lake")["AccessKey"]
+        key_id, secret = create_s3_user(endpoint, "lake")
         env = {
             "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_ACCESS_KEY_ID": key_id,
+            "AWS_SECRET_ACCESS_KEY": secret,
             "AWS_DEFAULT_REGION": "us-east-1",
         }
         boto3.client(
