@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,41 @@ WINDOW = 4
 HISTORY = [FIRST_DAY - timedelta(days=n) for n in range(WINDOW - 1, 0, -1)]
 
 
+_SHARED = "TRAINYARD_TESTS_SHARED"
+"""The folder of what the run's test processes build once and share (:func:`built_once`): made
+by the process pytest starts, which pytest-xdist's workers inherit it from, and removed by it."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _SHARED not in os.environ:
+        os.environ[_SHARED] = str(_SESSION_HOME / "shared")
+        config.stash[_OWNS_SHARED] = True
+
+
+_OWNS_SHARED = pytest.StashKey[bool]()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.stash.get(_OWNS_SHARED, False):
+        shutil.rmtree(os.environ.pop(_SHARED), ignore_errors=True)
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+def built_once(name: str, build: Callable[[Path], object]) -> Path:
+    """The folder ``name`` that ``build(folder)`` fills, built by the first of the run's test
+    processes that asks for it and then shared, read-only, by all of them (each pytest-xdist
+    worker built its own before)."""
+    from filelock import FileLock
+
+    root = Path(os.environ.get(_SHARED) or _SESSION_HOME / "shared")
+    root.mkdir(parents=True, exist_ok=True)
+    folder, done = root / name, root / f"{name}.built"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder
 
 
 def free_port() -> int:
@@ -59,11 +93,34 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
+@cache
+def _empty_mlflow_store() -> Path:
+    """An MLflow tracking store as MLflow creates it on first use (its schema migrated, no
+    experiment of ours), made once per test process: creating one costs seconds of CPU."""
+    from mlflow import MlflowClient
+
+    store = _SESSION_HOME / f"mlflow-template-{os.getpid()}" / "mlflow.db"
+    store.parent.mkdir(parents=True)
+    MlflowClient(f"sqlite:///{store}").search_experiments()
+    return store
+
+
+def with_mlflow_store(home: Path) -> Path:
+    """``home`` with the default MLflow store in place (``home/mlflow.db``, as the embedded
+    default names it), unless it has one: the empty store MLflow would create there."""
+    store = home / "mlflow.db"
+    if not store.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_empty_mlflow_store(), store)
+    return home
+
+
 def settings_in(home: Path, *overrides: str) -> Any:
-    """The tests' settings rooted in ``home``: the short window, two epochs, no Data Docs, then
-    ``overrides`` (``section.key=value``)."""
+    """The tests' settings rooted in ``home`` (with an empty MLflow store), the short window,
+    two epochs, no Data Docs, then ``overrides`` (``section.key=value``)."""
     from pipeline_steps.core.settings import load_settings
 
+    with_mlflow_store(home)
     base = [f"features.window_days={WINDOW}", "train.epochs=2", "validation.data_docs=false"]
     return load_settings(overrides=[*base, *overrides], environ={"TRAINYARD_HOME": str(home)})
 
@@ -78,15 +135,12 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
     return make
 
 
-@pytest.fixture(scope="session")
-def seeded_home() -> Path:
-    """A trainyard home whose lake holds the validated history days (built once, read-only)."""
+def _seed(home: Path) -> None:
     from pipeline_steps.core.context import RunContext
     from pipeline_steps.core.settings import load_settings
     from pipeline_steps.steps.ingest import ingest
     from pipeline_steps.steps.validate import validate
 
-    home = _SESSION_HOME / "seeded"
     settings = load_settings(
         overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
     )
@@ -94,16 +148,36 @@ def seeded_home() -> Path:
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         ingest(ctx)
         validate(ctx)
-    return home
+    with_mlflow_store(home)
 
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Path:
-    """The run's one Airflow metadata DB (SQLite under ``AIRFLOW_HOME``), migrated once."""
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True
-    )
-    return Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+def seeded_home() -> Path:
+    """A trainyard home whose lake holds the validated history days (built once for the run,
+    read-only)."""
+    return built_once("seeded", _seed)
+
+
+def _migrate_airflow(home: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(home)}
+    migrate = [sys.executable, "-m", "airflow", "db", "migrate"]
+    subprocess.run(migrate, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def airflow_template() -> Path:
+    """A freshly migrated Airflow metadata DB (SQLite), migrated once for the run: copy it to
+    ``$AIRFLOW_HOME/airflow.db`` for an Airflow of one's own."""
+    return built_once("airflow", _migrate_airflow) / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_db(airflow_template: Path) -> Path:
+    """The run's one Airflow metadata DB (SQLite under ``AIRFLOW_HOME``)."""
+    db = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(airflow_template, db)
+    return db
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ costly thing and are one unit together (``UNITS``): the deployments (the contain
 images built once, and the production profile's processes; side by side they took 2.4 times as
 long, each a dozen processes on health checks and timeouts) run one after the other, and the
 Spark tests run around the run's one Spark session (the tests that do not use it first: a
-Spark that cannot start is tested where none runs yet).
+Spark that cannot start is tested where none runs yet). The standalone cluster's test is a unit
+of its own: its drivers are step processes, so it shares no session with them, and on its own
+worker it runs beside the local session's tests instead of after them.
 
 The deployments go out first; while they run, the other workers take the modules that run in
 their own process (the ``fast`` tier), which compete least with them; then the modules that
@@ -37,7 +39,7 @@ UNITS = {
     "tests/integration/test_production_profile.py": "deployments",
     "tests/engines/test_spark_engine.py": "spark",
     "tests/data/test_spark_validation.py": "spark",
-    "tests/engines/test_spark_cluster.py": "spark",
+    "tests/engines/test_spark_cluster.py": "spark-cluster",
 }
 """Modules (or folders) that run as one unit with others; ``tests/unit/test_scheduling.py``
 checks that every module marked ``containers``, ``deployment`` or ``spark`` is here."""

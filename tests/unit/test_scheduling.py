@@ -29,4 +29,4 @@ def test_a_module_is_its_own_unit_unless_it_shares_one() -> None:
     assert unit_of("tests/data/test_spark_validation.py::test_w") == unit_of(
         "tests/engines/test_spark_engine.py::test_v"
     )
-    assert set(UNITS.values()) == {"deployments", "spark"}
+    assert set(UNITS.values()) == {"deployments", "spark", "spark-cluster"}
