@@ -135,7 +135,8 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
     return make
 
 
-def _seed(home: Path) -> None:
+def _load(home: Path, days: list[date]) -> None:
+    """What ``trainyard seed`` does for ``days`` in ``home``: ingest and validate each."""
     from pipeline_steps.core.context import RunContext
     from pipeline_steps.core.settings import load_settings
     from pipeline_steps.steps.ingest import ingest
@@ -144,10 +145,14 @@ def _seed(home: Path) -> None:
     settings = load_settings(
         overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
     )
-    for day in HISTORY:
+    for day in days:
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         ingest(ctx)
         validate(ctx)
+
+
+def _seed(home: Path) -> None:
+    _load(home, HISTORY)
     with_mlflow_store(home)
 
 
@@ -186,6 +191,27 @@ def lake_home(seeded_home: Path, tmp_path: Path) -> Iterator[Path]:
     home = tmp_path / "home"
     shutil.copytree(seeded_home, home)
     yield home
+
+
+@pytest.fixture(scope="session")
+def ready_home(seeded_home: Path) -> Path:
+    """The seeded home with FIRST_DAY ingested and validated as well: what a run of FIRST_DAY
+    finds once its data steps are done, for the tests of what comes after them (built once for
+    the run, read-only). A run's own ingest and validate of FIRST_DAY find them done."""
+
+    def build(home: Path) -> None:
+        shutil.copytree(seeded_home, home)
+        _load(home, [FIRST_DAY])
+
+    return built_once("ready", build)
+
+
+@pytest.fixture
+def ready_lake_home(ready_home: Path, tmp_path: Path) -> Path:
+    """A private copy of :func:`ready_home` that a test may change."""
+    home = tmp_path / "home"
+    shutil.copytree(ready_home, home)
+    return home
 
 
 @pytest.fixture(scope="session")

@@ -27,16 +27,18 @@ def prepare(home: Path, run_id: str, *overrides: str) -> RunContext:
 
 
 @pytest.fixture
-def prepare_run(lake_home) -> Callable[..., RunContext]:
-    """Call with a run id and setting overrides: ingest, validate and features done."""
-    return lambda run_id, *overrides: prepare(lake_home, run_id, *overrides)
+def prepare_run(ready_lake_home) -> Callable[..., RunContext]:
+    """Call with a run id and setting overrides: ingest, validate and features done (the first
+    two found done in the home)."""
+    return lambda run_id, *overrides: prepare(ready_lake_home, run_id, *overrides)
 
 
 @pytest.fixture(scope="module")
-def module_home(seeded_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the seeded lake for the module: a run trained once there serves its tests."""
+def module_home(ready_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the seeded lake, FIRST_DAY validated, for the module: a run trained once there
+    serves its tests."""
     home = tmp_path_factory.mktemp("module") / "home"
-    shutil.copytree(seeded_home, home)
+    shutil.copytree(ready_home, home)
     return home
 
 

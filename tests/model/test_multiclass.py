@@ -49,7 +49,7 @@ DOMAIN = ArrivalClass(
 
 
 def test_three_classes_are_trained_evaluated_promoted_and_served(
-    prepare_run, lake_home, monkeypatch
+    prepare_run, ready_lake_home, monkeypatch
 ) -> None:
     ctx = prepare_run(
         "arrival_class",
@@ -76,7 +76,7 @@ def test_three_classes_are_trained_evaluated_promoted_and_served(
     assert probabilities.shape == (len(holdout), 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
 
-    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
+    monkeypatch.setenv("TRAINYARD_HOME", str(ready_lake_home))
     assert promote(ctx).champion_after == "1"
     served = predict(ctx.settings, FIRST_DAY).rows
     assert set(served[PREDICTION]) <= set(CLASSES)

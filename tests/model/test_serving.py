@@ -22,13 +22,13 @@ FORCED = ("promotion.force=true", "promotion.reason=the serving test needs a cha
 
 
 @pytest.fixture
-def champion_run(prepare_run, lake_home, monkeypatch):
+def champion_run(prepare_run, ready_lake_home, monkeypatch):
     """A run of FIRST_DAY trained, evaluated and promoted: its model is the champion."""
     ctx = prepare_run("served", *SMALL, *FORCED)
     train(ctx)
     evaluate(ctx)
     assert promote(ctx).version == "1"
-    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
+    monkeypatch.setenv("TRAINYARD_HOME", str(ready_lake_home))
     return ctx
 
 

@@ -66,7 +66,7 @@ def test_its_declaration_checks_settings_and_feeds_the_form(user_package, tmp_pa
 
 @pytest.mark.slow
 def test_it_is_tuned_trained_evaluated_promoted_and_served(
-    user_package, prepare_run, tmp_path, lake_home, monkeypatch
+    user_package, prepare_run, tmp_path, ready_lake_home, monkeypatch
 ) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(
@@ -96,7 +96,7 @@ def test_it_is_tuned_trained_evaluated_promoted_and_served(
     assert trained.tuned_from is not None and trained.tuned_from.trial == best.trial
     evaluation = evaluate(ctx)
     assert evaluation.challenger.metrics.auc > 0.6  # it learned something real
-    monkeypatch.setenv("TRAINYARD_HOME", str(lake_home))
+    monkeypatch.setenv("TRAINYARD_HOME", str(ready_lake_home))
     decision = promote(ctx)
     assert (decision.decision, decision.champion_after) == ("forced", "1"), decision.reasons
 

@@ -14,8 +14,9 @@ from tests.conftest import FIRST_DAY, HISTORY
 
 
 @pytest.fixture
-def features_run(lake_home, make_settings) -> tuple[RunContext, FeaturesManifest]:
-    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=lake_home))
+def features_run(ready_lake_home, make_settings) -> tuple[RunContext, FeaturesManifest]:
+    home = ready_lake_home
+    ctx = RunContext(run_id="r1", logical_date=FIRST_DAY, settings=make_settings(home=home))
     ingest(ctx)
     validate(ctx)
     return ctx, build_features(ctx)

@@ -23,12 +23,12 @@ from tests.conftest import FIRST_DAY, HISTORY, WINDOW
 
 
 @pytest.fixture(scope="module")
-def built(seeded_home: Path, tmp_path_factory) -> tuple[RunContext, FeaturesManifest]:
+def built(ready_home: Path, tmp_path_factory) -> tuple[RunContext, FeaturesManifest]:
     """A run of FIRST_DAY whose features are built (shared by this module, read-only)."""
     from pipeline_steps.core.settings import load_settings
 
     home = tmp_path_factory.mktemp("serving") / "home"
-    shutil.copytree(seeded_home, home)
+    shutil.copytree(ready_home, home)
     settings = load_settings(
         overrides=[f"features.window_days={WINDOW}", "validation.data_docs=false"],
         environ={"TRAINYARD_HOME": str(home)},
