@@ -94,6 +94,8 @@ def airflow(lake_home: Path, tmp_path: Path, airflow_template: Path) -> Iterator
     }
     home.mkdir()
     shutil.copyfile(airflow_template, home / "airflow.db")  # what `airflow db migrate` makes
+    # the default pool `db migrate` would have made under DEFAULT_POOL_TASK_SLOT_COUNT=0
+    _query(home / "airflow.db", "UPDATE slot_pool SET slots = 0 WHERE pool = 'default_pool'")
     logs = tmp_path / "logs"
     logs.mkdir()
     processes = [
