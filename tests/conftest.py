@@ -93,16 +93,18 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
+def _create_mlflow_store(folder: Path) -> None:
+    from mlflow import MlflowClient
+
+    folder.mkdir(parents=True)
+    MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+
+
 @cache
 def _empty_mlflow_store() -> Path:
     """An MLflow tracking store as MLflow creates it on first use (its schema migrated, no
-    experiment of ours), made once per test process: creating one costs seconds of CPU."""
-    from mlflow import MlflowClient
-
-    store = _SESSION_HOME / f"mlflow-template-{os.getpid()}" / "mlflow.db"
-    store.parent.mkdir(parents=True)
-    MlflowClient(f"sqlite:///{store}").search_experiments()
-    return store
+    experiment of ours), made once for the run: creating one costs seconds of CPU."""
+    return built_once("mlflow", _create_mlflow_store) / "mlflow.db"
 
 
 def with_mlflow_store(home: Path) -> Path:
@@ -137,18 +139,13 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
 
 def _load(home: Path, days: list[date]) -> None:
     """What ``trainyard seed`` does for ``days`` in ``home``: ingest and validate each."""
-    from pipeline_steps.core.context import RunContext
     from pipeline_steps.core.settings import load_settings
-    from pipeline_steps.steps.ingest import ingest
-    from pipeline_steps.steps.validate import validate
+    from tests.pipeline_runs import load_history
 
     settings = load_settings(
         overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
     )
-    for day in days:
-        ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
-        ingest(ctx)
-        validate(ctx)
+    load_history(settings, days)
 
 
 def _seed(home: Path) -> None:
