@@ -14,10 +14,15 @@ from datetime import datetime
 from typing import Any
 
 FINISHED = ("success", "failed")
+POLL_TIMEOUT_S = 60
 
 
 class AirflowApiError(RuntimeError):
     """The API refused a request; the message has the method, path, status and body."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -34,7 +39,12 @@ class AirflowApi:
         return self._token
 
     def _send(
-        self, method: str, path: str, body: dict[str, Any] | None = None, auth: bool = True
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        auth: bool = True,
+        timeout_s: float = POLL_TIMEOUT_S,
     ) -> Any:
         request = urllib.request.Request(
             self.url + path,
@@ -45,11 +55,11 @@ class AirflowApi:
         if auth:
             request.add_header("Authorization", f"Bearer {self.token()}")
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:500]
-            raise AirflowApiError(f"{method} {path}: HTTP {exc.code}: {detail}") from exc
+            raise AirflowApiError(f"{method} {path}: HTTP {exc.code}: {detail}", exc.code) from exc
 
     def get(self, path: str) -> Any:
         return self._send("GET", path)
@@ -99,20 +109,47 @@ class AirflowApi:
                     lines.append(f"(no log: {exc})")
         return "\n".join(lines)
 
-    def wait(self, dag_id: str, run_ids: list[str], timeout_s: float) -> dict[str, str]:
-        """Each run's final state; AirflowApiError when one is still going at the deadline."""
+    def wait(
+        self, dag_id: str, run_ids: list[str], timeout_s: float, poll_s: float = 5
+    ) -> dict[str, str]:
+        """Each run's final state; AirflowApiError when one is still going at the deadline.
+
+        A poll the API server does not answer in time (a busy server, a restarting one) or
+        answers with a 5xx is polled again until the deadline: only the runs' states decide."""
         deadline = time.monotonic() + timeout_s
         states: dict[str, str] = {}
+        missed: list[str] = []
         while time.monotonic() < deadline:
-            states = {run_id: self.run(dag_id, run_id)["state"] for run_id in run_ids}
-            if all(state in FINISHED for state in states.values()):
-                return states
-            time.sleep(5)
-        going = [run_id for run_id, state in states.items() if state not in FINISHED]
+            try:
+                states = {run_id: self._state(dag_id, run_id, deadline) for run_id in run_ids}
+            except _Unanswered as exc:
+                missed.append(str(exc))
+            else:
+                if all(state in FINISHED for state in states.values()):
+                    return states
+            time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
+        going = [run_id for run_id in run_ids if states.get(run_id) not in FINISHED]
         detail = "\n".join(self.unsuccessful(dag_id, run_id) for run_id in going)
+        unanswered = f" ({len(missed)} polls unanswered, last: {missed[-1]})" if missed else ""
         raise AirflowApiError(
-            f"runs of {dag_id} not finished after {timeout_s:.0f} s: {states}\n{detail}"
+            f"runs of {dag_id} not finished after {timeout_s:.0f} s: {states}{unanswered}\n{detail}"
         )
+
+    def _state(self, dag_id: str, run_id: str, deadline: float) -> str:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+        left = max(1.0, min(POLL_TIMEOUT_S, deadline - time.monotonic()))
+        try:
+            return str(self._send("GET", path, timeout_s=left)["state"])
+        except AirflowApiError as exc:
+            if exc.status is not None and exc.status >= 500:
+                raise _Unanswered(str(exc)) from exc
+            raise
+        except (TimeoutError, ConnectionError, urllib.error.URLError) as exc:
+            raise _Unanswered(f"GET {path}: {exc}") from exc
+
+
+class _Unanswered(Exception):
+    """A poll with no usable answer: timed out, refused, reset, or a server error."""
 
 
 def boundary_gaps(task_instances: list[dict[str, Any]]) -> list[float]:
