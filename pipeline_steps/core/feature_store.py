@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
+import logging
 import os
 import sys
 import tempfile
@@ -40,9 +41,14 @@ from pipeline_steps.core.manifests import TimeRange
 from pipeline_steps.core.point_in_time import ENTITY_TIMESTAMP, joined_batches, view_joins
 from pipeline_steps.core.settings import FeatureSettings
 
+log = logging.getLogger(__name__)
+
 FEAST_DIR = "TRAINYARD_FEAST_DIR"
 FEAST_PROJECT = "TRAINYARD_FEAST_PROJECT"
 DEFAULT_CONFIG = "feature_store.yaml"
+FILE_ONLINE_STORES = frozenset({"sqlite"})
+"""Online stores kept in a file on the step's disk: an engine's workers may not see it, so Feast's
+local engine loads them from the step (:func:`online_reachable`)."""
 
 
 def load_definitions(repo: Path) -> list[Any]:
@@ -225,6 +231,14 @@ def feast_environment(
         yield
 
 
+def online_reachable(raw: Mapping[str, Any]) -> bool:
+    """Whether the online store of the Feast config ``raw`` is a service an engine's workers can
+    write to (Redis, PostgreSQL, ...), not a file on the step's disk."""
+    online = raw.get("online_store", "sqlite")
+    kind = online.get("type", "sqlite") if isinstance(online, Mapping) else online
+    return str(kind) not in FILE_ONLINE_STORES
+
+
 @contextmanager
 def open_store(
     settings: FeatureSettings,
@@ -234,6 +248,7 @@ def open_store(
     config: str = DEFAULT_CONFIG,
     offline: str | None = None,
     sources: str | None = None,
+    materialization: Mapping[str, Any] | None = None,
 ) -> Iterator[Any]:
     """The Feast store of ``settings.feature_repo`` over ``folder`` with ``config`` (a file of
     the repository) and the repository's definitions applied. ``offline``: the offline store's
@@ -241,7 +256,9 @@ def open_store(
     session, the views' offline sources Spark sources, see
     :func:`pipeline_steps.core.feast_sources.offline_source`); registry and online store stay
     the config's. ``sources``: the folder the offline sources were written to, when not
-    ``folder``."""
+    ``folder``. ``materialization``: the ``batch_engine`` that loads the online store when the
+    config's online store is a service (:func:`online_reachable`); a file online store keeps
+    Feast's local engine."""
     import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
@@ -251,9 +268,12 @@ def open_store(
         setting = "features.store_config" if config != DEFAULT_CONFIG else "features.feature_repo"
         raise StepError(f"{setting}: Feast repository {repo} has no {config}")
     with feast_environment(folder, project, offline, sources):
-        if offline:
+        if offline or materialization:
             raw = yaml.safe_load(os.path.expandvars((repo / config).read_text()))
-            raw["offline_store"] = {"type": offline}
+            if offline:
+                raw["offline_store"] = {"type": offline}
+            if materialization and online_reachable(raw):
+                raw["batch_engine"] = dict(materialization)
             repo_config = RepoConfig(**raw)
             repo_config.repo_path = repo
             store = FeatureStore(repo_path=str(repo), config=repo_config)
@@ -340,6 +360,9 @@ def materialize_online(
             fresh.append(view.name)
         elif make_tzaware(last) < end:
             behind.append((view.name, make_tzaware(last)))
+    if fresh or behind:
+        online, engine = store.config.online_store.type, store.config.batch_engine.type
+        log.info("online store %s loaded by Feast's materialisation engine %s", online, engine)
     # Feast narrates materialisation on stdout, where ``trainyard predict`` prints its rows.
     with contextlib.redirect_stdout(sys.stderr):
         if fresh:

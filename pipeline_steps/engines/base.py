@@ -83,6 +83,13 @@ class Engine(Protocol):
         own)."""
         ...
 
+    @property
+    def feast_materialization(self) -> dict[str, Any] | None:
+        """The Feast materialisation engine (a ``batch_engine`` config) that loads the online
+        store where the engine's workers can reach it (``None``: Feast's local engine, which
+        pulls the rows into the step)."""
+        ...
+
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
         """A scratch folder for the block, removed afterwards: a local path, or an object store
         URL where the engine's workers share no disk with the step."""

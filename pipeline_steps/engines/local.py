@@ -40,6 +40,7 @@ class LocalEngine:
     name: str = "local"
     data_docs: bool = True
     feast_offline: str | None = None
+    feast_materialization: dict[str, Any] | None = None
 
     def scratch(self, prefix: str) -> AbstractContextManager[str]:
         return tempfile.TemporaryDirectory(prefix=prefix)

@@ -168,6 +168,12 @@ class SparkEngine:
     feast_offline: str | None = "spark"
 
     @property
+    def feast_materialization(self) -> dict[str, Any] | None:
+        """Feast's Spark engine: the views' rows read, deduplicated and written to the online
+        store by the executors, never pulled into the step."""
+        return {"type": "spark.engine"}
+
+    @property
     def cluster(self) -> bool:
         return is_cluster(self.settings.spark_master)
 

@@ -169,7 +169,8 @@ def run_store(
     """The run's Feast store over ``folder``: ``features.store_config`` of
     ``features.feature_repo``, as the run's own project, with the repository's definitions;
     its offline store the one the step's ``engine`` joins through, reading the offline sources
-    written under ``sources`` (``folder`` when not given)."""
+    written under ``sources`` (``folder`` when not given); the online store loaded by the
+    engine's materialisation engine where its workers reach it."""
     settings = ctx.settings.features
     with open_store(
         settings,
@@ -178,6 +179,7 @@ def run_store(
         config=settings.store_config,
         offline=engine.feast_offline,
         sources=sources,
+        materialization=engine.feast_materialization,
     ) as store:
         yield store
 

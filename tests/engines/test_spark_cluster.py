@@ -4,7 +4,9 @@ A master and two workers run as separate processes (``pipeline_steps.services.sp
 each worker with an empty ``/tmp`` of its own, where the test's trainyard home, the driver's
 scratch folders and every file a step would keep on the driver's disk live; the lake and
 ``engine.spark_dir`` are on an S3 server (moto's) that authenticates its one user. The steps run
-as Airflow runs them, ``trainyard step`` processes, each the driver of its own application.
+as Airflow runs them, ``trainyard step`` processes, each the driver of its own application. The
+features steps load an online store in the machine's Redis (as the production profile's do):
+Feast's Spark engine writes it from the executors, Feast's local engine from the local step.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +33,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 BUCKET = "cluster"
+REDIS = ("127.0.0.1", 6379, 3)
+"""The machine's Redis (host, port, database) the features steps load as their online store; the
+production profile's own databases are 1 and 2."""
+ONLINE_CONFIG = "feature_store.cluster.yaml"
 STEP_SETTINGS = (
     f"features.window_days={WINDOW}",
     "train.epochs=2",
@@ -169,6 +176,60 @@ def home(seeded_home: Path, s3: dict[str, str], tmp_path_factory: pytest.TempPat
     return tmp_path_factory.mktemp("cluster-home")
 
 
+@pytest.fixture(scope="module")
+def online(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ...]]:
+    """The settings of a feature repository (the shipped one, copied to the driver's disk) whose
+    config keeps the registry in a file beside the run and the online store in Redis; the runs'
+    keys removed afterwards."""
+    import redis
+
+    host, port, db = REDIS
+    client = redis.Redis(host=host, port=port, db=db)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"the cluster test's online store needs Redis at {host}:{port}: {exc}")
+    repo = tmp_path_factory.mktemp("feature-repo") / "repo"
+    shutil.copytree(Path(__file__).parents[2] / "feature_repo", repo)
+    (repo / ONLINE_CONFIG).write_text(
+        "project: ${TRAINYARD_FEAST_PROJECT}\n"
+        "provider: local\n"
+        "registry: ${TRAINYARD_FEAST_DIR}/registry.db\n"
+        f"online_store: {{type: redis, connection_string: '{host}:{port},db={db}'}}\n"
+        "offline_store: {type: duckdb}\n"
+        "entity_key_serialization_version: 3\n"
+    )
+    try:
+        yield (f"features.feature_repo={repo}", f"features.store_config={ONLINE_CONFIG}")
+    finally:
+        for run_id in RUNS:
+            for key in client.scan_iter(match=b"*" + _project(run_id).encode(), count=1000):
+                client.delete(key)
+
+
+RUNS = ("lost-worker", "local")
+
+
+def _project(run_id: str) -> str:
+    import hashlib
+
+    return f"trainyard_{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
+
+
+def online_rows(run_id: str) -> dict[bytes, dict[bytes, bytes]]:
+    """What the run's features step wrote to the online store: each entity's hash of feature
+    values, by the entity's key without the run's project."""
+    import redis
+
+    host, port, db = REDIS
+    client = redis.Redis(host=host, port=port, db=db)
+    project = _project(run_id).encode()
+    return {
+        key.removesuffix(project): client.hgetall(key)
+        for key in client.scan_iter(match=b"*" + project, count=1000)
+    }
+
+
 def step_argv(name: str, run_id: str, *settings: str) -> list[str]:
     every = (*STEP_SETTINGS, f"lake.root=s3://{BUCKET}/lake", *settings)
     return [
@@ -209,14 +270,14 @@ def manifest(done: subprocess.CompletedProcess[str]) -> dict:
 
 
 def features_losing_a_worker(
-    cluster: Cluster, env: dict[str, str], home: Path
+    cluster: Cluster, env: dict[str, str], home: Path, *settings: str
 ) -> subprocess.CompletedProcess[str]:
     """The features step on the cluster, its second worker killed (with its executor) once the
     step's application has its executors and the step is a few seconds into its work."""
     worker_log = cluster.logs / "worker-2.log"
     launched = worker_log.read_text().count("Asked to launch executor")
     with subprocess.Popen(
-        step_argv("features", "lost-worker", *on(cluster)),
+        step_argv("features", "lost-worker", *on(cluster), *settings),
         env={**os.environ, **env, "TRAINYARD_HOME": str(home)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -234,8 +295,9 @@ def features_losing_a_worker(
     return subprocess.CompletedProcess(running.args, running.returncode, out, err)
 
 
+@pytest.mark.services  # the online store in the machine's Redis
 def test_the_features_step_on_the_cluster_freezes_the_local_engines_set_losing_a_worker(
-    cluster: Cluster, s3: dict[str, str], home: Path
+    cluster: Cluster, s3: dict[str, str], home: Path, online: tuple[str, ...]
 ) -> None:
     driver_only = home / "driver-only.txt"
     driver_only.write_text("the driver's disk")
@@ -253,14 +315,20 @@ def test_the_features_step_on_the_cluster_freezes_the_local_engines_set_losing_a
     assert validated["verdict"] == "passed"
 
     # A worker (and its executor) lost mid-step: Spark runs its tasks again on the other one.
-    lost = features_losing_a_worker(cluster, s3, home)
+    lost = features_losing_a_worker(cluster, s3, home, *online)
     remote = manifest(lost)
     wait_until("the master to count one worker", lambda: cluster.alive() == 1, 90)
-    local = manifest(step("features", "local", s3, home=home))
+    on_driver = step("features", "local", s3, *online, home=home)
+    local = manifest(on_driver)
     assert remote["status"] == local["status"] == "built"
     assert remote["sets"]["train"]["rows"] == local["sets"]["train"]["rows"] > 2000
     assert remote["training_set_sha256"] == local["training_set_sha256"]
     assert remote["materialized"] == local["materialized"]
+    # the online store: written by the cluster's executors, the same as the local engine wrote
+    assert "materialisation engine spark.engine" in lost.stderr, lost.stderr[-3000:]
+    assert "materialisation engine local" in on_driver.stderr, on_driver.stderr[-3000:]
+    written = online_rows("lost-worker")
+    assert len(written) > 1000 and written == online_rows("local")
     # the step's scratch folder on S3 went with it
     fs = _s3(s3)
     assert not fs.exists(f"{BUCKET}/spark") or not fs.ls(f"{BUCKET}/spark")
