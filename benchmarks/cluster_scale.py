@@ -326,6 +326,9 @@ def run_size(args: argparse.Namespace, copies: int, workers: int, env: dict[str,
         for step in ["ingest", *args.steps]:
             if step == "ingest":  # the day's raw files to S3, on the step as Airflow runs it
                 result = scale.measure("ingest", cluster_home, sets, run_id, env=env)
+                if "validate" not in args.steps:  # the day validated, not measured
+                    local = [*sets, "engine.name=local"]
+                    scale.measure("validate", cluster_home, local, run_id, env=env)
             else:
                 result = measure_on(cluster, step, cluster_home, sets, run_id, env, events)
             result |= {"copies": copies, "workers": workers, "run_id": run_id}

@@ -56,6 +56,12 @@ def typed_rows(joined: Any, domain: Domain, columns: FeatureColumns) -> Any:
     )
 
 
+JOINED_ROW_GROUP_BYTES = 16 * 2**20
+"""The joined part files' row groups (Parquet's ``parquet.block.size``; Spark's default 128 MiB
+makes a part file one row group): the driver streams the part files a row group at a time, so
+this bounds what it holds while it freezes the sets, whatever the window's size."""
+
+
 def _write_joined(
     spark: Any,
     store: Any,
@@ -72,9 +78,10 @@ def _write_joined(
     out = f"{scratch}/joined"
     try:
         joined = store.get_historical_features(entity_df=entities, features=service)
-        typed_rows(joined.to_spark_df(), domain, columns).orderBy(domain.key).write.mode(
-            "overwrite"
-        ).parquet(out)
+        rows = typed_rows(joined.to_spark_df(), domain, columns).orderBy(domain.key)
+        rows.write.mode("overwrite").option("parquet.block.size", JOINED_ROW_GROUP_BYTES).parquet(
+            out
+        )
     except Exception as exc:  # Spark's analysis and execution errors arrive as Py4J/pyspark's
         raise StepError(f"point-in-time join on Spark failed: {exc}") from exc
     return out

@@ -4,9 +4,11 @@ A master and two workers run as separate processes (``pipeline_steps.services.sp
 each worker with an empty ``/tmp`` of its own, where the test's trainyard home, the driver's
 scratch folders and every file a step would keep on the driver's disk live; the lake and
 ``engine.spark_dir`` are on an S3 server (moto's) that authenticates its one user. The steps run
-as Airflow runs them, ``trainyard step`` processes, each the driver of its own application. The
-features steps load an online store in the machine's Redis (as the production profile's do):
-Feast's Spark engine writes it from the executors, Feast's local engine from the local step.
+as Airflow runs them, ``trainyard step`` processes, each the driver of its own application. The day
+is validated on the cluster, the features step loses a worker mid-step and loads an online store
+in the machine's Redis (as the production profile's do: Feast's Spark engine writes it from the
+executors), and the drift monitor counts its window there; each gives what the local engine
+gives.
 """
 
 from __future__ import annotations
@@ -296,7 +298,7 @@ def features_losing_a_worker(
 
 
 @pytest.mark.services  # the online store in the machine's Redis
-def test_the_features_step_on_the_cluster_freezes_the_local_engines_set_losing_a_worker(
+def test_validate_features_and_monitor_on_the_cluster_as_on_the_local_engine_losing_a_worker(
     cluster: Cluster, s3: dict[str, str], home: Path, online: tuple[str, ...]
 ) -> None:
     driver_only = home / "driver-only.txt"
@@ -308,10 +310,8 @@ def test_the_features_step_on_the_cluster_freezes_the_local_engines_set_losing_a
 
     ingest = manifest(step("ingest", "day", s3, home=home))
     assert ingest["rows"] > 500
-    # (validation on the cluster reads the raw partition by its s3a:// name, the one path it
-    # hands Spark: a minute and a half of Great Expectations' Spark jobs, run by the REST
-    # triggered run of docs/scaling.md; here the local engine validates the day)
-    validated = manifest(step("validate", "day", s3, home=home))
+    # Great Expectations' Spark datasource reads the raw partition by its s3a:// name
+    validated = manifest(step("validate", "day", s3, *on(cluster), home=home))
     assert validated["verdict"] == "passed"
 
     # A worker (and its executor) lost mid-step: Spark runs its tasks again on the other one.
@@ -329,7 +329,23 @@ def test_the_features_step_on_the_cluster_freezes_the_local_engines_set_losing_a
     assert "materialisation engine local" in on_driver.stderr, on_driver.stderr[-3000:]
     written = online_rows("lost-worker")
     assert len(written) > 1000 and written == online_rows("local")
-    # the step's scratch folder on S3 went with it
+
+    # The drift monitor: the window joined through Feast's Spark store from sources on S3 and
+    # counted by Spark aggregates on the workers gives the local engine's signals.
+    window = ("drift.current_days=1", "drift.reference_days=3", "drift.min_reference_days=2")
+    measured = {
+        name: manifest(step("monitor", f"monitor-{name}", s3, *window, *extra, home=home))
+        for name, extra in (("cluster", on(cluster)), ("local", ()))
+    }
+    signals = {name: m["signals"] for name, m in measured.items()}
+    assert [s["name"] for s in signals["cluster"]] == [s["name"] for s in signals["local"]]
+    assert {"label", "temp", "carrier"} <= {s["name"] for s in signals["local"]}
+    for a, b in zip(signals["cluster"], signals["local"], strict=True):
+        assert (a["statistic"], a["crossed"]) == (b["statistic"], b["crossed"]), a["name"]
+        assert a["value"] == pytest.approx(b["value"], rel=1e-6, abs=1e-9), a["name"]
+    assert measured["cluster"]["drift_detected"] == measured["local"]["drift_detected"]
+
+    # the steps' scratch folders on S3 went with them
     fs = _s3(s3)
     assert not fs.exists(f"{BUCKET}/spark") or not fs.ls(f"{BUCKET}/spark")
 
