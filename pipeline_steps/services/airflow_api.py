@@ -137,7 +137,7 @@ class AirflowApi:
 
     def _state(self, dag_id: str, run_id: str, deadline: float) -> str:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
-        left = max(1.0, min(POLL_TIMEOUT_S, deadline - time.monotonic()))
+        left = min(POLL_TIMEOUT_S, max(1.0, deadline - time.monotonic()))
         try:
             return str(self._send("GET", path, timeout_s=left)["state"])
         except AirflowApiError as exc:

@@ -64,7 +64,7 @@ def test_a_poll_answered_late_or_with_a_server_error_is_polled_again(
     server: _Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(airflow_api, "POLL_TIMEOUT_S", 0.3)
-    server.answers = [(1.0, 200, "running"), (0, 503, ""), (0, 200, "running"), (0, 200, "success")]
+    server.answers = [(2.0, 200, "running"), (0, 503, ""), (0, 200, "running"), (0, 200, "success")]
     assert _api(server).wait("d", ["r"], timeout_s=20, poll_s=0.05) == {"r": "success"}
     assert server.answers == [(0, 200, "success")]
 
@@ -73,7 +73,7 @@ def test_a_run_still_going_at_the_deadline_says_so_with_the_unanswered_polls(
     server: _Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(airflow_api, "POLL_TIMEOUT_S", 0.3)
-    server.answers = [(0, 200, "running"), (1.0, 200, "running")]
+    server.answers = [(0, 200, "running"), (2.0, 200, "running")]
     monkeypatch.setattr(AirflowApi, "unsuccessful", lambda self, dag, run: f"{run}: stuck")
     with pytest.raises(
         AirflowApiError, match=r"not finished after 2 s.*'r': 'running'.*unanswered"
