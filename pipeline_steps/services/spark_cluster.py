@@ -22,6 +22,11 @@ from pathlib import Path
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 PRIVATE_TMP = 'mount --make-rprivate / && mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$@"'
+STARTERS_OWN = ("PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR")
+"""Variables naming a folder of the process that set them, which the cluster's processes must not
+inherit: Feast sets both on import to a temporary folder it removes when it exits, so executors
+started with them would find a folder that is gone (or, behind a worker's private ``/tmp``,
+never there) and fail to import Feast."""
 
 
 def spark_home() -> Path:
@@ -92,7 +97,7 @@ def worker_command(
 def worker_environment(work_dir: str, base: dict[str, str]) -> dict[str, str]:
     """The worker's environment: Spark's home the wheel's, its executors' local directories
     under its own working directory, Python's and Java's temporary files in its ``/tmp``."""
-    env = {k: v for k, v in base.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    env = _inherited(base)
     return {
         **env,
         "SPARK_HOME": str(spark_home()),
@@ -104,10 +109,20 @@ def worker_environment(work_dir: str, base: dict[str, str]) -> dict[str, str]:
 
 
 def master_environment(base: dict[str, str], log_dir: str) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    env = _inherited(base)
     return {
         **env,
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": log_dir,
+    }
+
+
+def _inherited(base: dict[str, str]) -> dict[str, str]:
+    """What a cluster process keeps of the environment it is started from: not Spark's own
+    settings (the wheel's are set) nor what belongs to the starting process alone."""
+    return {
+        k: v
+        for k, v in base.items()
+        if not k.startswith(("PYSPARK_", "SPARK_")) and k not in STARTERS_OWN
     }

@@ -129,3 +129,25 @@ def test_a_spark_cluster_in_the_profile_runs_the_steps_data_work(tmp_path: Path)
     )
     # the S3 stand-in checks the signatures of Hadoop's connector too
     assert processes.command(profile, "s3")[1:3] == ["-m", "pipeline_steps.services.s3_server"]
+
+
+def test_the_cluster_does_not_inherit_the_folders_of_the_process_that_started_it(
+    tmp_path: Path,
+) -> None:
+    """Feast sets PROMETHEUS_MULTIPROC(ESS)_DIR to a temporary folder of its own on import: a
+    worker started from such a process handed its executors a folder they could not open."""
+    from pipeline_steps.services import spark_cluster
+
+    starter = {
+        "PATH": "/usr/bin",
+        "PROMETHEUS_MULTIPROC_DIR": "/tmp/feast_metrics_x",
+        "PROMETHEUS_MULTIPROCESS_DIR": "/tmp/feast_metrics_x",
+        "SPARK_HOME": "/elsewhere",
+    }
+    for env in (
+        spark_cluster.worker_environment(str(tmp_path), starter),
+        spark_cluster.master_environment(starter, str(tmp_path)),
+    ):
+        assert env["PATH"] == "/usr/bin"
+        assert not set(spark_cluster.STARTERS_OWN) & env.keys()
+        assert env["SPARK_HOME"] == str(spark_cluster.spark_home())
