@@ -38,13 +38,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale  # the sibling benchmark: its lake of repeated days and its measurement
+
+from pipeline_steps.services.s3_server import serving
 
 BUCKET = "scale"
 REDIS = ("127.0.0.1", 6379, 4)
@@ -81,42 +82,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def s3_server(logs: Path) -> Iterator[dict[str, str]]:
-    """moto's S3 server with one user (its keys in the environment it gives) and the bucket."""
-    import boto3
-
-    from pipeline_steps.services.lifecycle import create_s3_user
-
-    port = free_port()
-    server = _start(
-        [sys.executable, "-m", "pipeline_steps.services.s3_server", "-H", "127.0.0.1", "-p",
-         str(port)],
-        {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
-        logs / "moto.log",
-    )  # fmt: skip
-    try:
-        wait_for("moto's S3 server", lambda: listening(port), 60)
-        endpoint = f"http://127.0.0.1:{port}"
-        key_id, secret = create_s3_user(endpoint, "lake")
-        env = {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": key_id,
-            "AWS_SECRET_ACCESS_KEY": secret,
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=key_id,
-            aws_secret_access_key=secret,
-        ).create_bucket(Bucket=BUCKET)
-        yield env
-    finally:
-        _stop(server)
 
 
 class Cluster:
@@ -377,7 +342,7 @@ def main() -> None:
     logs = args.work / "s3-logs"
     logs.mkdir(parents=True, exist_ok=True)
     rows = []
-    with s3_server(logs) as env:
+    with serving(logs / "moto.log", BUCKET) as env:
         for copies in args.copies:
             for workers in args.workers:
                 rows += run_size(args, copies, workers, env)

@@ -132,8 +132,13 @@ def feast_dir(run_id: str) -> str:
 def feast_project(ctx: RunContext) -> str:
     """The run's Feast project: its own, so runs sharing a SQL registry never see each other's
     offline sources."""
-    digest = hashlib.sha256(ctx.run_id.encode()).hexdigest()[:12]
-    return f"{ctx.settings.features.project}_{digest}"
+    return project_of_run(ctx.settings.features.project, ctx.run_id)
+
+
+def project_of_run(project: str, run_id: str) -> str:
+    """The Feast project of run ``run_id`` under ``features.project`` (the suffix of its keys
+    in a shared online store)."""
+    return f"{project}_{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
 
 
 @contextmanager

@@ -111,49 +111,10 @@ def _listening(port: int) -> bool:
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """moto's S3 server with one user allowed everything (its keys) and the bucket."""
-    import boto3
+    from pipeline_steps.services.s3_server import serving
 
-    from pipeline_steps.services.lifecycle import create_s3_user
-
-    port = free_port()
-    log = tmp_path_factory.mktemp("s3") / "moto.log"
-    with log.open("ab") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipeline_steps.services.s3_server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        wait_until("moto's S3 server", lambda: _listening(port), 60)
-        endpoint = f"http://127.0.0.1:{port}"
-        key_id, secret = create_s3_user(endpoint, "lake")
-        env = {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": key_id,
-            "AWS_SECRET_ACCESS_KEY": secret,
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        ).create_bucket(Bucket=BUCKET)
+    with serving(tmp_path_factory.mktemp("s3") / "moto.log", BUCKET) as env:
         yield env
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -213,9 +174,10 @@ RUNS = ("lost-worker", "local")
 
 
 def _project(run_id: str) -> str:
-    import hashlib
+    from pipeline_steps.core.settings import FeatureSettings
+    from pipeline_steps.steps.features import project_of_run
 
-    return f"trainyard_{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
+    return project_of_run(FeatureSettings().project, run_id)
 
 
 def online_rows(run_id: str) -> dict[bytes, dict[bytes, bytes]]:
