@@ -1,4 +1,6 @@
-"""The trigger form of ``flight_delay_training``: Airflow Params, each bound to one setting.
+"""The trigger forms of a domain's training and tuning DAGs: Airflow Params, each bound to one
+setting and derived from its declaration (label, group, doc, type, bounds, choices), so the
+form accepts what the settings loader accepts.
 
 Defaults come from the settings the DAG was parsed with, so a scheduled run (which takes the
 defaults) trains exactly as configured. Every value reaches the steps as ``--set section.key=...``
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline_steps.core.models import BUILTIN_MODELS
+from pipeline_steps.core.setting_spec import Declared, FormName, form_entries
 from pipeline_steps.core.settings import Settings
 
 
@@ -27,137 +30,53 @@ class FormField:
     section: str
 
 
-FORM: dict[str, FormField] = {
-    "model": FormField(
-        "train.model",
-        "Model",
-        "The model: a registered one (mlp: embeddings + MLP; ft_transformer: feature tokens + "
-        "Transformer) or the configured import path of your own; another model than the "
-        "configured one trains with its declared default hyperparameters.",
-        {"type": "string", "enum": list(BUILTIN_MODELS)},
-        "Training",
-    ),
-    "epochs": FormField(
-        "train.epochs",
-        "Epochs",
-        "Most passes over the training set; early stopping may end sooner.",
-        {"type": "integer", "minimum": 1, "maximum": 200},
-        "Training",
-    ),
-    "learning_rate": FormField(
-        "train.learning_rate",
-        "Learning rate",
-        "AdamW peak learning rate.",
-        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "Training",
-    ),
-    "batch_size": FormField(
-        "train.batch_size",
-        "Batch size",
-        "Examples per forward pass on each process.",
-        {"type": "integer", "minimum": 1, "maximum": 65536},
-        "Training",
-    ),
-    "nproc_per_node": FormField(
-        "train.nproc_per_node",
-        "Processes per node",
-        "torchrun processes per node (CPU processes, or one per GPU).",
-        {"type": "integer", "minimum": 1, "maximum": 64},
-        "Training",
-    ),
-    "window_days": FormField(
-        "features.window_days",
-        "Window (days)",
-        "Trailing validated days in the training window, the holdout day included.",
-        {"type": "integer", "minimum": 2, "maximum": 366},
-        "Data",
-    ),
-    "pin_raw_version": FormField(
-        "ingest.pin_version",
-        "Pin raw version",
-        "Use this raw version of the day's partitions instead of ingesting (0: ingest; the "
-        "newest version wins). Versions are listed under raw/<dataset>/date=D/.",
-        {"type": "integer", "minimum": 0},
-        "Data",
-    ),
-    "skip_promotion": FormField(
-        "promotion.skip",
-        "Skip promotion",
-        "Train, register and evaluate, but leave the champion where it is.",
-        {"type": "boolean"},
-        "Promotion",
-    ),
-    "force_promotion": FormField(
-        "promotion.force",
-        "Force promotion",
-        "Make this run's model the champion whatever the gate says. Needs a reason; the "
-        "reason and your user name are recorded on the model version.",
-        {"type": "boolean"},
-        "Promotion",
-    ),
-    "force_reason": FormField(
-        "promotion.reason",
-        "Reason for forcing",
-        "Required when forcing a promotion: why the gate is overridden.",
-        {"type": ["string", "null"], "maxLength": 500},
-        "Promotion",
-    ),
-}
+def declared_schema(d: Declared) -> dict[str, Any]:
+    """The JSON schema of a declared setting: its type, bounds, choices and length, so the form
+    accepts exactly what the settings loader accepts (a text field may come back empty as
+    null, meaning the empty string)."""
+    spec = d.spec
+    if spec.choices:
+        return {"type": _JSON_TYPES.get(d.type, "string"), "enum": list(spec.choices)}
+    if d.type is str:
+        text: dict[str, Any] = {"type": ["string", "null"]}
+        if spec.max_length is not None:
+            text["maxLength"] = spec.max_length
+        return text
+    kind: dict[str, Any] = {"type": _JSON_TYPES[d.type]}
+    for key, bound in (
+        ("minimum", spec.minimum),
+        ("maximum", spec.maximum),
+        ("exclusiveMinimum", spec.above),
+        ("exclusiveMaximum", spec.below),
+    ):
+        if bound is not None and d.type is not bool:
+            kind[key] = bound
+    return kind
 
 
-TUNING_FORM: dict[str, FormField] = {
-    "trials": FormField(
-        "tuning.trials",
-        "Trials",
-        "Finished trials (complete or pruned) the study should hold; a run adds the missing "
-        "ones, so running it again continues the study.",
-        {"type": "integer", "minimum": 1, "maximum": 1000},
-        "Study",
-    ),
-    "parallel_trials": FormField(
-        "tuning.parallel_trials",
-        "Parallel trials",
-        "Trials training at the same time (each a task: a process or a pod).",
-        {"type": "integer", "minimum": 1},
-        "Study",
-    ),
-    "sampler": FormField(
-        "tuning.sampler",
-        "Sampler",
-        "How trials draw parameters: tpe (Bayesian), random, grid, gp (Gaussian process).",
-        {"type": "string", "enum": ["tpe", "random", "grid", "gp"]},
-        "Study",
-    ),
-    "pruner": FormField(
-        "tuning.pruner",
-        "Pruner",
-        "Stops unpromising trials from their per-epoch validation loss.",
-        {"type": "string", "enum": ["none", "median", "hyperband"]},
-        "Study",
-    ),
-    "search_space": FormField(
-        "tuning.search_space",
-        "Search space file",
-        "YAML file of the parameters the trials draw (tuning/flight_delay.yaml).",
-        {"type": "string", "minLength": 1},
-        "Study",
-    ),
-    "time_budget_s": FormField(
-        "tuning.time_budget_s",
-        "Time budget (s)",
-        "No trial starts later than this after the run began; 0: no budget.",
-        {"type": "integer", "minimum": 0},
-        "Study",
-    ),
-    "epochs": FormField(
-        "train.epochs",
-        "Epochs per trial",
-        "Most epochs a trial trains (the pruner's budget).",
-        {"type": "integer", "minimum": 1, "maximum": 200},
-        "Training",
-    ),
-}
-"""The trigger form of ``flight_delay_tuning`` (besides the day to tune on)."""
+_JSON_TYPES: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def declared_form(form: FormName) -> dict[str, FormField]:
+    """The Params of a DAG's trigger form, from the settings declared on it (``form=`` of
+    :func:`pipeline_steps.core.setting_spec.setting`), in the settings' order."""
+    return {
+        entry.param or d.name: FormField(
+            f"{section}.{d.name}",
+            entry.label,
+            d.spec.doc.replace("``", ""),
+            declared_schema(d),
+            entry.group,
+        )
+        for section, d, entry in form_entries(Settings, form)
+    }
+
+
+FORM: dict[str, FormField] = declared_form("training")
+"""The trigger form of a domain's training DAG."""
+
+TUNING_FORM: dict[str, FormField] = declared_form("tuning")
+"""The trigger form of a domain's tuning DAG (besides the day to tune on)."""
 
 
 def setting_value(settings: Settings, key: str) -> Any:
@@ -193,7 +112,7 @@ def schema(f: FormField, settings: Settings) -> dict[str, Any]:
     configured one (an import path of the user's own model appears without any edit here)."""
     if f.setting != "train.model":
         return f.schema
-    return {**f.schema, "enum": list(dict.fromkeys([*BUILTIN_MODELS, settings.train.model]))}
+    return {"type": "string", "enum": list(dict.fromkeys([*BUILTIN_MODELS, settings.train.model]))}
 
 
 def training_params(settings: Settings) -> dict[str, Any]:

@@ -286,7 +286,7 @@ def test_cost_rates_come_from_every_settings_layer(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("cost.gpu_hour=-1", r"cost\.gpu_hour must be a finite number >= 0, got -1\.0"),
+        ("cost.gpu_hour=-1", r"cost\.gpu_hour must not be negative, got -1\.0"),
         ("cost.cpu_core_hour=nan", r"cost\.cpu_core_hour must be a finite number"),
         ("cost.memory_gib_hour=.inf", r"cost\.memory_gib_hour must be a finite number"),
         ("cost.cpu_core_hour=cheap", r"setting cost\.cpu_core_hour expects"),

@@ -142,9 +142,13 @@ def test_cooldown_holds_back_a_second_event_and_lets_a_later_one_through() -> No
     ("key", "value", "message"),
     [
         ("current_days", "0", "drift.current_days must be at least 1"),
-        ("calibration_quantile", "1.5", r"drift.calibration_quantile must be in \(0, 1\)"),
+        ("calibration_quantile", "1.5", "drift.calibration_quantile must be above 0 and below 1"),
         ("cooldown_hours", "-1", "drift.cooldown_hours must not be negative"),
-        ("triggers", "[label, weather]", r"unknown signal\(s\) \['weather'\]"),
+        (
+            "triggers",
+            "[label, weather]",
+            r"drift\.triggers must be one of 'label', 'prediction', 'input', got \['weather'\]",
+        ),
     ],
 )
 def test_bad_drift_settings_name_the_key(key: str, value: str, message: str) -> None:

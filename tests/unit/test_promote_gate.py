@@ -367,6 +367,8 @@ def test_primary_metrics_must_be_the_tasks() -> None:
         "gate.primary_metrics names auc, log_loss, not a metric of the regression task; its "
         "metrics: rmse, mae, r2 (or leave it empty for rmse, mae)"
     )
-    with pytest.raises(SettingsError, match=r"gate.primary_metrics may name auc, .*; unknown"):
+    with pytest.raises(
+        SettingsError, match=r"gate\.primary_metrics must be one of 'auc', .*got \['f2'\]"
+    ):
         GateSettings(primary_metrics=("f2",))
     assert GateSettings().metrics_for("binary") == ("auc", "log_loss")

@@ -296,7 +296,7 @@ def test_a_rejected_release_retires_the_candidate(awaiting) -> None:
         ("release.shadow_days=0", "release.shadow_days must be at least 1"),
         ("release.max_shadow_days=1", r"release.max_shadow_days \(1\) must be at least"),
         ("release.mode=canary", "release.mode"),
-        ("release.rollback_metric=f1", "release.rollback_metric may name"),
+        ("release.rollback_metric=f1", "release.rollback_metric must be one of .*got .f1."),
         ("mlflow.staging_alias=champion", "mlflow.staging_alias and mlflow.champion_alias"),
     ],
 )

@@ -36,6 +36,7 @@ from pipeline_steps.core.manifests import (
 )
 from pipeline_steps.core.models import BatchShape
 from pipeline_steps.core.pushgateway import Pushgateway
+from pipeline_steps.core.setting_spec import runtime_settings
 from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run, record, tuned
 from pipeline_steps.steps.train.callbacks import Callback
@@ -279,23 +280,9 @@ def _config_hash(ctx: RunContext, features: FeaturesManifest, table: TrainingTab
     return json_sha256([train, features.training_set_sha256, table.group_rows])
 
 
-_RUNTIME = frozenset(
-    {
-        "nproc_per_node",
-        "max_restarts",
-        "collective_timeout_s",
-        "preemption_grace_s",
-        "keep_checkpoints",
-        "prefetch",
-        "data_workers",
-        "log_every",
-        "log_every_s",
-        "system_metrics_s",
-        "stall_timeout_s",
-        "stall_allowance_s",
-    }
-)
-"""Train settings that change how a training runs, not what it computes."""
+_RUNTIME = runtime_settings(TrainSettings)
+"""Train settings that change how a training runs, not what it computes: those declared
+``runtime`` in :class:`TrainSettings`."""
 
 
 def _preprocessing(
