@@ -204,3 +204,20 @@ def test_a_run_says_why_it_ran() -> None:
     assert Trigger(kind="replay", evidence={"replays": "r1"}).describe() == "replay of run r1"
     rolled = Trigger(kind="drift", evidence={"logical_date": "2013-06-09", "rollback": "worse"})
     assert rolled.describe() == "drift: the champion was rolled back on 2013-06-09"
+
+
+def test_a_long_window_in_the_settings_file_is_a_default_the_form_accepts(
+    monkeypatch, tmp_path
+) -> None:
+    """The form's bounds are the setting's: a window the settings loader accepts (2,100 days)
+    is a valid default, so the DAG file imports and a run triggered with the defaults starts."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    config = tmp_path / "long_window.yaml"
+    config.write_text("features:\n  window_days: 2100\n")
+    monkeypatch.setenv("TRAINYARD_CONFIG", str(config))
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.import_errors == {}
+    training = bag.dags["flight_delay_training"]
+    assert _validate(training)["window_days"] == 2100
+    assert _validate(training, window_days=3660)["window_days"] == 3660
