@@ -189,7 +189,7 @@ def declared(cls: type) -> tuple[Declared, ...]:
             literal = _literal_choices(hints[f.name])
             if literal and not spec.choices:
                 spec = dataclasses.replace(spec, choices=literal)
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[operator]
             found.append(Declared(f.name, hints[f.name], default, spec))
         _DECLARED[cls] = tuple(found)
     return _DECLARED[cls]
