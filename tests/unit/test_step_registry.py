@@ -24,7 +24,7 @@ def test_every_step_is_a_choice_of_trainyard_step_with_its_help(name: str) -> No
     parser = build_parser()
     args = parser.parse_args(["step", name, "--run-id", "r1", "--logical-date", "2013-06-03"])
     assert args.command == "step" and args.name == name
-    step_parser = parser._subparsers._group_actions[0].choices["step"]  # type: ignore[union-attr]
+    step_parser = parser._subparsers._group_actions[0].choices["step"]
     assert REGISTRY[name].help in step_parser.format_help()
 
 
@@ -146,23 +146,23 @@ def _literal_steps(tree: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if name_of(node.func) in _STEP_TAKERS:
-                found += [(a.lineno, a.value) for a in node.args if is_step(a)]  # type: ignore[attr-defined]
+                found += [(a.lineno, a.value) for a in node.args if is_step(a)]
             found += [
-                (k.value.lineno, k.value.value)  # type: ignore[attr-defined]
+                (k.value.lineno, k.value.value)
                 for k in node.keywords
                 if k.arg in _STEP_KEYWORDS and is_step(k.value)
             ]
         elif isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             if any("step" in name_of(o) or name_of(o) == "name" for o in operands):
-                found += [(o.lineno, o.value) for o in operands if is_step(o)]  # type: ignore[attr-defined]
+                found += [(o.lineno, o.value) for o in operands if is_step(o)]
         elif isinstance(node, ast.Assign) and is_step(node.value):
             if any(name_of(t).endswith("_TASK") for t in node.targets):
-                found.append((node.lineno, node.value.value))  # type: ignore[attr-defined]
+                found.append((node.lineno, node.value.value))
         elif isinstance(node, ast.Tuple | ast.List):
             steps = [e for e in node.elts if is_step(e)]
             if len(steps) >= 2 and len(steps) == len(node.elts):
-                found += [(node.lineno, ", ".join(e.value for e in steps))]  # type: ignore[attr-defined]
+                found += [(node.lineno, ", ".join(e.value for e in steps))]
     return found
 
 
