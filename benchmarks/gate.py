@@ -38,7 +38,8 @@ def run_day(settings: Any, day: date) -> dict[str, Any]:
     """The whole pipeline for ``day``; the evaluation, the decision and both models' holdout
     predictions."""
     from pipeline_steps.core.context import RunContext
-    from pipeline_steps.core.manifests import STEPS, EvaluateManifest, FeaturesManifest
+    from pipeline_steps.core.manifests import EvaluateManifest, FeaturesManifest
+    from pipeline_steps.core.step_registry import STEPS
     from pipeline_steps.core.trigger import Trigger
     from pipeline_steps.steps.evaluate import score
     from pipeline_steps.steps.registry import step_function

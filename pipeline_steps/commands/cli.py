@@ -56,10 +56,11 @@ from pipeline_steps.core.manifests import (
     load_record,
 )
 from pipeline_steps.core.settings import SettingsError, load_settings
+from pipeline_steps.core.step_registry import REGISTRY, TRAIN
 from pipeline_steps.core.tasks import TASKS
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import UsageMeter, recording_usage
-from pipeline_steps.steps.registry import STEP_FUNCTIONS, step_function
+from pipeline_steps.steps.registry import step_function
 
 # Kubernetes pods running under KubernetesPodOperator hand their result to the xcom sidecar here.
 KPO_XCOM_FILE = Path("/airflow/xcom/return.json")
@@ -99,8 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="override one setting; repeatable",
         )
 
-    step = sub.add_parser("step", help="run one pipeline step")
-    step.add_argument("name", choices=list(STEP_FUNCTIONS))
+    step = sub.add_parser(
+        "step",
+        help="run one pipeline step",
+        epilog="steps:\n" + "\n".join(f"  {s.name:<10} {s.help}" for s in REGISTRY.values()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    step.add_argument("name", choices=list(REGISTRY), help="the step to run (see below)")
     step.add_argument("--run-id", required=True, help="Airflow run id (or any unique name)")
     step.add_argument("--logical-date", required=True, type=_date, help="partition date D")
     step.add_argument(
@@ -307,8 +313,8 @@ def run_step(
     run's ``usage/`` folder (``pipeline_steps.core.usage``); a step that fails before its settings
     load has no lake to record it in."""
     meter = UsageMeter()
-    if trial is not None and name != "train":
-        raise StepError(f"--study/--trial apply to the train step only, not to {name!r}")
+    if trial is not None and name != TRAIN.name:
+        raise StepError(f"--study/--trial apply to the {TRAIN.name} step only, not to {name!r}")
     settings = load_settings(config, overrides)
     ctx = RunContext(run_id=run_id, logical_date=logical_date, settings=settings, trial=trial)
     with recording_usage(meter, ctx, name):

@@ -39,8 +39,10 @@ from pipeline_steps.core.settings import (
     load_settings,
     without_retired,
 )
+from pipeline_steps.core.step_registry import PROMOTE, STEPS, step
 from pipeline_steps.core.trigger import Trigger
-from pipeline_steps.steps.registry import local_argv, step_argv, step_function
+from pipeline_steps.orchestration.launch import local_argv, step_argv
+from pipeline_steps.steps.registry import step_function
 
 log = logging.getLogger(__name__)
 REPLAY_PREFIX = "replay__"
@@ -164,8 +166,9 @@ def replay_settings(original: Lineage, promote: bool, overrides: list[str], path
 # -- running the steps --------------------------------------------------------------------------
 
 
-def run_train(ctx: RunContext, config: Path) -> None:
-    """``train`` as the DAG runs it (torchrun), with the settings file and no env overrides."""
+def run_distributed(ctx: RunContext, name: str, config: Path) -> None:
+    """A distributed step (``train``) as the DAG runs it (torchrun), with the settings file and
+    no env overrides."""
     local = replace(
         ctx.settings, orchestration=replace(ctx.settings.orchestration, runtime="local")
     )
@@ -179,7 +182,7 @@ def run_train(ctx: RunContext, config: Path) -> None:
         "--config",
         str(config),
     ]
-    argv = local_argv(step_argv("train", local, run_args))
+    argv = local_argv(step_argv(name, local, run_args))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -188,16 +191,17 @@ def run_train(ctx: RunContext, config: Path) -> None:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise StepError(f"train of {ctx.run_id} exited with code {done.returncode}:\n{tail}")
+        raise StepError(f"{name} of {ctx.run_id} exited with code {done.returncode}:\n{tail}")
 
 
 def run_steps(ctx: RunContext, steps: list[str], config: Path) -> None:
-    """Run ``steps`` of ``ctx`` in order: in this process, ``train`` through torchrun."""
+    """Run ``steps`` of ``ctx`` in order: in this process, a distributed step (``train``)
+    through torchrun."""
     ctx.record_trigger()
     for name in steps:
         log.info("replay %s: step %s", ctx.run_id, name)
-        if name == "train":
-            run_train(ctx, config)
+        if step(name).distributed:
+            run_distributed(ctx, name, config)
         else:
             step_function(name)(ctx)
 
@@ -409,8 +413,6 @@ def replay(
 
     Raises ``StepError`` when there is no such run, its lineage lacks what a replay needs, a
     pinned version is gone, or a step fails."""
-    from pipeline_steps.steps.promote import promote as promote_step
-
     lake = Lake(settings.lake_root)
     original = find_recorded(lake, run_id, logical_date)
     new_id = replay_run_id(lake, original.run_id)
@@ -437,9 +439,10 @@ def replay(
             settings=replayed_settings,
             trigger=trigger,
         )
-        run_steps(ctx, ["ingest", "validate", "features", "train", "evaluate"], config)
+        # the pipeline up to its promotion, which only --promote runs (the gate then decides)
+        run_steps(ctx, list(STEPS[: STEPS.index(PROMOTE.name)]), config)
     if promote:
-        promote_step(ctx)
+        step_function(PROMOTE.name)(ctx)
         replayed = read_lineage(lake, safe_run_key(new_id))
     else:
         replayed = build_lineage(ctx, "skipped", None)

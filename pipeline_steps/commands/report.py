@@ -14,7 +14,6 @@ from pipeline_steps.core.domain import load_domain
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake, safe_run_key
 from pipeline_steps.core.manifests import (
-    STEPS,
     EvaluateManifest,
     FeaturesManifest,
     HoldoutMetrics,
@@ -36,6 +35,7 @@ from pipeline_steps.core.settings import (
     changed_settings,
     without_retired,
 )
+from pipeline_steps.core.step_registry import STEPS
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import RunCost, StepUsage, UsageTotals, read_usage

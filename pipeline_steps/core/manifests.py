@@ -5,8 +5,8 @@ A step records its manifest as ``runs/<run>/<step>.json`` and prints it as its l
 is a type error, not a ``KeyError`` three steps later. ``load_manifest`` (behind
 ``RunContext.upstream``) checks the step name, every field's type and that no field is missing
 or unknown, and names the file and the field when a manifest is old or foreign; ``load_record``
-reads the other records (trigger, usage, lineage) the same way. ``STEPS``, the pipeline's step
-order, is the order of the step contracts here.
+reads the other records (trigger, usage, lineage) the same way. Which step records which
+manifest, and the pipeline's step order, are in :mod:`pipeline_steps.core.step_registry`.
 
 Records that are not step manifests live with their owners: the trigger in
 :mod:`pipeline_steps.core.trigger`, usage and cost in :mod:`pipeline_steps.core.usage`, the code
@@ -664,21 +664,6 @@ class SeedSummary(StepOutput):
     rows: int
     empty_days: list[str] = field(default_factory=list)
     """Days without rows, passed by (``domain.empty_days: skip``)."""
-
-
-STEP_MANIFESTS: dict[str, type[Manifest]] = {
-    m.STEP: m
-    for m in (
-        IngestManifest,
-        ValidateManifest,
-        FeaturesManifest,
-        TrainManifest,
-        EvaluateManifest,
-        PromoteManifest,
-    )
-}
-STEPS: tuple[str, ...] = tuple(STEP_MANIFESTS)
-"""The pipeline's steps in run order."""
 
 
 # -- JSON form ------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from pipeline_steps.core.lake import Lake
-from pipeline_steps.core.manifests import OMIT_NONE, STEPS, load_record, to_json
+from pipeline_steps.core.manifests import OMIT_NONE, load_record, to_json
 from pipeline_steps.core.settings import CostSettings
+from pipeline_steps.core.step_registry import STEPS
 
 if TYPE_CHECKING:
     from pipeline_steps.core.context import RunContext

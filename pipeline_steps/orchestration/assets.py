@@ -25,9 +25,10 @@ from airflow.sdk import Asset, BaseOperator
 from pipeline_steps.core import pipeline_gauges
 from pipeline_steps.core.manifests import MonitorManifest, to_json
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.step_registry import MONITOR, RELEASE
 
-MONITOR_TASK = "monitor"
-RELEASE_TASK = "release"
+MONITOR_TASK = MONITOR.task_id
+RELEASE_TASK = RELEASE.task_id
 
 
 def drift_asset(settings: Settings) -> Asset:

@@ -11,8 +11,10 @@
 ``<name>_tuning``         an Optuna study whose trials are mapped ``train`` tasks.
 ``<name>_serving``        scheduled by the ``<name>_champion`` asset: scores the next day.
 
-The steps of each DAG load the domain's settings file (``--config``); the default domain (no
-file: ``TRAINYARD_CONFIG`` or the package defaults, the flights example) passes none, as before.
+Which steps each DAG chains is their declaration's (``dags`` in
+:mod:`pipeline_steps.core.step_registry`). The steps of each DAG load the domain's settings file
+(``--config``); the default domain (no file: ``TRAINYARD_CONFIG`` or the package defaults, the
+flights example) passes none, as before.
 ``domain.team`` tags the DAGs ``team:<team>`` and gives their tasks the team's pools.
 
 The deployment's domains (:func:`pipeline_steps.core.deployment.domain_settings_files`): the
@@ -38,8 +40,8 @@ from pipeline_steps.core.deployment import (
     domain_settings_files,
     load_domain_settings,
 )
-from pipeline_steps.core.manifests import STEPS
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.step_registry import RELEASE, steps_of
 
 
 def dag_id(settings: Settings, kind: str) -> str:
@@ -94,7 +96,7 @@ def training_dag(settings: Settings, config: str | None = None) -> DAG:
     """``<name>_training``: see :data:`TRAINING_DOC`."""
     from pipeline_steps.orchestration.assets import training_schedule
     from pipeline_steps.orchestration.params import training_params
-    from pipeline_steps.orchestration.release import champion_event_task
+    from pipeline_steps.orchestration.release import PROMOTE_TASK, champion_event_task
     from pipeline_steps.orchestration.runners import step_task
     from pipeline_steps.orchestration.trigger import (
         SourceDataSensor,
@@ -115,8 +117,8 @@ def training_dag(settings: Settings, config: str | None = None) -> DAG:
         chain(
             TriggerOperator(settings=settings, config=config),
             SourceDataSensor(settings=settings),
-            *(step_task(step, settings, run_args) for step in STEPS),
-            champion_event_task(settings, "promote"),
+            *(step_task(step, settings, run_args) for step in steps_of("training")),
+            champion_event_task(settings, PROMOTE_TASK),
         )
     return dag
 
@@ -142,6 +144,7 @@ def monitor_dag(settings: Settings, config: str | None = None) -> DAG:
     """``<name>_drift_monitor``: see :data:`MONITOR_DOC`."""
     from pipeline_steps.orchestration.assets import drift_event_task
     from pipeline_steps.orchestration.release import (
+        APPROVAL_TASK,
         approval_task,
         champion_event_task,
         monitor_run_args,
@@ -158,17 +161,23 @@ def monitor_dag(settings: Settings, config: str | None = None) -> DAG:
         max_active_runs=1,  # the cooldown reads the last event: one verdict at a time
         **_common(settings, "drift_monitor", MONITOR_DOC),
     ) as dag:
-        release = step_task("release", settings, monitor_run_args(config))
+        # the release step reads the run's trigger (a backfill moves no alias), and its
+        # decision goes on to the approval and the champion's event
+        steps = {
+            step.name: step_task(
+                step, settings, monitor_run_args(config) if step is RELEASE else run_args
+            )
+            for step in steps_of("drift_monitor")
+        }
         chain(
             SourceDataSensor(settings=settings, day="{{ ds }}"),
-            *(step_task(step, settings, run_args) for step in ("ingest", "validate", "monitor")),
-            release,
+            *steps.values(),
             drift_event_task(settings),
         )
         chain(
-            release,
+            steps[RELEASE.name],
             approval_task(settings),
-            champion_event_task(settings, "release", "approve_release"),
+            champion_event_task(settings, RELEASE.task_id, APPROVAL_TASK),
         )
     return dag
 
@@ -211,7 +220,7 @@ def tuning_dag(settings: Settings, config: str | None = None) -> DAG:
         prepare = PrepareStudyOperator(run_args=run_args)
         chain(
             TuningDayOperator(),
-            *(step_task(step, settings, run_args) for step in ("ingest", "validate", "features")),
+            *(step_task(step, settings, run_args) for step in steps_of("tuning")),
             prepare,
             trial_tasks(settings, run_args, prepare.output),
             RecordBestOperator(run_args=run_args),
@@ -257,7 +266,7 @@ def serving_dag(settings: Settings, config: str | None = None) -> DAG:
     ) as dag:
         chain(
             ServingDayOperator(task_id="serving_day", settings=settings),
-            *(step_task(step, settings, run_args) for step in ("ingest", "validate")),
+            *(step_task(step, settings, run_args) for step in steps_of("serving")),
             ScoreDayOperator(task_id="score", settings=settings, config=config),
         )
     return dag

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline_steps.core.settings import Settings
-from pipeline_steps.steps.registry import RENDEZVOUS_STORE, TRAIN_SERVICE
+from pipeline_steps.orchestration.launch import RENDEZVOUS_STORE, TRAIN_SERVICE
 
 ELASTIC_POD_LABELS = {"trainyard/training": "elastic"}
 """The label of an elastic Job's training pods (the disruption budget selects them)."""

@@ -24,11 +24,12 @@ from airflow.sdk import Asset, BaseOperator, Param
 
 from pipeline_steps.core.manifests import PromoteManifest, ReleaseManifest
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.step_registry import PROMOTE, RELEASE
 from pipeline_steps.core.team_credentials import as_team
 
-RELEASE_TASK = "release"
+RELEASE_TASK = RELEASE.task_id
 APPROVAL_TASK = "approve_release"
-PROMOTE_TASK = "promote"
+PROMOTE_TASK = PROMOTE.task_id
 
 
 def champion_asset(settings: Settings) -> Asset:

@@ -13,7 +13,9 @@ The train task and the tuning trials take GPU slots of an Airflow pool at their 
 (:mod:`pipeline_steps.orchestration.pools`).
 
 Kept light: DAG parsing imports this, so nothing heavy is imported at module level. A step's
-command comes from :mod:`pipeline_steps.steps.registry`, as for ``trainyard replay``.
+command comes from :mod:`pipeline_steps.orchestration.launch`, as for ``trainyard replay``; what
+sets a step apart (its GPUs, torchrun, a Job on several nodes) from its declaration in
+:mod:`pipeline_steps.core.step_registry` (``distributed``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from pipeline_steps.core import step_registry
 from pipeline_steps.core.settings import (
     Settings,
     SettingsError,
@@ -36,6 +39,7 @@ from pipeline_steps.core.settings import (
     load_settings,
     settings_environment,
 )
+from pipeline_steps.core.step_registry import TRAIN, Step
 from pipeline_steps.core.team_credentials import team_environment
 from pipeline_steps.orchestration.elastic import (
     ELASTIC_POD_LABELS,
@@ -45,8 +49,8 @@ from pipeline_steps.orchestration.elastic import (
     store_wait,
 )
 from pipeline_steps.orchestration.failures import step_failure
+from pipeline_steps.orchestration.launch import TRAIN_SERVICE, local_argv, step_argv
 from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
-from pipeline_steps.steps.registry import TRAIN_SERVICE, local_argv, step_argv
 
 RUN_ID = "{{ run_id }}"
 LOGICAL_DATE = "{{ ds }}"
@@ -191,7 +195,7 @@ def headless_service(settings: Settings) -> dict[str, Any]:
         },
         "spec": {
             "clusterIP": "None",
-            "selector": {"app.kubernetes.io/name": "trainyard", "trainyard/step": "train"},
+            "selector": {"app.kubernetes.io/name": "trainyard", "trainyard/step": TRAIN.name},
             "ports": [{"name": "rendezvous", "port": cfg.rendezvous_port}],
             # pods must resolve each other before they are ready: rendezvous comes first
             "publishNotReadyAddresses": True,
@@ -213,7 +217,7 @@ def termination_grace(settings: Settings) -> int:
 
 
 def pod_arguments(
-    step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
+    step: Step | str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
 ) -> dict[str, Any]:
     """What a step's pod looks like, for a single pod and for the pods of a training Job.
     Requests equal the limits for GPUs, so that a quota system (Kueue) counts what the pod
@@ -221,6 +225,8 @@ def pod_arguments(
     ``kubernetes.mlflow_secret`` (the team's Secret)."""
     from kubernetes.client import models as k8s
 
+    spec = step_registry.step(step)
+    train = spec.distributed  # the training's GPUs, shared memory, nodes and grace
     cfg = settings.kubernetes
     restricted = k8s.V1SecurityContext(
         allow_privilege_escalation=False,
@@ -229,11 +235,11 @@ def pod_arguments(
     )
     requests = {"cpu": cfg.cpu_request, "memory": cfg.memory_request}
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
-    if step == "train" and cfg.train_gpus:
+    if train and cfg.train_gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(cfg.train_gpus)
     volumes = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())]
     mounts = [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")]
-    if step == "train":  # shared memory for the data path and NCCL beyond the 64 MiB default
+    if train:  # shared memory for the data path and NCCL beyond the 64 MiB default
         volumes.append(
             k8s.V1Volume(name="shm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory"))
         )
@@ -248,17 +254,16 @@ def pod_arguments(
             )
         )
         mounts.append(k8s.V1VolumeMount(name="lake", mount_path=cfg.lake_mount_path))
-    labels = {"app.kubernetes.io/name": "trainyard", "trainyard/step": step}
+    labels = {"app.kubernetes.io/name": "trainyard", "trainyard/step": spec.name}
     if cfg.queue_name:
         labels[QUEUE_LABEL] = cfg.queue_name
-    train = step == "train"
     spot = bool(cfg.spot_node_selector or cfg.spot_tolerations)
     return {
         "namespace": cfg.namespace,
         "image": cfg.image,
         "image_pull_policy": cfg.image_pull_policy,
         "service_account_name": cfg.service_account,
-        "cmds": step_argv(step, settings, run_args),
+        "cmds": step_argv(spec, settings, run_args),
         "arguments": [],
         "env_vars": pod_environment(settings),
         "env_from": [k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.mlflow_secret))]
@@ -286,7 +291,7 @@ def pod_arguments(
 
 
 def kubernetes_step(
-    step: str, settings: Settings, run_args: Sequence[str], **task_args: Any
+    step: Step, settings: Settings, run_args: Sequence[str], **task_args: Any
 ) -> BaseOperator:
     """A KubernetesPodOperator running the step's argv in the step image; a permanent failure
     (exit code 2, or the step's failure line as termination message) is not retried."""
@@ -294,9 +299,9 @@ def kubernetes_step(
 
     pod = pod_arguments(step, settings, run_args)
     return StepPodOperator(
-        step=step,
-        task_id=step,
-        name=f"trainyard-{step}",
+        step=step.name,
+        task_id=step.task_id,
+        name=f"trainyard-{step.task_id}",
         xcom_sidecar_container_security_context=pod["container_security_context"],
         do_xcom_push=True,
         on_finish_action="delete_pod",
@@ -335,7 +340,7 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
     from pipeline_steps.orchestration.training_job import TrainingJobOperator
 
     cfg = settings.kubernetes
-    pod = pod_arguments("train", settings, run_args) | {"env_vars": multi_node_env(settings)}
+    pod = pod_arguments(TRAIN, settings, run_args) | {"env_vars": multi_node_env(settings)}
     resources = rendezvous_resources(settings, pod["container_security_context"])
     elastic: dict[str, Any] = {}
     if cfg.elastic:
@@ -345,7 +350,7 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
             "labels": pod["labels"] | ELASTIC_POD_LABELS,
         }
     nodes = f"{cfg.min_nodes} to {cfg.train_nodes}" if cfg.elastic else str(cfg.train_nodes)
-    with TaskGroup(group_id="train", tooltip=f"training on {nodes} nodes") as group:
+    with TaskGroup(group_id=TRAIN.task_id, tooltip=f"training on {nodes} nodes") as group:
         create = KubernetesCreateResourceOperator(
             task_id="create_rendezvous_service", yaml_conf=resources, namespace=cfg.namespace
         )
@@ -377,18 +382,23 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
     return group
 
 
-def step_task(step: str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS) -> Any:
-    """The task for one step under the configured runtime, with retries and backoff (a task
-    group for training on several Kubernetes nodes). ``run_args`` follow ``trainyard step
-    <name>`` in the argv."""
+def step_task(
+    step: Step | str, settings: Settings, run_args: Sequence[str] = DEFAULT_RUN_ARGS
+) -> Any:
+    """The task for one step (a :class:`Step` or its name) under the configured runtime, with
+    retries and backoff (a task group for training on several Kubernetes nodes). ``run_args``
+    follow ``trainyard step <name>`` in the argv."""
+    spec = step_registry.step(step)
     task_args = retry_args(settings)
-    if step == "train":  # the GPUs' holder: the pool's slots, at training's priority
+    if spec.distributed:  # the GPUs' holder: the pool's slots, at training's priority
         gpus = step_gpus(settings, settings.kubernetes.train_nodes)
         task_args |= gpu_task_args(settings, gpus, settings.orchestration.train_priority)
     if settings.orchestration.runtime == "kubernetes":
-        if step == "train" and settings.kubernetes.train_nodes > 1:
+        if spec.distributed and settings.kubernetes.train_nodes > 1:
             return multi_node_training(settings, run_args, **task_args)
-        return kubernetes_step(step, settings, run_args, **task_args)
-    argv = step_argv(step, settings, run_args)
+        return kubernetes_step(spec, settings, run_args, **task_args)
+    argv = step_argv(spec, settings, run_args)
     team = settings.domain.team
-    return LocalStepOperator(task_id=step, step=step, argv=argv, team=team, **task_args)
+    return LocalStepOperator(
+        task_id=spec.task_id, step=spec.name, argv=argv, team=team, **task_args
+    )

@@ -19,12 +19,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.step_registry import TRAIN
 from pipeline_steps.core.team_credentials import as_team
+from pipeline_steps.orchestration.launch import step_argv
 from pipeline_steps.orchestration.params import TUNING_FORM, form_params, set_arguments
 from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
 from pipeline_steps.orchestration.runners import pod_arguments, retry_args
 from pipeline_steps.orchestration.trials import PREPARE_TASK, LocalTrialOperator, run_context
-from pipeline_steps.steps.registry import step_argv
 
 DAY_TASK = "tuning_day"
 
@@ -143,9 +144,9 @@ def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
     if settings.orchestration.runtime == "kubernetes":
         from pipeline_steps.orchestration.trial_pod import PodTrialOperator
 
-        pod = pod_arguments("train", settings, run_args)
+        pod = pod_arguments(TRAIN, settings, run_args)
         return PodTrialOperator.partial(
-            step="train",
+            step=TRAIN.name,
             name="trainyard-trial",
             xcom_sidecar_container_security_context=pod["container_security_context"],
             do_xcom_push=True,
@@ -153,9 +154,9 @@ def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
             **pod,
             **common,
         ).expand(slot=slots)
-    argv = step_argv("train", settings, run_args)
+    argv = step_argv(TRAIN, settings, run_args)
     team = settings.domain.team
-    return LocalTrialOperator.partial(step="train", argv=argv, team=team, **common).expand(
+    return LocalTrialOperator.partial(step=TRAIN.name, argv=argv, team=team, **common).expand(
         slot=slots
     )
 

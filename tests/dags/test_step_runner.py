@@ -11,7 +11,7 @@ from pipeline_steps.orchestration.runners import (
     parse_manifest,
     step_task,
 )
-from pipeline_steps.steps.registry import step_argv
+from pipeline_steps.orchestration.launch import step_argv
 
 
 def test_manifest_is_the_last_json_line_with_a_step() -> None:
@@ -279,7 +279,7 @@ def test_torchrun_agents_rendezvous_through_the_store_alone(make_settings, tmp_p
     import subprocess
 
     from pipeline_steps.orchestration.elastic import STORE_SCRIPT, WAIT_SCRIPT
-    from pipeline_steps.steps.registry import executable
+    from pipeline_steps.orchestration.launch import executable
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

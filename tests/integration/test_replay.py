@@ -13,7 +13,8 @@ import yaml
 from pipeline_steps.commands.cli import main
 from pipeline_steps.commands.replay import ReplayOutcome, replay, run_steps
 from pipeline_steps.core.lake import MANIFEST, Lake, table_sha256
-from pipeline_steps.core.manifests import STEPS, to_json
+from pipeline_steps.core.manifests import to_json
+from pipeline_steps.core.step_registry import STEPS
 from tests.conftest import FIRST_DAY, HISTORY
 from tests.pipeline_runs import demo_settings, run_context
 

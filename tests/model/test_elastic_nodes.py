@@ -13,7 +13,7 @@ import pytest
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.orchestration.elastic import STORE_SCRIPT
-from pipeline_steps.steps.registry import RENDEZVOUS_STORE, local_argv, step_argv
+from pipeline_steps.orchestration.launch import RENDEZVOUS_STORE, local_argv, step_argv
 from tests.conftest import FIRST_DAY, free_port
 from tests.model.conftest import states_of
 from tests.model.launch import (

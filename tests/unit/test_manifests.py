@@ -7,7 +7,6 @@ import pytest
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import (
-    STEPS,
     DriftSummary,
     FeaturesManifest,
     IngestManifest,
@@ -16,6 +15,7 @@ from pipeline_steps.core.manifests import (
     ValidateManifest,
     load_manifest,
 )
+from pipeline_steps.core.step_registry import STEPS
 from tests.conftest import FIRST_DAY
 from tests.manifests import features_manifest, ingest_manifest, train_manifest, validate_manifest
 
