@@ -802,7 +802,18 @@ class EvaluateSettings:
             raise SettingsError("evaluate.baseline_rows must be at least 100")
 
 
-GATE_METRICS = ("auc", "log_loss", "brier", "accuracy", "macro_f1", "rmse", "mae", "r2")
+GATE_METRICS = (
+    "auc",
+    "log_loss",
+    "brier",
+    "accuracy",
+    "macro_f1",
+    "rmse",
+    "mae",
+    "r2",
+    "class_mae",
+    "qwk",
+)
 """Metrics the gate can hold a challenger to (``gate.primary_metrics``), each with its margin;
 a task allows those among its metrics (:data:`pipeline_steps.core.tasks.SPECS`)."""
 
@@ -837,6 +848,10 @@ class GateSettings:
     """``regression``: non-inferiority margin of MAE as a fraction of the champion's MAE."""
     max_r2_drop: float = 0.01
     """``regression``: non-inferiority margin of R² (when ``r2`` is a primary metric)."""
+    max_class_mae_rise: float = 0.02
+    """``ordinal``: non-inferiority margin of the mean absolute class error, in classes."""
+    max_qwk_drop: float = 0.01
+    """``ordinal``: non-inferiority margin of the quadratic weighted kappa."""
     require_improvement: bool = False
     """Also require the challenger to be better than the champion, with
     ``evaluate.confidence``, on at least one primary metric."""
@@ -859,6 +874,8 @@ class GateSettings:
     """``regression``: the same for RMSE on a slice, as a fraction of the champion's RMSE on that
     slice (where the champion errs more, the margin is wider): 0.1 lets the challenger's RMSE
     on a slice be at most 10 % above the champion's there."""
+    max_slice_class_mae_rise: float = 0.1
+    """``ordinal``: the same for the mean absolute class error on a slice, in classes."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_auc <= 1.0:
@@ -872,6 +889,9 @@ class GateSettings:
             "max_rmse_rise",
             "max_mae_rise",
             "max_r2_drop",
+            "max_class_mae_rise",
+            "max_qwk_drop",
+            "max_slice_class_mae_rise",
             "max_slice_auc_drop",
             "max_slice_accuracy_drop",
             "max_slice_rmse_rise",
@@ -918,6 +938,8 @@ class GateSettings:
             "rmse": self.max_rmse_rise,
             "mae": self.max_mae_rise,
             "r2": self.max_r2_drop,
+            "class_mae": self.max_class_mae_rise,
+            "qwk": self.max_qwk_drop,
         }
         return margins[metric]
 
@@ -928,6 +950,7 @@ class GateSettings:
             "auc": self.max_slice_auc_drop,
             "accuracy": self.max_slice_accuracy_drop,
             "rmse": self.max_slice_rmse_rise,
+            "class_mae": self.max_slice_class_mae_rise,
         }[metric]
 
 
