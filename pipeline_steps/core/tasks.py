@@ -10,8 +10,7 @@ names the rest of the package has read since tasks were strings: ``TASKS``, ``ta
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from pipeline_steps import tasks as plugins
 from pipeline_steps.tasks import BUILTIN_TASKS, TaskError, resolve

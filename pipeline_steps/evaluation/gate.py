@@ -27,8 +27,8 @@ from typing import Literal
 from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics, Interval, SliceResult
 from pipeline_steps.core.settings import GateSettings
 from pipeline_steps.core.tasks import task_spec
-from pipeline_steps.tasks import BUILTIN_TASKS, Metric
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, best, worst
+from pipeline_steps.tasks import BUILTIN_TASKS, Metric
 
 Outcome = Literal["pass", "refuse", "undecided"]
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict
-from types import ModuleType
 
-import numpy as np
 from numpy.typing import ArrayLike
 
 from pipeline_steps.core.manifests import HoldoutMetrics, Interval

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline_steps.core.manifests import SliceResult, SliceScores
+from pipeline_steps.core.manifests import SliceResult
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.bootstrap import paired_differences
 

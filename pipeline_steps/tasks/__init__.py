@@ -1,9 +1,10 @@
 """Tasks are plugins: what a model learns to predict, one module per task.
 
 ``domain.task`` names a built-in task (``binary``, ``multiclass``, ``regression``,
-``ordinal``) or the import path ``package.module:name`` of a :class:`~pipeline_steps.tasks.base.Task`
-instance in the user's own code, as ``train.model`` names a model. Each task declares its
-metrics with their directions, the gate's default metrics, the trivial model's and the slices',
+``ordinal``) or the import path ``package.module:name`` of a
+:class:`~pipeline_steps.tasks.base.Task` instance in the user's own code, as ``train.model``
+names a model. Each task declares its metrics with their directions, the gate's default
+metrics, the trivial model's and the slices',
 its report plots and baselines, and implements its head (loss, validation, predictions), its
 metrics and their bootstrap replicates; no other module compares task names.
 

@@ -193,7 +193,9 @@ class Task:
 
     def undefined(self, metrics: HoldoutMetrics, judged: Sequence[str]) -> str | None:
         """Why the challenger's ``judged`` metrics cannot be judged, or None."""
-        missing = [self.metric(m).label for m in judged if getattr(metrics, m) != getattr(metrics, m)]
+        missing = [
+            self.metric(m).label for m in judged if getattr(metrics, m) != getattr(metrics, m)
+        ]
         if missing:
             return (
                 f"challenger {', '.join(missing)} undefined on this holdout "
@@ -203,9 +205,7 @@ class Task:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def serving_columns(
-        self, predictions: np.ndarray, classes: Sequence[str]
-    ) -> Mapping[str, Any]:
+    def serving_columns(self, predictions: np.ndarray, classes: Sequence[str]) -> Mapping[str, Any]:
         """The columns a served prediction adds to its row, by name."""
         return {"prediction": predictions}
 

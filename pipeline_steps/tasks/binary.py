@@ -166,7 +166,6 @@ def _ece(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.abs(total_p - total_y).sum(axis=1) / n
 
 
-
 def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The mean of per-row ``values`` over each resample."""
     return values[rows].mean(axis=1)

@@ -115,10 +115,8 @@ def _multiclass(
     if metric == "macro_f1":
         return _macro_f1(y, predicted_classes(p), rows)
     raise TaskError(
-        f"no bootstrap for multiclass metric {metric!r}; known: "
-        f"log_loss, accuracy, macro_f1"
+        f"no bootstrap for multiclass metric {metric!r}; known: log_loss, accuracy, macro_f1"
     )
-
 
 
 def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -53,11 +53,7 @@ def _regression(
         constant = np.where(residual == 0, 1.0, 0.0)
         safe = np.where(total > 0, total, 1.0)
         return np.where(total > 0, 1 - residual / safe, constant)
-    raise TaskError(
-        f"no bootstrap for regression metric {metric!r}; known: "
-        f"rmse, mae, r2"
-    )
-
+    raise TaskError(f"no bootstrap for regression metric {metric!r}; known: rmse, mae, r2")
 
 
 def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -22,7 +22,6 @@ from pipeline_steps.tasks.binary import AUC_BINS
 __all__ = ["AUC_BINS", "Head", "fit_head"]
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Head:
     """Loss, validation sums and predictions of one task; called as ``head(outputs, labels)``
