@@ -60,6 +60,31 @@ class HeadState:
     label_std: float = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class LabelSample:
+    """What ``init-domain`` saw of a label column in a sample: its distinct values, their kind
+    (``string``, ``integer``, ``float``, ...), whether they are numbers, how it says what it saw
+    (``seen``, ``examples``) and the most classes a label may have."""
+
+    distinct: int
+    kind: str
+    numeric: bool
+    seen: str
+    examples: str
+    max_classes: int
+
+
+def class_label_misfit(task: str, article: str, label: LabelSample) -> str | None:
+    """Why a label of named classes does not fit ``task`` (``article``: "a", "an"): fractional
+    numbers, or not 3..``max_classes`` values."""
+    if label.kind == "float":
+        return f"it holds fractional numbers ({label.examples})"
+    if not 3 <= label.distinct <= label.max_classes:
+        hint = "; use --task binary" if label.distinct == 2 else ""
+        return f"{article} {task} label has 3..{label.max_classes} values, {label.seen}{hint}"
+    return None
+
+
 class Task:
     """One task. Subclasses set the declarations and implement the computations; one instance
     of each is registered (:mod:`pipeline_steps.tasks`)."""
@@ -90,12 +115,22 @@ class Task:
     """Bootstrap resamples keep each label value's share (classification tasks)."""
     real_valued: ClassVar[bool] = False
     """The label is a real number (drafted checks, drift of the predictions)."""
+    champion_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """The champion's daily metrics in ``trainyard report``: (``HoldoutMetrics`` field, title)."""
+    summary: ClassVar[tuple[str, ...]] = ()
+    """The metrics a run summary's difference lines show; empty: all of ``metric_list``."""
+    ordered: ClassVar[bool] = False
+    """The classes are ordered, lowest first (their order is part of the domain contract)."""
 
     # -- declarations ------------------------------------------------------------------------
 
     @property
     def metrics(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metric_list)
+
+    @property
+    def summary_metrics(self) -> tuple[str, ...]:
+        return self.summary or self.metrics
 
     def metric(self, name: str) -> Metric:
         """The declaration of ``name``; ``TaskError`` naming the task's metrics otherwise."""
@@ -119,6 +154,11 @@ class Task:
     def outputs(self, classes: Sequence[str]) -> int:
         """Values the model gives per row."""
         return 1
+
+    def label_misfit(self, label: LabelSample) -> str | None:
+        """Why a sample's label column cannot be this task's label (``init-domain --task``),
+        or None when it can."""
+        return None
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
@@ -191,6 +231,51 @@ class Task:
         """The shape of a model's predictions of ``rows`` rows."""
         return (rows,)
 
+    def positives(self, labels: Any) -> int:
+        """The holdout's positive rows for a task that counts them, else -1."""
+        import numpy as np
+
+        return int(np.asarray(labels).sum()) if self.counts_positives else -1
+
+    def baseline_fits(self, distinct: int) -> bool:
+        """Whether training rows with ``distinct`` label values can fit the linear baseline."""
+        return distinct >= 2
+
+    def predicted_class(self, predictions: Any) -> np.ndarray:
+        """Each row's predicted class index, for a task with classes (the most probable by
+        default)."""
+        import numpy as np
+
+        return np.asarray(predictions, dtype=np.float64).argmax(axis=1)
+
+    def model_output(self, predictions: np.ndarray, classes: Sequence[str], index: Any) -> Any:
+        """What the registered model's ``predict`` returns for the head's ``predictions``:
+        the array, or for a task with classes a pandas frame with a probability column per
+        class named by the class (rows indexed as the input's ``index``)."""
+        if not self.has_classes:
+            return predictions
+        import pandas as pd
+
+        return pd.DataFrame(predictions, columns=list(classes), index=index)
+
+    def read_predictions(self, output: Any, classes: Sequence[str]) -> np.ndarray:
+        """The task's predictions (float64) from what a registered model's ``predict``
+        returned: a frame's class columns taken in the order of ``classes`` (columns that are
+        not classes, such as a predicted class, are left out); ``TaskError`` naming the classes
+        a frame lacks."""
+        import numpy as np
+
+        columns = getattr(output, "columns", None)
+        if self.has_classes and columns is not None:
+            missing = [c for c in classes if c not in columns]
+            if missing:
+                raise TaskError(
+                    f"the model gives no probability of class(es) {missing}; it gives "
+                    f"{list(map(str, columns))}"
+                )
+            output = output[list(classes)]
+        return np.asarray(output, dtype=np.float64)
+
     def undefined(self, metrics: HoldoutMetrics, judged: Sequence[str]) -> str | None:
         """Why the challenger's ``judged`` metrics cannot be judged, or None."""
         missing = [
@@ -206,9 +291,28 @@ class Task:
     # -- serving -----------------------------------------------------------------------------
 
     def serving_columns(self, predictions: np.ndarray, classes: Sequence[str]) -> Mapping[str, Any]:
-        """The columns a served prediction adds to its row, by name."""
-        return {"prediction": predictions}
+        """The columns a served prediction adds to its row, by name, in order: ``prediction``
+        (the value, or for a task with classes the predicted class's name, then a
+        ``probability_<class>`` column per class)."""
+        if not self.has_classes:
+            return {"prediction": predictions}
+        import numpy as np
+
+        names = np.asarray(classes, dtype=object)
+        columns: dict[str, Any] = {"prediction": names[self.predicted_class(predictions)]}
+        for index, name in enumerate(classes):
+            columns[f"probability_{name}"] = predictions[:, index]
+        return columns
 
     def drift_signal(self, predictions: np.ndarray, classes: Sequence[str]) -> np.ndarray:
         """What prediction drift is measured on (the value, or the predicted class's name)."""
-        return predictions
+        if not self.has_classes:
+            return predictions
+        import numpy as np
+
+        return np.asarray(classes, dtype=object)[self.predicted_class(predictions)]
+
+    @property
+    def drifts_on_names(self) -> bool:
+        """The drift signal is a class name (a string column), not a number."""
+        return self.has_classes

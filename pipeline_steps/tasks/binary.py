@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pipeline_steps.tasks.base import HeadState, Metric, Task, TaskError, sklearn_metrics
+from pipeline_steps.tasks.base import (
+    HeadState,
+    LabelSample,
+    Metric,
+    Task,
+    TaskError,
+    sklearn_metrics,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -190,10 +197,30 @@ class Binary(Task):
     trivial_metrics = ("auc", "log_loss")
     slice_metric = "auc"
     slice_metrics = ("auc", "log_loss")
+    summary = ("auc", "log_loss", "brier")
+    champion_columns = (
+        ("auc", "AUC"),
+        ("log_loss", "log loss"),
+        ("accuracy", "accuracy"),
+        ("positive_rate", "positive rate"),
+    )
     plots = ("roc", "precision_recall", "calibration")
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's rate"
     counts_positives = True
+
+    def baseline_fits(self, distinct: int) -> bool:
+        return distinct == 2
+
+    def label_misfit(self, label: LabelSample) -> str | None:
+        if label.distinct == 2:
+            return None
+        hint = "; use --task multiclass" if 2 < label.distinct <= label.max_classes else ""
+        return f"a binary label has two values, {label.seen}{hint}"
+
+    def serving_columns(self, predictions: np.ndarray, classes: Sequence[str]) -> dict[str, Any]:
+        """``probability``: the probability of 1."""
+        return {"probability": predictions}
 
     def fit_head(
         self, labels: Any, values: np.ndarray, classes: Sequence[str], where: str

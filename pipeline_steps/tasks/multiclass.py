@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pipeline_steps.tasks.base import HeadState, Metric, Task, TaskError, sklearn_metrics
+from pipeline_steps.tasks.base import (
+    HeadState,
+    LabelSample,
+    Metric,
+    Task,
+    TaskError,
+    class_label_misfit,
+    sklearn_metrics,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -133,6 +141,11 @@ class Multiclass(Task):
         Metric("macro_f1", True, "macro-F1"),
     )
     gate_metrics = ("log_loss", "macro_f1")
+    champion_columns = (
+        ("log_loss", "log loss"),
+        ("accuracy", "accuracy"),
+        ("macro_f1", "macro-F1"),
+    )
     trivial_metrics = ("log_loss",)
     slice_metric = "accuracy"
     plots = ("confusion",)
@@ -149,6 +162,9 @@ class Multiclass(Task):
 
     def outputs(self, classes: Sequence[str]) -> int:
         return len(classes)
+
+    def label_misfit(self, label: LabelSample) -> str | None:
+        return class_label_misfit(self.name, "a", label)
 
     def expected_shape(self, rows: int, classes: Sequence[str]) -> tuple[int, ...]:
         return (rows, len(classes))
@@ -229,15 +245,8 @@ class Multiclass(Task):
     def trivial(self, mean: float | None, prior: Any, rows: int) -> np.ndarray:
         return np.tile(prior, (rows, 1))
 
-    def serving_columns(self, predictions: np.ndarray, classes: Sequence[str]) -> dict[str, Any]:
-        columns: dict[str, Any] = {
-            f"probability_{name}": predictions[:, i] for i, name in enumerate(classes)
-        }
-        columns["predicted_class"] = np.asarray(classes, dtype=object)[predictions.argmax(1)]
-        return columns
-
-    def drift_signal(self, predictions: np.ndarray, classes: Sequence[str]) -> np.ndarray:
-        return np.asarray(classes, dtype=object)[np.asarray(predictions).argmax(1)]
+    def predicted_class(self, predictions: Any) -> np.ndarray:
+        return predicted_classes(predictions)
 
 
 TASK = Multiclass()

@@ -21,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeline_steps.tasks.base import HeadState, Metric, Task, TaskError, sklearn_metrics
+from pipeline_steps.tasks.base import (
+    HeadState,
+    LabelSample,
+    Metric,
+    Task,
+    TaskError,
+    class_label_misfit,
+    sklearn_metrics,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -130,12 +138,19 @@ class Ordinal(Task):
         Metric("log_loss", False, "log loss"),
     )
     gate_metrics = ("class_mae", "qwk")
+    champion_columns = (
+        ("class_mae", "class MAE"),
+        ("qwk", "QWK"),
+        ("accuracy", "accuracy"),
+        ("log_loss", "log loss"),
+    )
     trivial_metrics = ("class_mae", "log_loss")
     slice_metric = "class_mae"
-    plots = ("confusion",)
+    plots = ("confusion", "class_error")
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's class shares"
     has_classes = True
+    ordered = True
 
     def check_classes(self, classes: Sequence[str], where: str) -> None:
         if len(classes) < 3 or len(set(classes)) != len(classes):
@@ -146,6 +161,9 @@ class Ordinal(Task):
 
     def outputs(self, classes: Sequence[str]) -> int:
         return len(classes) - 1
+
+    def label_misfit(self, label: LabelSample) -> str | None:
+        return class_label_misfit(self.name, "an", label)
 
     def expected_shape(self, rows: int, classes: Sequence[str]) -> tuple[int, ...]:
         return (rows, len(classes))
@@ -278,21 +296,18 @@ class Ordinal(Task):
 
         return np.tile(np.asarray(prior, dtype=np.float64), (rows, 1))
 
-    # -- serving -----------------------------------------------------------------------------
+    def predicted_class(self, predictions: Any) -> np.ndarray:
+        """The median class (minimises the expected absolute class error)."""
+        return median_classes(predictions)
 
-    def serving_columns(self, predictions: np.ndarray, classes: Sequence[str]) -> dict[str, Any]:
+    def model_output(self, predictions: np.ndarray, classes: Sequence[str], index: Any) -> Any:
+        """A probability column per class (lowest first) and ``predicted_class``, the median
+        class's name."""
         import numpy as np
 
-        columns: dict[str, Any] = {
-            f"probability_{name}": predictions[:, i] for i, name in enumerate(classes)
-        }
-        columns["predicted_class"] = np.asarray(classes, dtype=object)[median_classes(predictions)]
-        return columns
-
-    def drift_signal(self, predictions: np.ndarray, classes: Sequence[str]) -> np.ndarray:
-        import numpy as np
-
-        return np.asarray(classes, dtype=object)[median_classes(predictions)]
+        frame = super().model_output(predictions, classes, index)
+        frame["predicted_class"] = np.asarray(classes, dtype=object)[median_classes(predictions)]
+        return frame
 
 
 TASK = Ordinal()

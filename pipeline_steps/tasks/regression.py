@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pipeline_steps.tasks.base import HeadState, Metric, Task, TaskError, sklearn_metrics
+from pipeline_steps.tasks.base import (
+    HeadState,
+    LabelSample,
+    Metric,
+    Task,
+    TaskError,
+    sklearn_metrics,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +82,12 @@ class Regression(Task):
         Metric("r2", True, "R²"),
     )
     gate_metrics = ("rmse", "mae")
+    champion_columns = (
+        ("rmse", "RMSE"),
+        ("mae", "MAE"),
+        ("r2", "R2"),
+        ("label_mean", "mean label"),
+    )
     trivial_metrics = ("rmse",)
     slice_metric = "rmse"
     plots = ("residuals", "predicted_vs_actual")
@@ -82,6 +95,13 @@ class Regression(Task):
     trivial_description = "the training window's mean label"
     stratified = False
     real_valued = True
+
+    def label_misfit(self, label: LabelSample) -> str | None:
+        if not label.numeric:
+            return f"a regression label is a number, {label.seen}"
+        if label.distinct < 3:
+            return f"a regression label varies, {label.seen}"
+        return None
 
     def fit_head(
         self, labels: Any, values: np.ndarray, classes: Sequence[str], where: str
