@@ -199,3 +199,54 @@ def test_the_gate_decides_on_the_ordinal_metrics(diamonds, trained) -> None:
     )
     assert by_kappa.outcome == "refuse"
     assert any(r.startswith("quadratic weighted kappa challenger") for r in by_kappa.reasons)
+
+
+def test_the_report_draws_the_confusion_matrix_and_the_class_errors(
+    diamonds, trained, tmp_path
+) -> None:
+    from pipeline_steps.evaluation.report import render
+
+    train, holdout = diamonds
+    labels = holdout["cut"].to_numpy()
+    prior = trivial(_summary(train["cut"].to_numpy()), len(holdout), "ordinal")
+    logistic = linear("ordinal", train, holdout, CATEGORICAL, NUMERIC, "cut", 0, len(CUTS))
+    evaluation = _evaluation(labels, trained, logistic, prior)
+    verdict = gate(evaluation, GateSettings(), 0.95)
+    curves = {"challenger": trained, "champion": logistic, "trivial": prior}
+    written = render(evaluation, "run-1", labels, curves, verdict, tmp_path, CUTS)
+    assert sorted(p.name for p in written) == ["class_error.png", "confusion.png", "index.html"]
+    assert all(p.stat().st_size > 5000 for p in written if p.suffix == ".png")
+    page = (tmp_path / "index.html").read_text()
+    assert "ordinal task" in page and "mean absolute class error" in page
+    assert "quadratic weighted kappa" in page and "Recall per class" in page
+    assert "positive)" not in page and "mean label" not in page
+
+
+def test_the_packaged_model_and_predict_give_probabilities_and_the_median_class(
+    trained,
+) -> None:
+    from pipeline_steps.commands.serving import ServingModel, prediction_columns
+
+    spec = task_spec("ordinal")
+    rows = trained[:50]
+    index = pd.RangeIndex(100, 150)
+    output = spec.model_output(rows, CUTS, index)
+    assert list(output.columns) == [*CUTS, "predicted_class"]
+    assert output.index.equals(index)
+    assert output["predicted_class"].tolist() == [CUTS[i] for i in median_classes(rows)]
+    # the evaluation and the monitor read back the class probabilities, in the classes' order
+    shuffled = output[["predicted_class", *reversed(CUTS)]]
+    np.testing.assert_array_equal(spec.read_predictions(shuffled, CUTS), rows)
+    assert spec.expected_shape(50, CUTS) == (50, len(CUTS))
+    with pytest.raises(TaskError, match=r"no probability of class\(es\) \['Ideal'\]"):
+        spec.read_predictions(output.drop(columns=["Ideal"]), CUTS)
+
+    model = ServingModel(
+        version="3", model_uri="models:/m/3", run_id="r", features=[], task="ordinal", classes=CUTS
+    )
+    columns = prediction_columns(model, rows)
+    assert list(columns) == ["prediction", *(f"probability_{c}" for c in CUTS)]
+    assert list(columns["prediction"]) == output["predicted_class"].tolist()
+    np.testing.assert_array_equal(columns["probability_Premium"], rows[:, 3])
+    # prediction drift is measured on the predicted class's name
+    assert list(spec.drift_signal(rows, CUTS)) == list(columns["prediction"])
