@@ -436,3 +436,12 @@ def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -
     code, printed = _run_as(out, "pizzas", exports / "p", ["validate", "--path", str(path)])
     assert code == 0 and f"file {path} (date 2015-01-09) passed suite 'pizzas'" in printed, printed
     assert "schema change" not in printed
+
+
+def test_a_short_run_of_whole_numbers_is_ordinal_and_hours_are_not(exports: Path) -> None:
+    from pipeline_steps.quality.class_order import class_order, states_order
+
+    hours = pd.read_csv(exports / "weather.csv")["hour"]
+    assert not states_order(class_order(hours.unique()))  # 24 values: codes of the day
+    assert states_order(class_order(hours[hours.between(6, 9)].unique()))  # 6 < 7 < 8 < 9
+    assert not states_order(class_order(hours[hours.isin([1, 5, 9])].unique()))  # gaps
