@@ -49,12 +49,13 @@ TIME_ZONE = {{ d.roles.time_zone | py }}
 """The zone whose midnight starts a day (``ingest.time_zone`` must agree): empty for a time's
 own zone, UTC for epochs."""
 LABEL = {{ d.roles.label | py }}
-{%- if d.roles.task == "binary" %}
+{%- if d.task.counts_positives %}
 POSITIVE = {{ d.roles.positive | py }}
 """The label value counted as 1 ({{ d.positive_reason }})."""
-{%- elif d.roles.task == "multiclass" %}
+{%- elif d.task.has_classes %}
 CLASSES = {{ d.roles.classes | py_lines }}
-"""The label's values, in the order of their class indices: {{ d.roles.class_order }}."""
+"""The label's values, in the order of their class indices
+{{- ", lowest first" if d.task.ordered else "" }}: {{ d.roles.class_order }}."""
 {%- endif %}
 CATEGORICAL = {{ d.categorical | py_lines }}
 """Row features: strings with few distinct values."""
@@ -109,9 +110,9 @@ class {{ d.class_name }}(Domain):
         """One row per key with its label; rows without a label are left out."""
         labelled = labelled[labelled[LABEL].notna()]
         rows = self._rows(labelled)
-{%- if d.roles.task == "binary" %}
+{%- if d.task.counts_positives %}
         rows[self.label] = (labelled[LABEL] == POSITIVE).astype("int8").to_numpy()
-{%- elif d.roles.task == "multiclass" %}
+{%- elif d.task.has_classes %}
         names = labelled[LABEL]{{ ".astype('Int64')" if d.label_whole_floats else "" }}.astype(str)
         rows[self.label] = pd.Categorical(names, categories=CLASSES).codes.astype("int64")
 {%- else %}
@@ -163,7 +164,7 @@ DOMAIN = {{ d.class_name }}(
     date_column={{ d.date_column | py }},
     label=LABEL,
     task={{ d.roles.task | py }},
-{%- if d.roles.task == "multiclass" %}
+{%- if d.task.has_classes %}
     classes=CLASSES,
 {%- endif %}
     row_features=FeatureColumns(categorical=CATEGORICAL, numeric=[]),

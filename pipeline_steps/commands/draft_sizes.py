@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from pipeline_steps.core.settings import FeatureSettings, GateSettings, TrainSettings
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.sample_profile import Roles, SampleProfile
 
 HOLDOUT_ROOM = 1.5
@@ -42,7 +43,7 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
     gate, window = GateSettings(), FeatureSettings().window_days
     spanned = (roles.last_day - roles.first_day).days + 1
     label = profile.column(roles.label, "--label")
-    if roles.task == "binary":
+    if task_spec(roles.task).counts_positives:
         needed, what = gate.min_positives, f"positive ({roles.positive!r}) rows"
         seen = label.counts.get(roles.positive, 0)
         setting = "gate.min_positives"

@@ -1,6 +1,6 @@
 """``trainyard init-domain``: a new domain drafted from a sample file, in a folder of its own.
 
-    trainyard init-domain NAME --sample FILE [--label COL] [--task binary|multiclass|regression]
+    trainyard init-domain NAME --sample FILE [--label COL] [--task TASK]
                           [--time-column COL] [--key COL] [--out DIR] [--force]
 
 The folder (default ``./NAME``) receives:
@@ -36,6 +36,7 @@ from pipeline_steps.commands import domain_templates
 from pipeline_steps.commands.draft_sizes import Sizes, draft_sizes
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.draft_checks import (
     constant_where_labelled,
     identifiers,
@@ -54,6 +55,7 @@ from pipeline_steps.quality.sample_profile import (
 )
 from pipeline_steps.quality.suite_draft import Margins, RowCounts, draft_suite, row_counts
 from pipeline_steps.quality.trailing import MIN_HISTORY
+from pipeline_steps.tasks import Task
 
 NAME = re.compile(r"[a-z_][a-z0-9_]*")
 DATE_PARTS = ("year", "month", "day")
@@ -129,12 +131,19 @@ class DomainDraft:
         return f"{self.sample.rsplit('/', 1)[0]}/{self.pattern}"
 
     @property
+    def task(self) -> Task:
+        """The drafted task (templates branch on its attributes)."""
+        return task_spec(self.roles.task)
+
+    @property
     def task_text(self) -> str:
-        if self.roles.task == "multiclass":
-            return f"multiclass, {len(self.roles.classes)} classes"
-        if self.roles.task == "binary":
-            return f"binary, {self.roles.positive!r} counts as 1"
-        return "regression"
+        if self.task.ordered:
+            return f"{self.roles.task}, {len(self.roles.classes)} classes lowest first"
+        if self.task.has_classes:
+            return f"{self.roles.task}, {len(self.roles.classes)} classes"
+        if self.task.counts_positives:
+            return f"{self.roles.task}, {self.roles.positive!r} counts as 1"
+        return self.roles.task
 
     @property
     def positive_reason(self) -> str:

@@ -41,6 +41,7 @@ from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import RunCost, StepUsage, UsageTotals, read_usage
 from pipeline_steps.core.usage import summarise as summarise_usage
 from pipeline_steps.evaluation.champion import ChampionHistory, MonitoredDay, Move, champion_history
+from pipeline_steps.tasks import TaskError
 
 log = logging.getLogger(__name__)
 SEED_PREFIX = "seed__"
@@ -175,7 +176,7 @@ def _metrics(metrics: HoldoutMetrics) -> str:
     text = ", ".join(f"{m} {getattr(metrics, m):.4f}" for m in task_spec(metrics.task).metrics)
     if metrics.class_recall:
         text += "; recall " + ", ".join(f"{c} {r:.4f}" for c, r in metrics.class_recall.items())
-    if metrics.task == "regression":
+    if task_spec(metrics.task).real_valued:
         text += f" (mean label {metrics.label_mean:.4f})"
     return text
 
@@ -186,7 +187,7 @@ def _differences(evaluation: EvaluateManifest) -> list[str]:
     against = [("champion", evaluation.differences)] if evaluation.differences else []
     against += [(b.name.replace("_", " "), b.differences) for b in evaluation.baselines]
     task = evaluation.challenger.metrics.task
-    shown_metrics = ("auc", "log_loss", "brier") if task == "binary" else task_spec(task).metrics
+    shown_metrics = task_spec(task).summary_metrics
     lines = []
     for name, differences in against:
         shown = ", ".join(
@@ -399,17 +400,14 @@ def _score(value: float) -> str:
     return "n/a" if value != value else f"{value:.4f}"
 
 
-DAY_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
-    "binary": (
-        ("auc", "AUC"),
-        ("log_loss", "log loss"),
-        ("accuracy", "accuracy"),
-        ("positive_rate", "positive rate"),
-    ),
-    "multiclass": (("log_loss", "log loss"), ("accuracy", "accuracy"), ("macro_f1", "macro-F1")),
-    "regression": (("rmse", "RMSE"), ("mae", "MAE"), ("r2", "R2"), ("label_mean", "mean label")),
-}
-"""The champion's daily metrics in the report, by task: its task's, and the day's base rate."""
+def day_metrics(task: str) -> tuple[tuple[str, str], ...]:
+    """The champion's daily metrics in the report (``Task.champion_columns``: its task's, and
+    the day's base rate); a task that cannot be resolved any more reads as ``binary``, the
+    metrics the monitor records of every champion."""
+    try:
+        return task_spec(task).champion_columns
+    except TaskError:
+        return task_spec("binary").champion_columns
 
 
 def _day_row(day: MonitoredDay, task: str) -> list[str]:
@@ -417,7 +415,7 @@ def _day_row(day: MonitoredDay, task: str) -> list[str]:
     return [
         day.day,
         day.version,
-        *[_score(getattr(m, name)) for name, _ in DAY_METRICS[task]],
+        *[_score(getattr(m, name)) for name, _ in day_metrics(task)],
         str(m.rows),
         _score(day.mean_score),
         ", ".join(day.crossed) if day.drift_detected else "none",
@@ -428,7 +426,7 @@ def _day_columns(task: str) -> list[str]:
     return [
         "date",
         "version",
-        *[title for _, title in DAY_METRICS[task]],
+        *[title for _, title in day_metrics(task)],
         "rows",
         "mean score",
         "drift",
@@ -456,7 +454,6 @@ def champion_report(history: ChampionHistory, monitoring_experiment: str) -> lis
     ]
     if history.days:
         task = history.days[-1].metrics.task
-        task = task if task in DAY_METRICS else "binary"
         lines += _table([_day_columns(task), *[_day_row(day, task) for day in history.days]])
     else:
         lines.append("  none: the drift monitor has not scored the champion on these days")

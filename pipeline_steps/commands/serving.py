@@ -43,13 +43,14 @@ from pipeline_steps.core.feature_store import earliest_event, materialize_online
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import FeaturesManifest, ManifestError, load_manifest
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.tasks import task_spec
 
 log = logging.getLogger(__name__)
 PROBABILITY = "probability"
 """Column of a binary task's predictions: the champion's probability of the positive label."""
 PREDICTION = "prediction"
-"""Column of the predicted value (regression) or the most probable class's name (multiclass,
-beside a ``probability_<class>`` column per class)."""
+"""Column of the predicted value (regression) or the predicted class's name (multiclass,
+ordinal: beside a ``probability_<class>`` column per class)."""
 OUTPUT_FORMATS = (".parquet", ".csv")
 
 
@@ -276,7 +277,7 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
             f"trained on {model.features}: serve it with the feature repository it trained with"
         )
     scored = rows[[domain.key, "event_timestamp"]].copy()
-    predicted = np.asarray(score(model.model_uri, rows, model.features), "float64")
+    predicted = score(model.model_uri, rows, model.features, model.task, model.classes)
     for column, values in prediction_columns(model, predicted).items():
         scored[column] = values
     log.info(
@@ -291,17 +292,11 @@ def predict(settings: Settings, day: date, path: str | None = None) -> Predictio
 
 
 def prediction_columns(model: ServingModel, predicted: np.ndarray) -> dict[str, Any]:
-    """The output columns for the model's task: ``probability`` (binary), ``prediction``
-    (regression), or ``prediction`` (the most probable class) and ``probability_<class>`` per
-    class (multiclass)."""
-    if model.task == "regression":
-        return {PREDICTION: predicted}
-    if model.task == "multiclass":
-        columns: dict[str, Any] = {PREDICTION: np.asarray(model.classes)[predicted.argmax(1)]}
-        for index, name in enumerate(model.classes):
-            columns[f"{PROBABILITY}_{name}"] = predicted[:, index]
-        return columns
-    return {PROBABILITY: predicted}
+    """The output columns for the model's task (``Task.serving_columns``): ``probability``
+    (binary), ``prediction`` (regression), or ``prediction`` (the predicted class: the most
+    probable, or for ordinal classes the median) and ``probability_<class>`` per class
+    (multiclass, ordinal)."""
+    return dict(task_spec(model.task).serving_columns(predicted, model.classes))
 
 
 def check_output(output: str) -> None:

@@ -367,6 +367,10 @@ class HoldoutMetrics:
     """``regression``: coefficient of determination (1 - squared error / the label's variance)."""
     label_mean: float = float("nan")
     """``regression``: the holdout's mean label."""
+    class_mae: float = float("nan")
+    """``ordinal``: mean absolute distance between the predicted (median) and labelled class."""
+    qwk: float = float("nan")
+    """``ordinal``: quadratic weighted kappa of the predicted (median) and labelled classes."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -401,6 +405,8 @@ class SliceScores:
     rmse: float = float("nan")
     """``regression``: root mean squared error in the label's units; the slice metric, whose
     champion value scales ``gate.max_slice_rmse_rise``."""
+    class_mae: float = float("nan")
+    """``ordinal``: mean absolute class error; the slice metric."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline_steps.core.tasks import TASKS
+
 BUILTIN_MODELS: dict[str, str] = {
     "mlp": "pipeline_steps.core.builtin_models:MLP",
     "ft_transformer": "pipeline_steps.core.builtin_models:FT_TRANSFORMER",
@@ -147,8 +149,8 @@ class ModelSpec:
     """``build(shape, **hyperparameters) -> torch.nn.Module``, or its import path."""
     hyperparameters: tuple[Hyperparameter, ...] = ()
     description: str = ""
-    tasks: tuple[str, ...] = ("binary", "multiclass", "regression")
-    """The tasks it can learn (its head adapts to ``shape.outputs``)."""
+    tasks: tuple[str, ...] = TASKS
+    """The tasks it can learn (its head adapts to ``shape.outputs``): every built-in task."""
     check: Callable[[Mapping[str, Any]], str | None] | None = None
     """A rule tying hyperparameters together: returns why the values are refused, or None."""
     reference: str = field(default="", compare=False)
@@ -188,7 +190,7 @@ def model(
     *,
     hyperparameters: Sequence[Hyperparameter] = (),
     description: str = "",
-    tasks: Sequence[str] = ("binary", "multiclass", "regression"),
+    tasks: Sequence[str] = TASKS,
     check: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> Callable[[Callable[..., Any]], ModelSpec]:
     """Declare ``build(shape, **hyperparameters)`` as a model (a decorator)."""

@@ -1090,7 +1090,18 @@ class EvaluateSettings:
         check_declared(self, "evaluate", SettingsError)
 
 
-GATE_METRICS = ("auc", "log_loss", "brier", "accuracy", "macro_f1", "rmse", "mae", "r2")
+GATE_METRICS = (
+    "auc",
+    "log_loss",
+    "brier",
+    "accuracy",
+    "macro_f1",
+    "rmse",
+    "mae",
+    "r2",
+    "class_mae",
+    "qwk",
+)
 """Metrics the gate can hold a challenger to (``gate.primary_metrics``), each with its margin;
 a task allows those among its metrics (:data:`pipeline_steps.core.tasks.SPECS`)."""
 
@@ -1108,9 +1119,11 @@ class GateSettings:
         (),
         doc="""Metrics on which the challenger must not be worse than the champion beyond their
         margin; empty: the task's (``binary``: ``auc``, ``log_loss``; ``multiclass``: ``log_loss``,
-        ``macro_f1``; ``regression``: ``rmse``, ``mae``). Each must be a metric of the domain's
-        task: ``binary`` of ``auc``, ``log_loss``, ``brier``, ``accuracy``; ``multiclass`` of
-        ``log_loss``, ``accuracy``, ``macro_f1``; ``regression`` of ``rmse``, ``mae``, ``r2``.""",
+        ``macro_f1``; ``regression``: ``rmse``, ``mae``; ``ordinal``: ``class_mae``, ``qwk``).
+        Each must be a metric of the domain's task: ``binary`` of ``auc``, ``log_loss``,
+        ``brier``, ``accuracy``; ``multiclass`` of ``log_loss``, ``accuracy``, ``macro_f1``;
+        ``regression`` of ``rmse``, ``mae``, ``r2``; ``ordinal`` of ``class_mae``, ``qwk``,
+        ``accuracy``, ``log_loss``.""",
         choices=GATE_METRICS,
     )
     max_auc_drop: float = setting(
@@ -1158,6 +1171,16 @@ class GateSettings:
         doc="""``regression``: non-inferiority margin of R² (when ``r2`` is a primary metric).""",
         minimum=0,
     )
+    max_class_mae_rise: float = setting(
+        0.02,
+        doc="""``ordinal``: non-inferiority margin of the mean absolute class error, in classes.""",
+        minimum=0,
+    )
+    max_qwk_drop: float = setting(
+        0.01,
+        doc="""``ordinal``: non-inferiority margin of the quadratic weighted kappa.""",
+        minimum=0,
+    )
     require_improvement: bool = setting(
         False,
         doc="""Also require the challenger to be better than the champion, with
@@ -1200,6 +1223,11 @@ class GateSettings:
         RMSE on a slice be at most 10 % above the champion's there.""",
         minimum=0,
     )
+    max_slice_class_mae_rise: float = setting(
+        0.1,
+        doc="""``ordinal``: the same for the mean absolute class error on a slice, in classes.""",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
         check_declared(self, "gate", SettingsError)
@@ -1233,6 +1261,8 @@ class GateSettings:
             "rmse": self.max_rmse_rise,
             "mae": self.max_mae_rise,
             "r2": self.max_r2_drop,
+            "class_mae": self.max_class_mae_rise,
+            "qwk": self.max_qwk_drop,
         }
         return margins[metric]
 
@@ -1243,6 +1273,7 @@ class GateSettings:
             "auc": self.max_slice_auc_drop,
             "accuracy": self.max_slice_accuracy_drop,
             "rmse": self.max_slice_rmse_rise,
+            "class_mae": self.max_slice_class_mae_rise,
         }[metric]
 
 

@@ -1,102 +1,66 @@
-"""What a model learns to predict: the three tasks a domain may declare.
+"""What a model learns to predict, as the foundation reads it: the task a domain declares,
+resolved through :mod:`pipeline_steps.tasks` (one module per task, a built-in name or the
+import path of the user's own).
 
-- ``binary``: the label is 0/1; the model gives one logit per row, the registered model the
-  probability of 1; metrics AUC, log loss, Brier score, accuracy, calibration error.
-- ``multiclass``: the label is a class index 0..K-1 into the domain's ``classes``; the model
-  gives K logits per row, the registered model a probability per class; metrics log loss,
-  accuracy, macro-F1 and each class's recall.
-- ``regression``: the label is a real number; the model gives one value per row (trained on the
-  standardised label, returned in the label's units); metrics RMSE, MAE and R².
-
-Each layer reads the task here and does its own part: the training step its head and loss, the
-evaluation its metrics, baselines and gate, serving its output. This module only names them.
+Each layer asks the task object for its part: the training step its head and loss, the
+evaluation its metrics, baselines and gate, serving its output columns. This module keeps the
+names the rest of the package has read since tasks were strings: ``TASKS``, ``task_spec``,
+``HIGHER_IS_BETTER``, ``outputs`` and ``check_task``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterator, Mapping, Sequence
 
-Task = Literal["binary", "multiclass", "regression"]
-TASKS: tuple[Task, ...] = ("binary", "multiclass", "regression")
+from pipeline_steps import tasks as plugins
+from pipeline_steps.tasks import BUILTIN_TASKS, TaskError, resolve
 
+Task = str
+"""A built-in task's name or the import path of a user's task."""
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskSpec:
-    """What the pipeline needs to know about a task, independent of any library."""
-
-    task: Task
-    metrics: tuple[str, ...]
-    """Holdout metrics with paired-bootstrap intervals, in report order."""
-    gate_metrics: tuple[str, ...]
-    """The gate's primary metrics when ``gate.primary_metrics`` is left empty."""
-    trivial_metrics: tuple[str, ...]
-    """Metrics on which the challenger must beat the trivial model (with confidence)."""
-    slice_metric: str
-    """The metric compared per slice."""
+TASKS: tuple[str, ...] = tuple(BUILTIN_TASKS)
+"""The built-in tasks' names."""
 
 
-SPECS: dict[str, TaskSpec] = {
-    "binary": TaskSpec(
-        task="binary",
-        metrics=("auc", "log_loss", "brier", "accuracy", "ece"),
-        gate_metrics=("auc", "log_loss"),
-        trivial_metrics=("auc", "log_loss"),
-        slice_metric="auc",
-    ),
-    "multiclass": TaskSpec(
-        task="multiclass",
-        metrics=("log_loss", "accuracy", "macro_f1"),
-        gate_metrics=("log_loss", "macro_f1"),
-        trivial_metrics=("log_loss",),
-        slice_metric="accuracy",
-    ),
-    "regression": TaskSpec(
-        task="regression",
-        metrics=("rmse", "mae", "r2"),
-        gate_metrics=("rmse", "mae"),
-        trivial_metrics=("rmse",),
-        slice_metric="rmse",
-    ),
-}
+class _Directions(Mapping[str, bool]):
+    """Every built-in metric's direction (True: higher is better), read from the tasks."""
 
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "auc": True,
-    "accuracy": True,
-    "macro_f1": True,
-    "r2": True,
-    "log_loss": False,
-    "brier": False,
-    "ece": False,
-    "rmse": False,
-    "mae": False,
-}
-"""The direction of each metric with an interval."""
+    def _table(self) -> dict[str, bool]:
+        table: dict[str, bool] = {}
+        for name in BUILTIN_TASKS:
+            for metric in resolve(name).metric_list:
+                table.setdefault(metric.name, metric.higher_is_better)
+        return table
+
+    def __getitem__(self, metric: str) -> bool:
+        return self._table()[metric]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
 
 
-def task_spec(task: str) -> TaskSpec:
-    """The spec of ``task``; ``ValueError`` naming the known tasks otherwise."""
-    if task not in SPECS:
-        raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
-    return SPECS[task]
+HIGHER_IS_BETTER: Mapping[str, bool] = _Directions()
+"""The direction of each metric with an interval (a metric's name means one thing in every
+task that has it)."""
+
+
+def task_spec(task: str) -> plugins.Task:
+    """The task ``task`` names; ``ValueError`` naming the known tasks otherwise."""
+    return resolve(task)
 
 
 def outputs(task: str, classes: Sequence[str]) -> int:
-    """Values the model gives per row: one, or one logit per class for ``multiclass``."""
-    return len(classes) if task == "multiclass" else 1
+    """Values the model gives per row."""
+    return resolve(task).outputs(classes)
 
 
 def check_task(task: str, classes: Sequence[str], where: str) -> None:
-    """``ValueError`` naming ``where`` when the task is unknown or its classes do not fit it
-    (``multiclass`` needs at least three distinct class names; the others none)."""
-    if task not in SPECS:
-        raise ValueError(f"{where}: task {task!r} is unknown; known: {', '.join(TASKS)}")
-    if task == "multiclass":
-        if len(classes) < 3 or len(set(classes)) != len(classes):
-            raise ValueError(
-                f"{where}: a multiclass task needs at least three distinct classes, "
-                f"got {list(classes)} (two classes are a binary task)"
-            )
-    elif classes:
-        raise ValueError(f"{where}: classes are only for a multiclass task, not {task}")
+    """``ValueError`` naming ``where`` when the task is unknown or its classes do not fit it."""
+    try:
+        spec = resolve(task)
+    except TaskError as exc:
+        raise TaskError(f"{where}: {exc}") from None
+    spec.check_classes(classes, where)

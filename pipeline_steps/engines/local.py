@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from pipeline_steps.core.feature_store import joined_rows
 from pipeline_steps.core.scoring import predicted_signal, scorer
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.engines.base import Engine, JoinedRows
 from pipeline_steps.engines.window_file import FileCounts, SpilledWindow, write_window
 
@@ -92,14 +93,15 @@ class LocalEngine:
         path = Path(scratch, "window.parquet")
         with self.joined(store, domain, settings, entity_files, scratch) as (reader, columns):
             features = [*columns.categorical, *columns.numeric]
-            predict = scorer(model_uri, features) if model_uri is not None else None
+            predict = scorer(model_uri, features, domain) if model_uri is not None else None
             score = None
             if predict is not None:
 
                 def score(rows: pa.Table) -> Any:
                     return predicted_signal(domain, predict(rows.select(features).to_pandas()))
 
-            signal = pa.string() if domain.task == "multiclass" else pa.float64()
+            names = task_spec(domain.task).drifts_on_names
+            signal = pa.string() if names else pa.float64()
             write_window(reader, path, score, signal)
         counts = FileCounts(path, domain.date_column, reference_days, current_days)
         yield SpilledWindow(columns=columns, counts=counts, predict=predict)

@@ -247,7 +247,7 @@ class SparkEngine:
         predict = None
         if model_uri is not None:
             rows = with_prediction(rows, model_uri, features, domain)
-            predict = scorer(model_uri, features)  # the driver's: the sample and day D
+            predict = scorer(model_uri, features, domain)  # the driver's: the sample and day D
         rows = rows.cache()
         try:
             yield SparkWindow(rows, columns, domain, reference_days, current_days, predict)

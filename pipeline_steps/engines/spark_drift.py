@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeline_steps.core.domain import Domain, FeatureColumns
 from pipeline_steps.core.scoring import predicted_signal, scorer
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.calibration import PREDICTION
 
 
@@ -134,7 +135,7 @@ def with_prediction(rows: Any, model_uri: str, features: list[str], domain: Doma
     import mlflow
     from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-    kind = StringType() if domain.task == "multiclass" else DoubleType()
+    kind = StringType() if task_spec(domain.task).drifts_on_names else DoubleType()
     schema = StructType([*rows.schema.fields, StructField(PREDICTION, kind)])
     # The executors' Python workers find the registry the driver uses.
     tracking, registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
@@ -144,7 +145,7 @@ def with_prediction(rows: Any, model_uri: str, features: list[str], domain: Doma
 
         mlflow.set_tracking_uri(tracking)
         mlflow.set_registry_uri(registry)
-        predict = scorer(model_uri, features)
+        predict = scorer(model_uri, features, domain)
         for frame in batches:
             frame[PREDICTION] = predicted_signal(domain, predict(frame))
             yield frame

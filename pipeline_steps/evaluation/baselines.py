@@ -16,27 +16,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from pipeline_steps.core.tasks import task_spec
+from pipeline_steps.tasks import BUILTIN_TASKS
+
 if TYPE_CHECKING:
     from sklearn.compose import ColumnTransformer
 
     from pipeline_steps.evaluation.training_set import LabelSummary
 
-LINEAR = {
-    "binary": "logistic_regression",
-    "multiclass": "logistic_regression",
-    "regression": "ridge",
-}
-"""The name each task's linear baseline is recorded under (``ScoredBaseline.name``)."""
+LINEAR = {name: task_spec(name).linear_baseline for name in BUILTIN_TASKS}
+"""The name each built-in task's linear baseline is recorded under (``ScoredBaseline.name``;
+``Task.linear_baseline``)."""
 
 
 def trivial(labels: LabelSummary, rows: int, task: str = "binary") -> np.ndarray:
     """What the training window's ``labels`` say for each of ``rows`` holdout rows: their
     positive rate (``binary``), each class's share ([rows, classes], ``multiclass``) or their
     mean (``regression``)."""
-    if task == "multiclass":
-        return np.tile(labels.prior, (rows, 1))
-    mean = labels.mean
-    return np.full(rows, (0.5 if task == "binary" else 0.0) if mean is None else mean)
+    return task_spec(task).trivial(labels.mean, labels.prior, rows)
 
 
 def _columns(categorical: list[str], numeric: list[str]) -> ColumnTransformer:
@@ -110,8 +107,9 @@ def linear(
 ) -> np.ndarray:
     """The task's linear baseline's predictions of the holdout rows (recorded as
     ``LINEAR[task]``): probabilities of 1, class probabilities or label values."""
-    if task == "regression":
+    spec = task_spec(task)
+    if spec.real_valued:
         return ridge(train, holdout, categorical, numeric, label)
-    if task == "multiclass":
+    if spec.has_classes:
         return logistic_regression(train, holdout, categorical, numeric, label, seed, classes)
     return logistic_regression(train, holdout, categorical, numeric, label, seed)

@@ -19,14 +19,7 @@ import numpy as np
 
 from pipeline_steps.core.manifests import Interval
 from pipeline_steps.core.tasks import task_spec
-from pipeline_steps.evaluation.metrics import (
-    CALIBRATION_BINS,
-    LOG_LOSS_EPS,
-    calibration_bins,
-    class_probabilities,
-    predicted_classes,
-    task_report,
-)
+from pipeline_steps.evaluation.metrics import task_report
 
 METRICS = task_spec("binary").metrics
 """Binary metrics with intervals, as named in ``HoldoutMetrics``; each task's are its
@@ -55,14 +48,15 @@ def resample_chunks(
     ``regression``: rows drawn from all rows. Seeded: the same labels, count, seed and budget
     give the same draws."""
     rng = np.random.default_rng(seed)
-    if task == "regression":
+    spec = task_spec(task)
+    if not spec.stratified:
         strata = [np.arange(len(labels))]
-    elif task == "multiclass":
-        y = np.asarray(labels, dtype=np.int64)
-        strata = [np.flatnonzero(y == c) for c in np.unique(y)]
-    else:
+    elif spec.counts_positives:
         positive = np.asarray(labels).astype(bool)
         strata = [np.flatnonzero(positive), np.flatnonzero(~positive)]
+    else:
+        y = np.asarray(labels, dtype=np.int64)
+        strata = [np.flatnonzero(y == c) for c in np.unique(y)]
     per_chunk = max(1, (budget or RESAMPLE_BUDGET) // max(len(labels), 1))
     for start in range(0, resamples, per_chunk):
         count = min(per_chunk, resamples - start)
@@ -82,106 +76,6 @@ def resample_rows(
     return np.vstack(list(resample_chunks(labels, resamples, seed, task)))
 
 
-def _scores(p: np.ndarray) -> np.ndarray:
-    # AUC depends only on the order: non-finite scores are ranked as metrics.roc_auc does.
-    if np.isfinite(p).all():
-        return p
-    return np.unique(p, return_inverse=True)[1].astype(np.float64)
-
-
-def _auc(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    from scipy.stats import mannwhitneyu  # here: SciPy costs the steps that only import 1 s
-
-    positives = int(y.sum())
-    if positives == 0 or positives == len(y):
-        return np.full(len(rows), np.nan)
-    s = _scores(p)[rows]
-    # Mann-Whitney U of positives against negatives over rows of the resample: AUC * n1 * n0.
-    u = mannwhitneyu(s[:, :positives], s[:, positives:], axis=1).statistic
-    return np.asarray(u, dtype=np.float64) / (positives * (len(y) - positives))
-
-
-def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The mean of per-row ``values`` over each resample."""
-    return values[rows].mean(axis=1)
-
-
-def _ece(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    bins = CALIBRATION_BINS
-    resamples, n = rows.shape
-    # One bin set per resample (ids offset by bins * resample); per bin |sum p - sum y| / n is
-    # its share of rows times the gap between mean probability and positive rate.
-    ids = (calibration_bins(p)[rows] + bins * np.arange(resamples)[:, None]).ravel()
-    size = resamples * bins
-    total_p = np.bincount(ids, weights=p[rows].ravel(), minlength=size).reshape(resamples, bins)
-    total_y = np.bincount(ids, weights=y[rows].ravel(), minlength=size).reshape(resamples, bins)
-    return np.abs(total_p - total_y).sum(axis=1) / n
-
-
-def _macro_f1(y: np.ndarray, predicted: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    # Per resample and class: labelled, predicted and correct rows (ids offset by classes *
-    # resample); F1 = 2 correct / (labelled + predicted), averaged over the classes with any.
-    resamples = len(rows)
-    classes = int(max(y.max(initial=0), predicted.max(initial=0))) + 1
-    truth = y[rows] + classes * np.arange(resamples)[:, None]
-    guess = predicted[rows] + classes * np.arange(resamples)[:, None]
-
-    def count(ids: np.ndarray) -> np.ndarray:
-        return np.bincount(ids, minlength=resamples * classes).reshape(resamples, classes)
-
-    labelled, chosen, correct = (
-        count(truth.ravel()),
-        count(guess.ravel()),
-        count(truth[truth == guess]),
-    )
-    present = labelled + chosen
-    f1 = np.divide(2 * correct, present, out=np.zeros(present.shape), where=present > 0)
-    return f1.sum(axis=1) / (present > 0).sum(axis=1)
-
-
-def _multiclass(
-    metric: str, labels: np.ndarray, probabilities: np.ndarray, rows: np.ndarray
-) -> np.ndarray:
-    y = np.asarray(labels, dtype=np.int64)
-    p = np.asarray(probabilities, dtype=np.float64)
-    if metric == "log_loss":
-        # As scikit-learn's log_loss of class_probabilities (it clips at machine precision).
-        tiny = np.finfo(np.float64).eps
-        q = np.clip(class_probabilities(p)[np.arange(len(y)), y], tiny, 1 - tiny)
-        return _mean(-np.log(q), rows)
-    if metric == "accuracy":
-        return _mean((predicted_classes(p) == y).astype(np.float64), rows)
-    if metric == "macro_f1":
-        return _macro_f1(y, predicted_classes(p), rows)
-    raise ValueError(
-        f"no bootstrap for multiclass metric {metric!r}; known: "
-        f"{', '.join(task_spec('multiclass').metrics)}"
-    )
-
-
-def _regression(
-    metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
-) -> np.ndarray:
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.asarray(predictions, dtype=np.float64)
-    if metric == "rmse":
-        return np.sqrt(_mean((p - y) ** 2, rows))
-    if metric == "mae":
-        return _mean(np.abs(p - y), rows)
-    if metric == "r2":
-        drawn = y[rows]
-        residual = ((drawn - p[rows]) ** 2).sum(axis=1)
-        total = ((drawn - drawn.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
-        # scikit-learn's finite R² of a constant label: 1 for a perfect fit, else 0.
-        constant = np.where(residual == 0, 1.0, 0.0)
-        safe = np.where(total > 0, total, 1.0)
-        return np.where(total > 0, 1 - residual / safe, constant)
-    raise ValueError(
-        f"no bootstrap for regression metric {metric!r}; known: "
-        f"{', '.join(task_spec('regression').metrics)}"
-    )
-
-
 def replicates(
     metric: str,
     labels: np.ndarray,
@@ -190,27 +84,8 @@ def replicates(
     task: str = "binary",
 ) -> np.ndarray:
     """The metric of the model on each resample (one value per row of ``rows``);
-    ``probabilities`` are the model's predictions for ``task`` (class probabilities [rows, K]
-    for ``multiclass``, values for ``regression``)."""
-    if task == "multiclass":
-        return _multiclass(metric, labels, probabilities, rows)
-    if task == "regression":
-        return _regression(metric, labels, probabilities, rows)
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.asarray(probabilities, dtype=np.float64)
-    if metric == "auc":
-        return _auc(y, p, rows)
-    clipped = np.clip(p, 0.0, 1.0)
-    if metric == "log_loss":
-        q = np.clip(p, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-        return _mean(-(y * np.log(q) + (1 - y) * np.log1p(-q)), rows)
-    if metric == "brier":
-        return _mean((clipped - y) ** 2, rows)
-    if metric == "accuracy":
-        return _mean(((p >= 0.5) == (y == 1)).astype(np.float64), rows)
-    if metric == "ece":
-        return _ece(y, clipped, rows)
-    raise ValueError(f"no bootstrap for metric {metric!r}; known: {', '.join(METRICS)}")
+    ``probabilities`` are the model's predictions for ``task`` (``Task.replicates``)."""
+    return task_spec(task).replicates(metric, labels, probabilities, rows)
 
 
 def paired_differences(

@@ -28,25 +28,20 @@ from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics, Inte
 from pipeline_steps.core.settings import GateSettings
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, best, worst
+from pipeline_steps.tasks import BUILTIN_TASKS, Metric
 
 Outcome = Literal["pass", "refuse", "undecided"]
-NAMES = {
-    "auc": "AUC",
-    "log_loss": "log loss",
-    "brier": "Brier score",
-    "accuracy": "accuracy",
-    "macro_f1": "macro-F1",
-    "rmse": "RMSE",
-    "mae": "MAE",
-    "r2": "R²",
-}
-RELATIVE = ("rmse", "mae")
+
+_DECLARED: list[Metric] = [m for name in BUILTIN_TASKS for m in task_spec(name).metric_list]
+NAMES = {m.name: m.label for m in _DECLARED}
+"""How reasons and reports name each built-in task's metrics."""
+RELATIVE = tuple(dict.fromkeys(m.name for m in _DECLARED if m.relative))
 """Metrics whose margins are fractions of the champion's value (their units are the label's)."""
-TRIVIAL = {
-    "binary": "the training window's rate",
-    "multiclass": "the training window's class shares",
-    "regression": "the training window's mean label",
-}
+
+
+def _name(metric: str, task: str) -> str:
+    """How reasons name ``metric`` (``AUC``, ``log loss``, ``RMSE``...), as its task declares."""
+    return task_spec(task).metric(metric).label
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +90,10 @@ def _slice_margin(
     recorded without it (before the slices held it) falls back to the champion's holdout
     RMSE."""
     value = float(getattr(piece.champion, metric)) if piece.champion else float("nan")
-    of = f"the champion's {NAMES[metric]} on the slice"
+    name = _name(metric, champion.task)
+    of = f"the champion's {name} on the slice"
     if value != value:  # NaN: not recorded
-        value, of = float(getattr(champion, metric)), f"the champion's holdout {NAMES[metric]}"
+        value, of = float(getattr(champion, metric)), f"the champion's holdout {name}"
     return _margin(settings.slice_margin(metric), metric, value, of)
 
 
@@ -107,11 +103,12 @@ def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None
         return None
     checks = [(m, baseline.differences.get(m)) for m in task_spec(task).trivial_metrics]
     beats = all(d is not None and _better(m, d) for m, d in checks)
-    shown = "; ".join(f"{NAMES[m]} {d.describe()}" for m, d in checks if d is not None)
+    shown = "; ".join(f"{_name(m, task)} {d.describe()}" for m, d in checks if d is not None)
+    spec = task_spec(task)
     if baseline.rate is not None:
-        what = f" (the training window's rate {baseline.rate:.3f})"
+        what = f" ({spec.trivial_description} {baseline.rate:.3f})"
     else:
-        what = "" if task == "binary" else f" ({TRIVIAL[task]})"
+        what = "" if spec.counts_positives else f" ({spec.trivial_description})"
     return beats, (
         f"challenger {'beats' if beats else 'does not beat'} the trivial model{what}: {shown}"
     )
@@ -119,23 +116,13 @@ def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None
 
 def _undefined(challenger: HoldoutMetrics, task: str, metrics: tuple[str, ...]) -> str | None:
     """Why the challenger's metrics cannot be judged, or None."""
-    if task == "binary":
-        if challenger.auc != challenger.auc:  # NaN: one class only
-            return "challenger AUC is undefined on this holdout (one class only)"
-        return None
-    missing = [NAMES[m] for m in metrics if getattr(challenger, m) != getattr(challenger, m)]
-    if missing:
-        return (
-            f"challenger {', '.join(missing)} undefined on this holdout "
-            "(non-finite predictions or no rows)"
-        )
-    return None
+    return task_spec(task).undefined(challenger, metrics)
 
 
 def _too_small(evaluation: EvaluateManifest, settings: GateSettings, task: str) -> str | None:
     """Why the holdout is too small to decide on, or None."""
     holdout = evaluation.holdout
-    if task == "binary":
+    if task_spec(task).counts_positives:
         if 0 <= holdout.positives < settings.min_positives:
             return (
                 f"the holdout has {holdout.positives} positive rows, fewer than "
@@ -175,7 +162,7 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         reasons.append(reason)
     champion = evaluation.champion
     if champion is None:
-        if task == "binary":
+        if spec.counts_positives:
             floor = challenger.auc >= settings.min_auc
             ok &= floor
             reasons.append(
@@ -194,7 +181,7 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
     improved = []
     for metric in primary:
         interval = evaluation.differences.get(metric)
-        name = NAMES[metric]
+        name = _name(metric, task)
         if interval is None or interval.estimate != interval.estimate:
             ok = False
             reasons.append(f"{name}: no interval of challenger - champion recorded; refused")
@@ -234,7 +221,7 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         if _surely_worse(metric, interval, margin):
             ok = False
             reasons.append(
-                f"slice {piece.column}={piece.value} ({piece.rows} rows): {NAMES[metric]} "
+                f"slice {piece.column}={piece.value} ({piece.rows} rows): {_name(metric, task)} "
                 f"challenger - champion {interval.describe()} is worse than the slice margin "
                 f"{bound} ({level})"
             )

@@ -46,6 +46,7 @@ from pipeline_steps.core.stages import (
     Stage,
     stage_records,
 )
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.champion import fit_description, now_utc
 from pipeline_steps.evaluation.gate import NAMES, RELATIVE, Verdict
@@ -175,7 +176,7 @@ def shadow_evaluation(
             path="reports/monitor/" + ",".join(f"date={d.day}" for d in days),
             sha256=digest.hexdigest(),
             rows=len(labels),
-            positives=int(np.asarray(labels).sum()) if task == "binary" else -1,
+            positives=task_spec(task).positives(labels),
             days=[d.day for d in days],
         ),
         challenger=ScoredChallenger(

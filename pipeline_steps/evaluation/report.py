@@ -2,11 +2,13 @@
 the baselines), the metrics with their intervals, the slice table and the gate's verdict, as one
 self-contained HTML file (plots embedded) beside the plots as PNG files.
 
-The plots are scikit-learn's displays, by task: ROC, precision-recall and calibration curves on
-shared axes (``binary``: ``RocCurveDisplay``, ``PrecisionRecallDisplay``,
-``CalibrationDisplay``), the confusion matrix normalised over each true class (``multiclass``:
-``ConfusionMatrixDisplay``), residuals and predicted against actual values (``regression``:
-``PredictionErrorDisplay``). The page is a Jinja2 template.
+The task names its plots (``Task.plots``), drawn here by name, mostly scikit-learn's displays:
+ROC, precision-recall and calibration curves on shared axes (``binary``: ``RocCurveDisplay``,
+``PrecisionRecallDisplay``, ``CalibrationDisplay``), the confusion matrix normalised over each
+true class (``multiclass``, ``ordinal``: ``ConfusionMatrixDisplay`` of the task's predicted
+class), the distribution of the class error, predicted minus true class (``ordinal``),
+residuals and predicted against actual values (``regression``: ``PredictionErrorDisplay``).
+The page is a Jinja2 template.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ import numpy as np
 from pipeline_steps.core.manifests import EvaluateManifest, HoldoutMetrics
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.gate import NAMES, Verdict
-from pipeline_steps.evaluation.metrics import CALIBRATION_BINS, predicted_classes
+from pipeline_steps.evaluation.metrics import CALIBRATION_BINS
+from pipeline_steps.tasks import Task, TaskError
 
-PLOTS = {
-    "binary": ("roc", "precision_recall", "calibration"),
-    "multiclass": ("confusion",),
-    "regression": ("residuals", "predicted_vs_actual"),
-}
-"""The plots of each task's report, by file name."""
+CURVES = ("roc", "precision_recall", "calibration")
+"""Plots of the probability of 1, drawn for every model (the baselines too)."""
+SCATTERS = ("residuals", "predicted_vs_actual")
+"""Plots of values against the label, for the models of ``SCATTERED``."""
 TITLES = {
     "roc": "ROC",
     "precision_recall": "Precision-recall",
@@ -36,6 +37,7 @@ TITLES = {
     "confusion": "Confusion matrix (share of each true class)",
     "residuals": "Residuals",
     "predicted_vs_actual": "Predicted against actual",
+    "class_error": "Class error (predicted - true class)",
 }
 SCATTERED = {"challenger": "tab:blue", "champion": "tab:orange"}
 """Models drawn in the confusion matrices and scatter plots, with their colours (the baselines
@@ -58,14 +60,14 @@ ul.reasons li { margin: .2em 0 }
 </style></head><body>
 <h1>Evaluation of run {{ run_id }}</h1>
 <p>Logical date {{ day }}; {{ task }} task; holdout {{ holdout.rows }} rows
-{%- if task == "binary" %} ({{ holdout.positives }} positive){% endif %}
-{%- if task == "regression" %} (mean label {{ "%.4f" % label_mean }}){% endif %}
+{%- if spec.counts_positives %} ({{ holdout.positives }} positive){% endif %}
+{%- if spec.real_valued %} (mean label {{ "%.4f" % label_mean }}){% endif %}
 from {{ holdout.days | join(", ") }}; sha256 <code>{{ holdout.sha256[:16] }}</code>.
 Challenger: <code>{{ challenger_uri }}</code>; champion:
 {% if champion_version %}version {{ champion_version }}{% else %}none yet{% endif %}.</p>
 <h2>Gate: <span class="{{ verdict.outcome }}">{{ verdict.outcome }}</span></h2>
 <ul class="reasons">{% for reason in verdict.reasons %}<li>{{ reason }}</li>{% endfor %}</ul>
-<p class="muted">Intervals: paired{% if task != "regression" %}, stratified{% endif %} bootstrap
+<p class="muted">Intervals: paired{% if spec.stratified %}, stratified{% endif %} bootstrap
 ({{ resamples }} resamples); each bound is
 one-sided at {{ "%.0f" % (confidence * 100) }}% (the interval two-sided at
 {{ "%.0f" % ((2 * confidence - 1) * 100) }}%). Promotion also needs the champion to be unchanged
@@ -85,11 +87,11 @@ since evaluation; the promote step records the final decision.</p>
 {% for name, row in recall.items() %}<tr><td>{{ name }}</td>
 {% for c in classes %}<td>{{ "%.4f" % row.get(c, nan) }}</td>{% endfor %}</tr>{% endfor %}
 </table>{% endif %}
-<h2>{{ "Curves" if task == "binary" else "Plots" }}</h2>
+<h2>{{ "Curves" if curves_only else "Plots" }}</h2>
 <div class="plots">{% for name, data in plots.items() %}
 <img alt="{{ name }}" src="data:image/png;base64,{{ data }}">{% endfor %}</div>
 <h2>Slices</h2>
-{% if task == "binary" %}
+{% if spec.counts_positives %}
 <table><tr><th>slice</th><th>rows</th><th>positives</th><th>challenger AUC</th>
 <th>champion AUC</th><th>AUC difference [interval]</th><th>challenger log loss</th>
 <th>champion log loss</th></tr>
@@ -150,7 +152,11 @@ def _regression(ax: Any, plot: str, labels: np.ndarray, curves: Mapping[str, np.
 
 
 def _confusion(
-    labels: np.ndarray, curves: Mapping[str, np.ndarray], classes: Sequence[str], path: Path
+    labels: np.ndarray,
+    curves: Mapping[str, np.ndarray],
+    classes: Sequence[str],
+    path: Path,
+    spec: Task,
 ) -> None:
     """One confusion matrix per model of ``SCATTERED`` side by side, rows normalised."""
     import matplotlib.pyplot as plt
@@ -164,7 +170,7 @@ def _confusion(
     for ax, name in zip(axes[0], models, strict=True):
         ConfusionMatrixDisplay.from_predictions(
             labels,
-            predicted_classes(curves[name]),
+            spec.predicted_class(curves[name]),
             labels=list(range(len(classes))),
             display_labels=list(classes),
             normalize="true",
@@ -180,6 +186,28 @@ def _confusion(
     plt.close(figure)
 
 
+def _class_error(
+    ax: Any, labels: np.ndarray, curves: Mapping[str, np.ndarray], classes: int, spec: Task
+) -> None:
+    """The share of rows at each class error (predicted minus true class index) for the
+    models of ``SCATTERED``, side by side: a good ordinal model's mass sits at 0 and its
+    misses at -1 and +1."""
+    errors = np.arange(-(classes - 1), classes)
+    width = 0.8 / len(SCATTERED)
+    y = np.asarray(labels, dtype=np.int64)
+    for offset, (name, colour) in enumerate(SCATTERED.items()):
+        if name not in curves:
+            continue
+        error = spec.predicted_class(curves[name]) - y
+        counts = np.array([(error == e).sum() for e in errors], dtype=np.float64)
+        shares = counts / max(len(y), 1)
+        ax.bar(errors + (offset - 0.5) * width, shares, width, label=name, color=colour)
+    ax.set_xticks(errors)
+    ax.set_xlabel("predicted - true class")
+    ax.set_ylabel("share of rows")
+    ax.legend(loc="upper right", fontsize=8)
+
+
 def _plots(
     task: str,
     labels: np.ndarray,
@@ -192,17 +220,25 @@ def _plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    spec = task_spec(task)
     written = []
-    for plot in PLOTS[task]:
+    for plot in spec.plots:
         path = folder / f"{plot}.png"
         if plot == "confusion":
-            _confusion(labels, curves, classes, path)
+            _confusion(labels, curves, classes, path, spec)
         else:
             figure, ax = plt.subplots(figsize=(5.2, 4.6), dpi=110)
-            if task == "regression":
+            if plot in SCATTERS:
                 _regression(ax, plot, labels, curves)
-            else:
+            elif plot in CURVES:
                 _binary(ax, plot, labels, curves)
+            elif plot == "class_error":
+                _class_error(ax, labels, curves, len(classes), spec)
+            else:
+                plt.close(figure)
+                raise TaskError(
+                    f"the {task} task asks for a report plot {plot!r}; known: {', '.join(TITLES)}"
+                )
             ax.set_title(TITLES[plot])
             figure.tight_layout()
             figure.savefig(path)
@@ -223,13 +259,15 @@ def render(
     """Write ``index.html`` and the task's plots into ``folder``; returns the files written.
 
     ``curves`` maps a model's name to its holdout predictions (challenger first): probabilities
-    of 1 (``binary``), class probabilities ([rows, K], ``multiclass``, ``classes`` their names)
-    or values (``regression``); the task is the challenger's metrics'."""
+    of 1 (``binary``), class probabilities ([rows, K], ``multiclass`` and ``ordinal``,
+    ``classes`` their names) or values (``regression``); the task is the challenger's metrics'.
+    ``TaskError`` when the task names a plot this module does not draw."""
     import jinja2
 
     task = evaluation.challenger.metrics.task
+    spec = task_spec(task)
     plots = _plots(task, np.asarray(labels), curves, folder, classes)
-    metrics = task_spec(task).metrics
+    metrics = spec.metrics
     models: dict[str, HoldoutMetrics] = {"challenger": evaluation.challenger.metrics}
     comparisons = {}
     if evaluation.champion is not None:
@@ -243,6 +281,8 @@ def render(
         run_id=run_id,
         day=evaluation.logical_date,
         task=task,
+        spec=spec,
+        curves_only=all(plot in CURVES for plot in spec.plots),
         holdout=evaluation.holdout,
         label_mean=evaluation.challenger.metrics.label_mean,
         challenger_uri=evaluation.challenger.model_uri,
@@ -259,7 +299,7 @@ def render(
         nan=float("nan"),
         plots={p.stem: base64.b64encode(p.read_bytes()).decode() for p in plots},
         slices=evaluation.slices,
-        slice_metric=task_spec(task).slice_metric,
+        slice_metric=spec.slice_metric,
     )
     report = folder / REPORT
     report.write_text(html, encoding="utf-8")

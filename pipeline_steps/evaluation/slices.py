@@ -10,43 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline_steps.core.manifests import SliceResult, SliceScores
+from pipeline_steps.core.manifests import SliceResult
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.bootstrap import paired_differences
-from pipeline_steps.evaluation.metrics import (
-    log_loss,
-    multiclass_accuracy,
-    multiclass_log_loss,
-    regression_errors,
-    roc_auc,
-)
 
-SLICE_METRICS = ("auc", "log_loss")
-"""``binary``: the metrics with intervals per slice; the other tasks' is their slice metric."""
-
-
-def _scores(labels: np.ndarray, predictions: np.ndarray, task: str) -> SliceScores:
-    """One model's metrics on a slice's rows: its task's slice metric (and log loss)."""
-    if task == "multiclass":
-        return SliceScores(
-            auc=float("nan"),
-            log_loss=round(multiclass_log_loss(labels, predictions), 6),
-            accuracy=round(multiclass_accuracy(labels, predictions), 6),
-        )
-    if task == "regression":
-        rmse = regression_errors(labels, predictions)["rmse"]
-        return SliceScores(auc=float("nan"), log_loss=float("nan"), rmse=round(rmse, 6))
-    return SliceScores(
-        auc=round(roc_auc(labels, predictions), 6),
-        log_loss=round(log_loss(labels, predictions), 6),
-    )
+SLICE_METRICS = task_spec("binary").slice_metric_names()
+"""``binary``: the metrics with intervals per slice; each task's are
+``Task.slice_metric_names()``."""
 
 
 def _comparable(labels: np.ndarray, rows: int, min_rows: int, task: str) -> bool:
     """Whether a slice is large enough for an interval (AUC also needs both classes)."""
-    if rows < min_rows:
-        return False
-    return task != "binary" or 0 < int(labels.sum()) < len(labels)
+    return rows >= min_rows and task_spec(task).comparable(labels)
 
 
 def slice_results(
@@ -70,7 +45,8 @@ def slice_results(
     ``positives`` is -1 for tasks other than ``binary``."""
     results: list[SliceResult] = []
     y = np.asarray(labels)
-    metrics = SLICE_METRICS if task == "binary" else (task_spec(task).slice_metric,)
+    spec = task_spec(task)
+    metrics = spec.slice_metric_names()
     for column in slices.columns:
         values = slices[column].astype("string").fillna("<missing>").to_numpy()
         names, counts = np.unique(values, return_counts=True)
@@ -94,9 +70,11 @@ def slice_results(
                     column=str(column),
                     value=str(value),
                     rows=int(rows.sum()),
-                    positives=int(ys.sum()) if task == "binary" else -1,
-                    challenger=_scores(ys, challenger[rows], task),
-                    champion=_scores(ys, champion[rows], task) if champion is not None else None,
+                    positives=int(ys.sum()) if spec.counts_positives else -1,
+                    challenger=spec.slice_scores(ys, challenger[rows]),
+                    champion=(
+                        spec.slice_scores(ys, champion[rows]) if champion is not None else None
+                    ),
                     differences=differences,
                 )
             )

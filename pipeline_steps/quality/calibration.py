@@ -35,6 +35,7 @@ from pipeline_steps.core.domain import MISSING_CATEGORY as MISSING
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import DriftSignal, SignalKind, StatisticName
 from pipeline_steps.core.settings import DriftSettings
+from pipeline_steps.core.tasks import task_spec
 
 EPS = 1e-4  # floor of a bin's share, so an empty bin does not make PSI infinite
 PREDICTION = "prediction"
@@ -358,6 +359,7 @@ def measure_counts(
     """:func:`measure_window` from the windows' counts (:class:`WindowCounts`), so that the
     engine holding the rows counts them."""
     days = list(reference_days)
+    spec = task_spec(task)
     present = counts.columns()
     windows = resampled_windows(
         len(days), cfg.current_days, cfg.calibration_samples, cfg.block_days, seed
@@ -426,13 +428,13 @@ def measure_counts(
             )
         )
     if PREDICTION in present:
-        if task == "multiclass":  # the predicted class
+        if spec.drifts_on_names:  # the predicted class
             value, null = calibrate(*counts.categorical(PREDICTION), js_rows, windows)
             signals.append(signal(PREDICTION, "prediction", "js_distance", value, null, cfg.min_js))
         else:  # the probability, or the predicted value
             value, null = calibrate(*counts.numeric(PREDICTION, cfg.bins), psi_rows, windows)
             signals.append(signal(PREDICTION, "prediction", "psi", value, null, cfg.min_psi))
-    if label is not None and task == "binary":
+    if label is not None and spec.counts_positives:
         per_day, cur = counts.binary(column(label, "label"))
         value, null = calibrate(per_day, cur, rate_change_rows, windows)
         ref_mean, cur_mean = counts.means(label)
@@ -450,7 +452,7 @@ def measure_counts(
         )
     elif label is not None:
         column(label, "label")
-        if task == "multiclass":  # the class distribution
+        if spec.has_classes:  # the class distribution
             value, null = calibrate(*counts.categorical(label), js_rows, windows)
             statistic, floor = "js_distance", cfg.min_js
         else:  # the label's distribution

@@ -1,4 +1,4 @@
-"""The order of a multiclass label's classes, as ``init-domain`` drafts it.
+"""The order of a label's classes, as ``init-domain`` drafts it.
 
 A label of grades, severities or bands has an order, and its class indices should keep it (a
 model or a report that reads classes as ordered then reads them right). The order is, first
@@ -10,6 +10,11 @@ that which it finds:
 4. text that starts with numbers, such as bands (``<18``, ``18-24``, ``65+``; ``Category 1``),
    by its first number;
 5. otherwise alphabetical, and the draft says no order was found.
+
+Words of a scale and bands are an order the values themselves state, so ``init-domain`` drafts
+such a label as an ``ordinal`` task; so too whole numbers that run without a gap over at most
+``ORDINAL_NUMBERS`` values (ratings 1..5, grades 0..3). Other numbers (codes with gaps, many
+values) and alphabetical classes stay ``multiclass`` (:func:`states_order`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ SCALES: tuple[tuple[str, ...], ...] = (
     ("no cloud", "some cloud", "overcast"),
     ("clear", "partly cloudy", "mostly cloudy", "cloudy", "overcast"),
     ("first", "second", "third", "fourth", "fifth"),
+    ("fair", "good", "very good", "premium", "ideal"),
     ("primary", "secondary", "tertiary"),
     ("elementary", "middle school", "high school", "college", "graduate"),
     ("infant", "child", "teen", "adult", "senior"),
@@ -57,12 +63,31 @@ _ABOVE = re.compile(r"^\s*(>|over\b|above\b|more than\b)|\+\s*$", re.IGNORECASE)
 _BELOW = re.compile(r"^\s*(<|under\b|below\b|less than\b)", re.IGNORECASE)
 
 
+ORDINAL_NUMBERS = 10
+"""The most whole-number classes drafted as an ordinal label (beyond: multiclass)."""
+
+
 @dataclass(frozen=True)
 class ClassOrder:
-    """The classes in the order of their indices, and why in that order."""
+    """The classes in the order of their indices, and why in that order; ``found`` names the
+    rule that found it (``given``, ``numbers``, ``scale``, ``bands``), empty for alphabetical."""
 
     classes: tuple[str, ...]
     reason: str
+    found: str = ""
+
+
+def states_order(order: ClassOrder) -> bool:
+    """Whether the values state their order: words of a scale, bands, or whole numbers that
+    run without a gap over 3..``ORDINAL_NUMBERS`` values; an order given by ``--classes`` is
+    the user's and says nothing of the task."""
+    if order.found in ("scale", "bands"):
+        return True
+    if order.found != "numbers" or not 3 <= len(order.classes) <= ORDINAL_NUMBERS:
+        return False
+    values = [float(c) for c in order.classes]
+    whole = all(v.is_integer() for v in values)
+    return whole and values[-1] - values[0] == len(values) - 1
 
 
 def class_order(values: Iterable[object], given: str | None = None) -> ClassOrder:
@@ -71,15 +96,15 @@ def class_order(values: Iterable[object], given: str | None = None) -> ClassOrde
     other. Raises ``StepError`` naming ``--classes`` when it does not."""
     classes = [str(v) for v in values]
     if given is not None:
-        return ClassOrder(_given(classes, given), "in the order given by --classes")
-    for order, how in (
-        (_by_number, "numbers, by value"),
-        (_by_scale, "words of an ordered scale"),
-        (_by_leading_number, "bands, by their first number"),
+        return ClassOrder(_given(classes, given), "in the order given by --classes", "given")
+    for order, how, found in (
+        (_by_number, "numbers, by value", "numbers"),
+        (_by_scale, "words of an ordered scale", "scale"),
+        (_by_leading_number, "bands, by their first number", "bands"),
     ):
         ordered = order(classes)
         if ordered is not None:
-            return ClassOrder(tuple(ordered), f"in order ({how})")
+            return ClassOrder(tuple(ordered), f"in order ({how})", found)
     return ClassOrder(
         tuple(sorted(classes)),
         "alphabetical: no order found; give --classes a,b,c if the classes have one",

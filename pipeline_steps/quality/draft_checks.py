@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.sample_profile import (
     IDENTIFIER_NAME,
     ColumnProfile,
@@ -97,7 +98,7 @@ def one_column_scores(profile: SampleProfile, roles: Roles, columns: list[str]) 
 
 def leak_score(task: str) -> float:
     """The one-column score from which a column is a source of the label, for ``task``."""
-    return LEAK_SCORE["regression" if task == "regression" else "classification"]
+    return LEAK_SCORE["regression" if task_spec(task).real_valued else "classification"]
 
 
 def label_sources(
@@ -131,7 +132,7 @@ def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> 
     outcome (a search decided at the same stop, a delay known on arrival) would leak it, and
     only the team knows when each column is known. Much: ``REVIEW_SHARE`` of the way from
     chance (one over the classes; an R² of 0) to a perfect score."""
-    chance = 0.0 if roles.task == "regression" else 1 / max(len(roles.classes), 2)
+    chance = 0.0 if task_spec(roles.task).real_valued else 1 / max(len(roles.classes), 2)
     found = {}
     for name, score in sorted(scores.items(), key=lambda item: -item[1]):
         if name in leaks or name in roles.key_columns:
@@ -147,7 +148,7 @@ def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> 
 
 
 def _measure(task: str) -> str:
-    return "R²" if task == "regression" else "balanced accuracy"
+    return "R²" if task_spec(task).real_valued else "balanced accuracy"
 
 
 def _one_column_score(
@@ -162,7 +163,7 @@ def _one_column_score(
         return None
     groups = _groups(x, column)
     fit, held = np.arange(len(groups)) % 2 == 0, np.arange(len(groups)) % 2 == 1
-    if task == "regression":
+    if task_spec(task).real_valued:
         target = y.cast(pa.float64()).to_numpy()
         return _r2(groups, target, fit, held)
     codes = np.unique(np.asarray(y.cast(pa.string()).to_pylist()), return_inverse=True)[1]

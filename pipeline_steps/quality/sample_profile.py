@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.core.tasks import TASKS, Task
+from pipeline_steps.core.tasks import TASKS, Task, task_spec
 from pipeline_steps.domain.event_times import (
     EPOCH_RANGES,
     TEXT_FORMATS,
@@ -36,7 +36,8 @@ from pipeline_steps.domain.event_times import (
     event_times,
 )
 from pipeline_steps.domain.physical_types import time_of_day_text
-from pipeline_steps.quality.class_order import ClassOrder, class_order
+from pipeline_steps.quality.class_order import ClassOrder, class_order, states_order
+from pipeline_steps.tasks.base import LabelSample
 
 Kind = Literal["integer", "float", "boolean", "string", "date", "timestamp", "empty"]
 MIN_ROWS = 20
@@ -158,9 +159,11 @@ class Roles:
     """Integer columns that identify things (``draft_checks.identifiers``): no numeric feature,
     no range rule."""
     classes: tuple[str, ...] = ()
-    """``multiclass``: the label's values as class names, in the order of their indices."""
+    """``multiclass``, ``ordinal``: the label's values as class names, in the order of their
+    indices."""
     class_order: str = ""
-    """``multiclass``: why the classes are in that order (``class_order.ClassOrder.reason``)."""
+    """``multiclass``, ``ordinal``: why the classes are in that order
+    (``class_order.ClassOrder.reason``)."""
     positive: Any = None
     """``binary``: the label value counted as 1."""
     days: Mapping[date, int] = field(default_factory=dict)
@@ -303,7 +306,7 @@ def infer_roles(
 ) -> tuple[SampleProfile, Roles]:
     """Check the given roles against the sample and infer the others; the profile comes back
     with the time column parsed (a string column of ISO dates becomes a date column); a
-    multiclass label's classes in their order (``class_order``, ``classes`` as ``--classes``
+    label's classes in their order (``class_order``, ``classes`` as ``--classes``
     gives it). Raises ``SampleError`` naming the argument, the file and the column."""
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
@@ -323,18 +326,25 @@ def infer_roles(
         role = "time column" if label_column.name == time_name else "key"
         raise SampleError(f"--label {label_column.name} is also the {role}; choose another")
     checked_task = _task(profile, label_column, task)
+    spec = task_spec(checked_task)
     order = ClassOrder((), "")
     positive = None
-    if classes is not None and checked_task != "multiclass":
+    if classes is not None and not spec.has_classes:
         raise SampleError(
-            f"--classes orders a multiclass label; --label {label_column.name} is {checked_task}"
+            f"--classes orders a label of classes; --label {label_column.name} is {checked_task}"
         )
-    if checked_task == "multiclass":
+    if spec.has_classes:
         try:
             order = class_order(label_column.counts, classes)
         except StepError as exc:
             raise SampleError(f"{profile.path}, --label {label_column.name}: {exc}") from None
-    elif checked_task == "binary":
+        if spec.ordered and not order.found:
+            raise SampleError(
+                f"--task {checked_task}: {profile.path}, --label {label_column.name} has "
+                f"classes {', '.join(order.classes)} in no order found; give them lowest "
+                "first with --classes a,b,c"
+            )
+    elif spec.counts_positives:
         positive = _positive(label_column)
     taken = {key_name, time_name, label_column.name}
     calendar = _calendar_parts(profile, times, taken)
@@ -635,26 +645,25 @@ def _task(profile: SampleProfile, label: ColumnProfile, task: str | None) -> Tas
                 "not numbers for a regression"
             )
         small = label.kind == "string" or (label.kind == "integer" and label.distinct <= 20)
-        task = "multiclass" if small else "regression"
+        if small:
+            # classes whose values state an order (a scale, bands, a short run of whole
+            # numbers) are ordinal; others, and an order not found, multiclass
+            task = "ordinal" if states_order(class_order(label.counts)) else "multiclass"
+        else:
+            task = "regression"
     if task not in TASKS:
         raise SampleError(f"--task {task}: unknown; known: {', '.join(TASKS)}")
-    fits = f"--task {task} does not fit --label {label.name}"
-    if task == "binary" and label.distinct != 2:
-        hint = "; use --task multiclass" if 2 < label.distinct <= MAX_CLASSES else ""
-        raise SampleError(f"{fits}: a binary label has two values, {seen}{hint}")
-    if task == "multiclass":
-        if label.kind == "float":
-            raise SampleError(f"{fits}: it holds fractional numbers ({_examples(values)})")
-        if not 3 <= label.distinct <= MAX_CLASSES:
-            hint = "; use --task binary" if label.distinct == 2 else ""
-            raise SampleError(
-                f"{fits}: a multiclass label has 3..{MAX_CLASSES} values, {seen}{hint}"
-            )
-    if task == "regression":
-        if not label.numeric:
-            raise SampleError(f"{fits}: a regression label is a number, {seen}")
-        if label.distinct < 3:
-            raise SampleError(f"{fits}: a regression label varies, {seen}")
+    sample = LabelSample(
+        distinct=label.distinct,
+        kind=label.kind,
+        numeric=label.numeric,
+        seen=seen,
+        examples=_examples(values),
+        max_classes=MAX_CLASSES,
+    )
+    misfit = task_spec(task).label_misfit(sample)
+    if misfit is not None:
+        raise SampleError(f"--task {task} does not fit --label {label.name}: {misfit}")
     return task
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from pipeline_steps.core.settings import ValidationSettings
+from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.sample_profile import COUNT_LIMIT, ColumnProfile, Roles, SampleProfile
 from pipeline_steps.quality.suites import KNOWN_MIN, PRESENT_MIN
 
@@ -312,7 +313,7 @@ def _column_rules(
                 f"{', '.join(key_columns)} names the row)",
             )
         )
-    if name == roles.label and roles.task in ("binary", "multiclass"):
+    if name == roles.label and _classified(roles):
         rules.append(_label_set(column, roles, noun))
     elif name == roles.time_column and roles.date_format:
         pass  # epoch numbers or text in its own format: the file source reads each row's day
@@ -484,11 +485,17 @@ def _set_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, A
     return rule
 
 
+def _classified(roles: Roles) -> bool:
+    """The label takes a fixed set of values: 0/1 or named classes."""
+    spec = task_spec(roles.task)
+    return spec.counts_positives or spec.has_classes
+
+
 def _label_set(column: ColumnProfile, roles: Roles, noun: str) -> dict[str, Any]:
     total = sum(column.counts.values())
     shares = ", ".join(f"{v!r} {_share(n / total)}" for v, n in column.counts.items())
     why = f"inferred from {noun}: the label ({roles.task}), its values only ({shares})"
-    if roles.task == "binary":
+    if task_spec(roles.task).counts_positives:
         why += f"; {roles.positive!r} counts as 1"
     else:
         why += "; a new class needs a new model"

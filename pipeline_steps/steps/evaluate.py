@@ -33,12 +33,14 @@ from pipeline_steps.core.manifests import (
     TrainManifest,
 )
 from pipeline_steps.core.settings import SettingsError
-from pipeline_steps.evaluation.baselines import LINEAR, linear, trivial
+from pipeline_steps.core.tasks import task_spec
+from pipeline_steps.evaluation.baselines import linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.gate import Verdict, gate
 from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
 from pipeline_steps.evaluation.slices import slice_results
 from pipeline_steps.evaluation.training_set import read_sample
+from pipeline_steps.tasks import TaskError
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,8 @@ def score(
     classes: Sequence[str] = (),
 ) -> np.ndarray:
     """The model's predictions for the holdout rows, ``SCORE_ROWS`` at a time: probabilities
-    of 1 (``binary``), each class's probability ([rows, K], ``multiclass``) or values
-    (``regression``). With ``task`` the class probabilities are taken in the order of
+    of 1 (``binary``), each class's probability ([rows, K], ``multiclass``, ``ordinal``) or
+    values (``regression``). With ``task`` the class probabilities are taken in the order of
     ``classes`` (the model's columns are class names) and a shape that does not fit the task is
     a ``StepError``; without it they are as the model gives them."""
     import mlflow.pyfunc
@@ -74,16 +76,12 @@ def score(
     )
     if task is None:
         return np.asarray(predicted)
-    if task == "multiclass" and isinstance(predicted, pd.DataFrame):
-        missing = [c for c in classes if c not in predicted.columns]
-        if missing:
-            raise StepError(
-                f"{model_uri} gives no probability of class(es) {missing}; it gives "
-                f"{list(map(str, predicted.columns))}"
-            )
-        predicted = predicted[list(classes)]
-    values = np.asarray(predicted, dtype=np.float64)
-    expected = (len(holdout), len(classes)) if task == "multiclass" else (len(holdout),)
+    spec = task_spec(task)
+    try:
+        values = spec.read_predictions(predicted, classes)
+    except TaskError as exc:
+        raise StepError(f"{model_uri}: {exc}") from exc
+    expected = spec.expected_shape(len(holdout), classes)
     if values.shape != expected:
         raise StepError(
             f"{model_uri} predicted shape {values.shape} for a {task} task on {len(holdout)} "
@@ -125,6 +123,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
     settings = ctx.settings.evaluate
     features, trained = ctx.upstream(FeaturesManifest), ctx.upstream(TrainManifest)
     task, classes = features.task, features.classes
+    spec = task_spec(task)
     try:
         ctx.settings.gate.metrics_for(task)  # the gate's metrics fit the task: fail before scoring
     except SettingsError as exc:
@@ -166,7 +165,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
     baselines = []
     for name, predictions in baseline_predictions(ctx, features, holdout).items():
         curves[name.replace("_", " ")] = predictions
-        rate = name == "trivial" and task == "binary"  # the one probability it gives
+        rate = name == "trivial" and spec.counts_positives  # the one probability it gives
         baselines.append(
             ScoredBaseline(
                 name=name,
@@ -181,7 +180,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             path=holdout_set.path,
             sha256=holdout_set.sha256,
             rows=len(holdout),
-            positives=int(labels.sum()) if task == "binary" else -1,
+            positives=spec.positives(labels),
             days=features.holdout_days or [features.holdout_day],
         ),
         challenger=ScoredChallenger(
@@ -223,11 +222,12 @@ def baseline_predictions(
     ctx: RunContext, features: FeaturesManifest, holdout: pd.DataFrame
 ) -> dict[str, np.ndarray]:
     """The baselines' holdout predictions by name: the trivial model (every training row's
-    label), and the task's linear model (``baselines.LINEAR``) fitted on at most
+    label), and the task's linear model (its ``linear_baseline``) fitted on at most
     ``evaluate.baseline_rows`` training rows when ``evaluate.logistic_baseline`` is on and those
     rows' labels can fit it (both classes, two or more classes, two or more values)."""
     settings = ctx.settings.evaluate
     task, classes = features.task, len(features.classes)
+    spec = task_spec(task)
     sample = read_sample(
         ctx.lake.fs,
         features.sets.train.path,
@@ -235,7 +235,7 @@ def baseline_predictions(
         features.label,
         settings.baseline_rows,
         settings.seed,
-        classes if task == "multiclass" else 0,
+        classes if spec.has_classes else 0,
     )
     out = {"trivial": trivial(sample.labels, len(holdout), task)}
     if sample.sampled:
@@ -245,9 +245,8 @@ def baseline_predictions(
             sample.labels.rows,
         )
     distinct = len(np.unique(sample.frame[features.label].to_numpy()))
-    fits = distinct == 2 if task == "binary" else distinct >= 2
-    if settings.logistic_baseline and fits:
-        out[LINEAR[task]] = linear(
+    if settings.logistic_baseline and spec.baseline_fits(distinct):
+        out[spec.linear_baseline] = linear(
             task,
             sample.frame,
             holdout,

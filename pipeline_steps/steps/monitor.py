@@ -272,9 +272,9 @@ def score_day(
     from pipeline_steps.evaluation.shadow import DayScores, write_day
 
     domain = ctx.domain
-    staged = scorer(staging.model_uri, features)(today) if staging is not None else None
+    staged = scorer(staging.model_uri, features, domain)(today) if staging is not None else None
     replaced = replaced_model(ctx, champion) if ctx.settings.release.rollback_days else None
-    previous = scorer(replaced.model_uri, features)(today) if replaced is not None else None
+    previous = scorer(replaced.model_uri, features, domain)(today) if replaced is not None else None
     champion_day, staging_day = log_champion_day(
         ctx, champion, today, predicted, domain, verdict, staging, staged
     )

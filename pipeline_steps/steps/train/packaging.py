@@ -33,8 +33,10 @@ def bundle(
 
 
 class TrainedModel(PythonModel):
-    """pyfunc wrapper: ``predict(frame)`` → per row the probability of 1 (binary), a frame of a
-    probability per class named by the classes (multiclass), or the value (regression).
+    """pyfunc wrapper: ``predict(frame)`` → what the task's ``model_output`` gives: per row the
+    probability of 1 (binary), a frame of a probability per class named by the classes
+    (multiclass; ordinal adds ``predicted_class``, the median class's name), or the value
+    (regression).
 
     Stored with the plain pickle of a state dict (not MLflow 3's default pt2 export, which needs
     an input example and loads back a GraphModule), so it loads on any CPU without compilation.
@@ -58,9 +60,7 @@ class TrainedModel(PythonModel):
         if outputs.dim() == 1:  # a model that returns [n] for one output
             outputs = outputs.unsqueeze(1)
         predicted = self.head.predict(outputs)
-        if self.head.task == "multiclass":
-            return pd.DataFrame(predicted, columns=list(self.head.classes), index=model_input.index)
-        return predicted
+        return self.head.spec.model_output(predicted, self.head.classes, model_input.index)
 
 
 FlightDelayModel = TrainedModel
