@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.step_registry import STEPS
 from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.step_registry import STEPS
 from pipeline_steps.core.trigger import Trigger, TriggerKind
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.registry import step_function

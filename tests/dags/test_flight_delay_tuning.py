@@ -87,9 +87,9 @@ def test_a_monthly_schedule_comes_from_the_settings(monkeypatch) -> None:
 
 
 def test_on_kubernetes_a_trial_is_the_train_pod_with_its_gpus(make_settings) -> None:
+    from pipeline_steps.orchestration.launch import step_argv
     from pipeline_steps.orchestration.trial_pod import PodTrialOperator
     from pipeline_steps.orchestration.tuning import trial_tasks, tuning_run_args
-    from pipeline_steps.orchestration.launch import step_argv
 
     settings = make_settings("orchestration.runtime=kubernetes", "kubernetes.train_gpus=2")
     mapped = trial_tasks(settings, tuning_run_args(), [0, 1])

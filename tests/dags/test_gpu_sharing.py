@@ -135,8 +135,8 @@ def test_no_queue_no_label(make_settings) -> None:
 
 def test_setting_up_airflow_creates_and_resizes_the_gpu_pool(airflow_db: Path) -> None:
     """What ``make airflow-db``, ``trainyard services up`` and compose's ``airflow-init`` run."""
-    from pipeline_steps.services.gpu_pool import ensure_pools
     from pipeline_steps.orchestration.launch import executable
+    from pipeline_steps.services.gpu_pool import ensure_pools
 
     airflow = executable("airflow")
     environ = {**os.environ, "TRAINYARD_ORCHESTRATION__GPU_POOL": "gpu-test"}
@@ -229,8 +229,8 @@ def test_pools_of_a_team_are_its_own_in_multi_team_mode(make_settings) -> None:
 def test_multi_team_airflow_gives_each_team_its_pools(airflow_db: Path, tmp_path: Path) -> None:
     """Under Airflow's multi-team mode the setup creates the bundles' teams and gives each team
     its pools; a domain whose team is no bundle's is named."""
-    from pipeline_steps.services.gpu_pool import PoolError, ensure_pools
     from pipeline_steps.orchestration.launch import executable
+    from pipeline_steps.services.gpu_pool import PoolError, ensure_pools
 
     airflow = executable("airflow")
     bundle = {

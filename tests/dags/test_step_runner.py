@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_steps.orchestration.launch import step_argv
 from pipeline_steps.orchestration.runners import (
     DEFAULT_RUN_ARGS,
     LocalStepOperator,
     parse_manifest,
     step_task,
 )
-from pipeline_steps.orchestration.launch import step_argv
 
 
 def test_manifest_is_the_last_json_line_with_a_step() -> None:

@@ -37,8 +37,8 @@ def test_two_days_first_promotes_second_is_judged_against_the_champion(airflow_e
         load_record,
     )
     from pipeline_steps.core.provenance import Lineage
-    from pipeline_steps.core.step_registry import STEPS
     from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.core.step_registry import STEPS
     from pipeline_steps.core.usage import read_usage
 
     settings = load_settings()
