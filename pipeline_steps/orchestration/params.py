@@ -1,4 +1,4 @@
-"""The trigger form of ``flight_delay_training``: Airflow Params, each bound to one setting.
+"""The trigger form of ``<domain>_training``: Airflow Params, each bound to one setting.
 
 Defaults come from the settings the DAG was parsed with, so a scheduled run (which takes the
 defaults) trains exactly as configured. Every value reaches the steps as ``--set section.key=...``
@@ -138,7 +138,7 @@ TUNING_FORM: dict[str, FormField] = {
     "search_space": FormField(
         "tuning.search_space",
         "Search space file",
-        "YAML file of the parameters the trials draw (tuning/flight_delay.yaml).",
+        "YAML file of the parameters the trials draw (the domain's tuning.yaml).",
         {"type": "string", "minLength": 1},
         "Study",
     ),
@@ -157,7 +157,7 @@ TUNING_FORM: dict[str, FormField] = {
         "Training",
     ),
 }
-"""The trigger form of ``flight_delay_tuning`` (besides the day to tune on)."""
+"""The trigger form of ``<domain>_tuning`` (besides the day to tune on)."""
 
 
 def setting_value(settings: Settings, key: str) -> Any:
@@ -197,7 +197,7 @@ def schema(f: FormField, settings: Settings) -> dict[str, Any]:
 
 
 def training_params(settings: Settings) -> dict[str, Any]:
-    """``flight_delay_training``'s ``params``."""
+    """``<domain>_training``'s ``params``."""
     return form_params(settings, FORM)
 
 

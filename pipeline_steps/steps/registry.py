@@ -31,7 +31,7 @@ STEP_FUNCTIONS = {
     "train": "pipeline_steps.steps.train:train",
     "evaluate": "pipeline_steps.steps.evaluate:evaluate",
     "promote": "pipeline_steps.steps.promote:promote",
-    # not a training step: the drift monitor's check of a day (flight_delay_drift_monitor)
+    # not a training step: the drift monitor's check of a day (<domain>_drift_monitor)
     "monitor": "pipeline_steps.steps.monitor:monitor",
     # the monitor's release of the staged candidate and rollback of a degraded champion
     "release": "pipeline_steps.steps.release:release",

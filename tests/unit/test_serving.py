@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.csv as pcsv
 import pytest
+from flight_delay.domain import DOMAIN
 
 from pipeline_steps.commands.cli import main
 from pipeline_steps.commands.serving import online_rows, read_online, request_rows
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.feature_store import earliest_event, materialize_online, scratch_store
 from pipeline_steps.core.manifests import FeaturesManifest
-from pipeline_steps.domain.flights import DOMAIN
 from pipeline_steps.engines.local import LocalEngine
 from pipeline_steps.steps.features import build_features, feast_dir, run_store
 from pipeline_steps.steps.ingest import ingest
@@ -226,7 +226,7 @@ def test_a_training_set_rebuilt_from_other_inputs_reloads_the_online_store(
     other = RunContext(
         run_id="r1",
         logical_date=FIRST_DAY,
-        settings=make_settings("features.delay_threshold_min=30", home=lake_home),
+        settings=make_settings("features.row_group_rows=2048", home=lake_home),
     )
     again = build_features(other)
     assert again.status == "built" and again.input_sha256 != first.input_sha256
