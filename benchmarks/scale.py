@@ -123,7 +123,13 @@ def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) ->
     from pipeline_steps.steps.ingest import ingest
     from pipeline_steps.steps.validate import validate
 
-    settings = load_settings(overrides=sets, environ={"TRAINYARD_HOME": str(home)})
+    settings = load_settings(
+        overrides=sets,
+        environ={
+            "TRAINYARD_HOME": str(home),
+            "TRAINYARD_CONFIG": str(ROOT / "examples" / "flight_delay" / "settings.yaml"),
+        },
+    )
     for day in days:
         if (lake_of(home) / "validated" / "flights" / f"date={day}").exists():
             continue

@@ -24,7 +24,7 @@ from pipeline_steps.core.settings import load_settings
 from pipeline_steps.quality.history import band
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
-from tests.conftest import FIRST_DAY
+from tests.conftest import FIRST_DAY, environ_of
 from tests.data.conftest import validate_file
 from tests.data.test_bad_inputs import _assert_nothing_downstream
 
@@ -37,9 +37,7 @@ def history_home(seeded_home: Path, tmp_path_factory: pytest.TempPathFactory) ->
     (``validation.history_min_days``), so the history checks apply."""
     home = tmp_path_factory.mktemp("history") / "home"
     shutil.copytree(seeded_home, home)
-    settings = load_settings(
-        overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
-    )
+    settings = load_settings(overrides=["validation.data_docs=false"], environ=environ_of(home))
     for day in HISTORY_DAYS:
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         if day not in ctx.lake.partition_dates("validated", "flights"):
