@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 # The embedded default profile: everything under .trainyard/, nothing to start.
 export TRAINYARD_HOME ?= $(CURDIR)/.trainyard
 export AIRFLOW_HOME ?= $(TRAINYARD_HOME)/airflow
+# The default domain: the flights example's settings (pipeline_steps itself names no domain).
+# Set TRAINYARD_CONFIG to make another domain's settings file the default.
+export TRAINYARD_CONFIG ?= $(CURDIR)/examples/flight_delay/settings.yaml
 # `make airflow DAGS=folder DOMAINS=folder`: another DAG folder; a folder of domains (settings
 # files, or domain folders as `trainyard init-domain` writes them, each put on PYTHONPATH).
 DAGS ?= $(CURDIR)/dags
@@ -29,14 +32,14 @@ export PATH := $(BIN):$(PATH)
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml examples/hotel_rates/pyproject.toml
+$(STAMP): pyproject.toml examples/flight_delay/pyproject.toml examples/hotel_rates/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# torch first and pinned: a CPU wheel of 2.13.0 is what the project is built and tested on.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@# The second example's domain is a package of its own, installed as a team installs theirs.
-	$(BIN)/python -m pip install --quiet --no-deps -e examples/hotel_rates
+	@# Each example's domain is a package of its own, installed as a team installs theirs.
+	$(BIN)/python -m pip install --quiet --no-deps -e examples/flight_delay -e examples/hotel_rates
 	@# Hadoop's S3 connector for the Spark engine on a cluster (s3a://): jars no wheel carries.
 	$(BIN)/python -m pipeline_steps.engines.s3a_jars > /dev/null
 	@touch $(STAMP)

@@ -209,7 +209,9 @@ def task_seconds(events: Path, since: float) -> tuple[float, int]:
 def online_repo(folder: Path) -> Path:
     """The shipped feature repository with a config whose online store is the machine's Redis."""
     repo = folder / "feature-repo"
-    shutil.copytree(scale.ROOT / "feature_repo", repo, dirs_exist_ok=True)
+    shutil.copytree(
+        scale.ROOT / "examples" / "flight_delay" / "feature_repo", repo, dirs_exist_ok=True
+    )
     host, port, db = REDIS
     (repo / ONLINE_CONFIG).write_text(
         "project: ${TRAINYARD_FEAST_PROJECT}\nprovider: local\n"

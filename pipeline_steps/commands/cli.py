@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the run started, as JSON (the DAG's trigger task writes it); default: cli",
     )
     step.add_argument(
-        "--study", help="train as a trial of this Optuna study (with --trial; flight_delay_tuning)"
+        "--study", help="train as a trial of this Optuna study (with --trial; <domain>_tuning)"
     )
     step.add_argument("--trial", type=int, help="the trial's number in --study")
     common(step)
@@ -127,9 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("validate", help="check a CSV or parquet file against a suite")
     check.add_argument("--path", required=True, help="file path or fsspec URL")
-    check.add_argument(
-        "--suite", help="suite name: a dataset (default: the labelled one, flights in the example)"
-    )
+    check.add_argument("--suite", help="suite name: a dataset (default: the domain's labelled one)")
     check.add_argument(
         "--date", type=_date, help="partition date (default: the file's; it must hold one)"
     )
@@ -198,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(back)
 
     tuning = sub.add_parser("tuning", help="summarise a tuning study (default: the newest)")
-    tuning.add_argument("--study", help="the study's name (flight_delay_tuning logs it)")
+    tuning.add_argument("--study", help="the study's name (<domain>_tuning logs it)")
     common(tuning)
 
     serve = sub.add_parser(
@@ -212,10 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--rows",
-        "--flights",
-        dest="rows",
-        help="parquet or CSV file of that day's rows to score (default: its validated partition;"
-        " --flights is the same option under the flights example's name)",
+        help="parquet or CSV file of that day's rows of the labelled dataset to score (default:"
+        " its validated partition)",
     )
     serve.add_argument(
         "--output",

@@ -291,9 +291,9 @@ orchestration:
 """
 
 TUNING = """\
-# Search space of {{ d.name }}_tuning (setting tuning.search_space), in the format of trainyard's
-# tuning/flight_delay.yaml: each key a train setting, drawn from a range or a set. Batch sizes
-# around the drafted train.batch_size ({{ d.sizes.batch_size }}).
+# Search space of {{ d.name }}_tuning (setting tuning.search_space), in the format of the
+# shipped examples' tuning.yaml (docs/tuning.md): each key a train setting, drawn from a range
+# or a set. Batch sizes around the drafted train.batch_size ({{ d.sizes.batch_size }}).
 parameters:
   learning_rate: {low: 3.0e-4, high: 3.0e-2, log: true, grid: [1.0e-3, 3.0e-3, 1.0e-2]}
   weight_decay: {low: 1.0e-6, high: 1.0e-2, log: true, grid: [1.0e-5, 1.0e-3]}

@@ -1,10 +1,10 @@
 """How large a drafted domain's holdout and training batches are, from its sample's rate of rows.
 
-The defaults fit the shipped flights: 900 flights a day, a one-day holdout of 200 late ones, a
-month of training rows in batches of 512. A smaller domain needs more holdout days for the gate
-to decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and smaller
-batches for its training set to make enough optimizer steps an epoch; ``init-domain`` drafts
-both into ``settings.yaml`` and says why.
+The defaults fit the shipped binary example: 900 rows a day, a one-day holdout of 200 positive ones,
+a month of training rows in batches of 512. A smaller domain needs more holdout days for the gate to
+decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and smaller batches for
+its training set to make enough optimizer steps an epoch; ``init-domain`` drafts both into
+``settings.yaml`` and says why.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ VALIDATION_METRICS = {"val_auc": "val AUC", "val_accuracy": "val accuracy", "val
 
 
 def summarise(
-    run: RecordedRun, rows_label: str = "flights", rates: CostSettings | None = None
+    run: RecordedRun, rows_label: str = "rows", rates: CostSettings | None = None
 ) -> list[str]:
     """The run's lines: rows ingested (counted in ``rows_label``), then what each step did, then
     what its steps used and cost at ``rates`` (default: the ``cost`` settings' defaults)."""

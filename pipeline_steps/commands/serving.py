@@ -102,7 +102,7 @@ def read_request(path: str, domain: Domain) -> pd.DataFrame:
     schema = domain.schemas[domain.labelled_dataset]
     suffix = Path(path).suffix.lower()
     if not os.path.isfile(path):
-        raise StepError(f"--flights {path}: no such file")
+        raise StepError(f"--rows {path}: no such file")
     try:
         if suffix == ".parquet":
             frame = pq.read_table(path).to_pandas()
@@ -111,14 +111,14 @@ def read_request(path: str, domain: Domain) -> pd.DataFrame:
 
             frame = pcsv.read_csv(path, convert_options=csv_options(schema)).to_pandas()
         else:
-            raise StepError(f"--flights {path}: not a .parquet or .csv file")
+            raise StepError(f"--rows {path}: not a .parquet or .csv file")
     except (pa.ArrowInvalid, OSError) as exc:
-        raise StepError(f"--flights {path} cannot be read: {exc}") from exc
+        raise StepError(f"--rows {path} cannot be read: {exc}") from exc
     required = domain.request_columns or tuple(schema.names)
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise StepError(
-            f"--flights {path} lacks column(s) {', '.join(missing)}; a row to score needs "
+            f"--rows {path} lacks column(s) {', '.join(missing)}; a row to score needs "
             f"{', '.join(required)}"
         )
     for name in required:
@@ -152,16 +152,16 @@ def request_rows(
         return rows
     rows = domain.request_rows(read_request(path, domain), settings.features)
     if rows.empty:
-        raise StepError(f"--flights {path}: no rows to score")
+        raise StepError(f"--rows {path}: no rows to score")
     if rows["event_timestamp"].isna().any():
         raise StepError(
-            f"--flights {path}: {int(rows['event_timestamp'].isna().sum())} row(s) without an "
+            f"--rows {path}: {int(rows['event_timestamp'].isna().sum())} row(s) without an "
             "event time, so no moment to read their features at"
         )
     elsewhere = rows[rows[domain.date_column] != day.isoformat()]
     if len(elsewhere):
         raise StepError(
-            f"--flights {path}: {len(elsewhere)} row(s) dated other than --logical-date {day} "
+            f"--rows {path}: {len(elsewhere)} row(s) dated other than --logical-date {day} "
             f"(e.g. {elsewhere[domain.date_column].iloc[0]}); score one day at a time"
         )
     return rows

@@ -1,7 +1,7 @@
 """The domains one deployment runs: each a settings file (and the package it names).
 
-The default domain (no file: ``TRAINYARD_CONFIG``, else the package defaults, the flights
-example), the hotel-rates example (``orchestration.example_domains``), and every ``*.yaml`` of
+The default domain (no file: ``TRAINYARD_CONFIG``, when it names a domain), the shipped
+examples (``examples/*/settings.yaml``, ``orchestration.example_domains``), and every ``*.yaml`` of
 ``orchestration.domains_dir`` (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``), and the
 ``settings.yaml`` of each of its subfolders (a domain folder as ``init-domain`` writes it). Airflow
 builds each
@@ -20,8 +20,9 @@ from pathlib import Path
 
 from pipeline_steps.core.settings import PROJECT_ROOT, Settings, SettingsError, load_settings
 
-HOTEL_EXAMPLE = PROJECT_ROOT / "examples" / "hotel_rates" / "settings.yaml"
-"""The second shipped example's settings file (``orchestration.example_domains``)."""
+EXAMPLES = PROJECT_ROOT / "examples"
+"""The shipped examples, a folder each with its ``settings.yaml``
+(``orchestration.example_domains``)."""
 DAG_KINDS = {
     "training": "training",
     "drift_monitor": "monitoring",
@@ -67,8 +68,9 @@ def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = 
 def domain_settings_files(
     environ: Mapping[str, str] | None = None, refused: list[str] | None = None
 ) -> list[DomainFile]:
-    """The deployment's domains: the default one (``TRAINYARD_CONFIG``, else the flights
-    example), the hotel example when ``orchestration.example_domains`` is on, and each
+    """The deployment's domains: the default one (``TRAINYARD_CONFIG``; none when the
+    default settings name no ``domain.module``), the shipped examples (``examples/*/
+    settings.yaml``) when ``orchestration.example_domains`` is on, and each
     ``*.yaml`` of ``orchestration.domains_dir`` and ``settings.yaml`` of its subfolders (a
     domain folder as ``trainyard init-domain`` writes it), sorted by path.
 
@@ -78,9 +80,10 @@ def domain_settings_files(
     default domain's own settings always raise."""
     environ = os.environ if environ is None else environ
     base = load_domain_settings(None, environ)
-    found = [DomainFile(None, base)]
+    # Without a domain module the defaults are only the deployment's settings, no domain.
+    found = [DomainFile(None, base)] if base.domain.module else []
     orch = base.orchestration
-    paths = [HOTEL_EXAMPLE] if orch.example_domains else []
+    paths = sorted(EXAMPLES.glob("*/settings.yaml")) if orch.example_domains else []
     if orch.domains_dir:
         folder = Path(orch.domains_dir).expanduser().resolve()
         if not folder.is_dir():
@@ -91,7 +94,7 @@ def domain_settings_files(
         paths += sorted(
             [*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*/settings.yaml")]
         )
-    seen: dict[str, Path | None] = {base.domain.name: None}
+    seen: dict[str, Path | None] = {base.domain.name: None} if found else {}
     config = environ.get("TRAINYARD_CONFIG")
     default_file = Path(config).resolve() if config else None
     for path in dict.fromkeys(p.resolve() for p in paths):

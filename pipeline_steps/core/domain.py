@@ -5,12 +5,13 @@ labelled rows, how those rows become entity rows (keys, event time, label and th
 on the row itself) and how the other datasets become the Feast offline sources. The feature
 columns of the model are the entity-row features plus the fields of the domain's Feast feature
 service. A domain may ship its own source of real data (``ingest.source: domain``).
-``domain.module`` names the module that exposes it as ``DOMAIN``; the shipped example is
-:mod:`pipeline_steps.domain.flights`.
+``domain.module`` names the module that exposes it as ``DOMAIN``; the shipped examples are
+packages of their own under ``examples/`` (e.g. ``hotel_rates.domain``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -70,7 +71,7 @@ class Domain(ABC):
     """What the generic steps need to know about a family of datasets."""
 
     name: str
-    """Short name, used in messages (e.g. ``flights``)."""
+    """Short name, used in messages (e.g. ``hotel_rates``)."""
     datasets: tuple[str, ...]
     """Datasets ingested and validated per logical date (one suite each)."""
     labelled_dataset: str
@@ -106,8 +107,8 @@ class Domain(ABC):
     time_zone: str | None = None
     """The zone whose midnight starts a day of the date column when the domain dates its rows
     from times (an IANA name; empty: UTC or a time's own zone): a ``file`` source counts days
-    in ``ingest.time_zone``, which must agree. None: the domain's dates are no times' days (the
-    flights' own date parts), and ``ingest.time_zone`` is free."""
+    in ``ingest.time_zone``, which must agree. None: the domain's dates are no times' days (e.g.
+    dates from a row's own year, month and day fields), and ``ingest.time_zone`` is free."""
 
     def slice_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         """The slice columns of holdout rows, as strings; a domain overrides it to derive slices
@@ -158,7 +159,14 @@ class Domain(ABC):
 
 
 def load_domain(module: str) -> Domain:
-    """The ``DOMAIN`` object of ``module``; a clear error naming the setting when it is absent."""
+    """The ``DOMAIN`` object of ``module``; a clear error naming the setting when it is empty
+    (no domain configured), cannot be imported or defines none."""
+    if not module:
+        raise StepError(
+            "domain.module is not set: name the module holding your domain's DOMAIN in its "
+            "settings file (--config FILE or TRAINYARD_CONFIG; the shipped examples' are "
+            "examples/<example>/settings.yaml) or in TRAINYARD_DOMAIN__MODULE"
+        )
     try:
         loaded = importlib.import_module(module)
     except ImportError as exc:
@@ -171,6 +179,26 @@ def load_domain(module: str) -> Domain:
     except ValueError as exc:
         raise StepError(str(exc)) from exc
     return domain
+
+
+def domain_options(domain: Domain) -> dict[str, Any]:
+    """A domain's own options: the fields its class adds to :class:`Domain` (e.g. how its label
+    is drawn), as JSON values (others as text). They enter the training set's input hash, as
+    settings do, so changing one rebuilds the set."""
+    base = {f.name for f in dataclasses.fields(Domain)}
+    return {
+        f.name: _json_value(getattr(domain, f.name))
+        for f in dataclasses.fields(domain)
+        if f.name not in base
+    }
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return str(value)
 
 
 def feature_columns(domain: Domain, service: Any) -> FeatureColumns:

@@ -301,7 +301,7 @@ class TrainManifest(Manifest):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrialRef:
-    """A trial of an Optuna study (``flight_delay_tuning``)."""
+    """A trial of an Optuna study (``<domain>_tuning``)."""
 
     study: str
     number: int
@@ -446,7 +446,7 @@ class HoldoutRef:
     sha256: str
     rows: int
     positives: int = -1
-    """``binary``: rows labelled positive (delayed flights); -1 for the other tasks, whose gate
+    """``binary``: rows labelled positive; -1 for the other tasks, whose gate
     counts ``rows``, or when not recorded."""
     days: list[str] = field(default_factory=list)
     """The holdout's days (``evaluate.holdout_days`` ending at D)."""

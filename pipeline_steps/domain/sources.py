@@ -1,8 +1,8 @@
 """Sources of daily partitions, as streams of record batches of bounded size.
 
 ``file`` (CSV or parquet on local disk or any fsspec URL) and ``sql`` (a SQLAlchemy URL) read a
-user's data; ``domain``, the default, reads the domain's own source (for the shipped example,
-the real 2013 data of :mod:`pipeline_steps.domain.flights`). Rows of a dataset the domain knows
+user's data; ``domain``, the default, reads the domain's own source (e.g. the real data a
+shipped example's package reads). Rows of a dataset the domain knows
 are cast to its types; a file's integer columns are read exactly, whether written ``11`` or, as
 pandas writes an integer column with missing values, ``11.0``.
 """

@@ -1,7 +1,7 @@
 """Every DAG of a domain from its settings file, and the domains one deployment runs.
 
 :func:`build_dags` turns one settings file into the domain's four DAGs, every name derived from
-``domain.name`` (``flight_delay``, ``hotel_rate``, a team's own):
+``domain.name`` (``hotel_rate``, a team's own):
 
 ``<name>_training``       trigger → wait_for_data → the pipeline's steps → emit_champion_event;
                           scheduled by its cron or by its own drift asset.
@@ -13,12 +13,12 @@
 
 Which steps each DAG chains is their declaration's (``dags`` in
 :mod:`pipeline_steps.core.step_registry`). The steps of each DAG load the domain's settings file
-(``--config``); the default domain (no file: ``TRAINYARD_CONFIG`` or the package defaults, the
-flights example) passes none, as before.
+(``--config``); the default domain (no file: ``TRAINYARD_CONFIG``, which the Makefile points at
+an example's) passes none, as before.
 ``domain.team`` tags the DAGs ``team:<team>`` and gives their tasks the team's pools.
 
 The deployment's domains (:func:`pipeline_steps.core.deployment.domain_settings_files`): the
-default one, the hotel example (``orchestration.example_domains``), and every ``*.yaml`` in
+default one, the shipped examples (``orchestration.example_domains``), and every ``*.yaml`` in
 ``orchestration.domains_dir`` (``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``).
 ``dags/trainyard_domains.py`` builds them all; a thin DAG file of one domain is
 ``globals().update(build_dags("path/to/settings.yaml"))``.

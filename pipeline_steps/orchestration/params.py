@@ -116,7 +116,7 @@ def schema(f: FormField, settings: Settings) -> dict[str, Any]:
 
 
 def training_params(settings: Settings) -> dict[str, Any]:
-    """``flight_delay_training``'s ``params``."""
+    """``<domain>_training``'s ``params``."""
     return form_params(settings, FORM)
 
 

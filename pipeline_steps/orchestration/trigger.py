@@ -93,7 +93,7 @@ def describe_run(
         if logical is None:
             raise RunRefused(
                 "this run has no logical date; trigger it with one (the day to train for, "
-                "e.g. 2013-06-03): its flights are the holdout, the days before it the window"
+                "e.g. 2013-06-03): its rows are the holdout, the days before it the window"
             )
         day = logical.date().isoformat() if hasattr(logical, "date") else str(logical)[:10]
     trigger = Trigger(

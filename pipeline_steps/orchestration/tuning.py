@@ -1,4 +1,4 @@
-"""The tasks of ``flight_delay_tuning`` beyond the pipeline's own steps.
+"""The tasks of ``<domain>_tuning`` beyond the pipeline's own steps.
 
 ``prepare_study``  creates or continues the study of the run's frozen training set and plans
                    the missing trials (its ``slots`` XCom is what the trials are mapped over).
@@ -81,7 +81,7 @@ def tuning_params(settings: Settings) -> dict[str, Any]:
             pattern=r"^\d{4}-\d{2}-\d{2}$",
             title="Day to tune for",
             description="The study tunes on the training window of this day (YYYY-MM-DD), "
-            "as flight_delay_training would train for it; empty: the run's logical date.",
+            "as <domain>_training would train for it; empty: the run's logical date.",
             section="Study",
         ),
         **params,

@@ -1,8 +1,9 @@
 """Drift of a window of days against a reference, with thresholds calibrated on the reference.
 
-One day of flights compared with a month always differs: a day holds ~1,000 flights but only
-3 airports x 24 hourly weather readings, and weather and delays move together within a day. A
-fixed PSI threshold therefore fires on almost every day. Here the unit of sampling is the day:
+One day compared with a month always differs: in the shipped binary example a day holds ~1,000
+labelled rows but only 3 airports x 24 hourly weather readings, and weather and delays move together
+within a day. A fixed PSI threshold therefore fires on almost every day. Here the unit of sampling
+is the day:
 
 - the current window is ``current_days`` days ending at D, the reference the days before it;
 - each statistic's null distribution comes from resampling the reference itself: windows of

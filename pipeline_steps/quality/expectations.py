@@ -1,7 +1,7 @@
 """Expectations of this project's own, registered with Great Expectations on import.
 
 ``expect_column_values_to_be_valid_hhmm``: integer clock times written HHMM (0..2359, minutes
-below 60), optionally allowing 2400 for midnight at the end of a day as the flights data does.
+below 60), optionally allowing 2400 for midnight at the end of a day as some schedules write it.
 
 ``expect_column_values_to_be_airport_codes``: three capital letters, the form of IATA/FAA airport
 codes. Matched by pyarrow on the string columns suites see, where GX's length and regex

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from pipeline_steps.core import feature_store
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import ValidatedPartitions
+from pipeline_steps.core.domain import ValidatedPartitions, domain_options
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
     materialize_online,
@@ -222,6 +222,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
             if k not in ("feature_repo", "join_memory_limit")
         },
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
+        "domain": domain_options(domain),
         "holdout_days": ctx.settings.evaluate.holdout_days,
     }
     input_hash = json_sha256(inputs)

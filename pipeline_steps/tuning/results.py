@@ -235,8 +235,8 @@ def read_best(lake: Lake, settings: Settings) -> TunedParameters:
     where = lake.path(*parts)
     if not lake.exists(*parts):
         raise StepError(
-            f"train.params_from is 'tuning' but {where} does not exist: run flight_delay_tuning "
-            "first, or set train.params_from: settings"
+            f"train.params_from is 'tuning' but {where} does not exist: run "
+            f"{settings.domain.name}_tuning first, or set train.params_from: settings"
         )
     try:
         return load_record(TunedParameters, lake.read_json(*parts), where)

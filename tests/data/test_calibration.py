@@ -23,7 +23,9 @@ START, END = date(2013, 3, 1), date(2013, 4, 15)
 def suites(tmp_path: Path) -> Path:
     """A copy of the shipped suites without their history checks."""
     folder = tmp_path / "expectations"
-    shutil.copytree(Path(__file__).parents[2] / "expectations", folder)
+    shutil.copytree(
+        Path(__file__).parents[2] / "examples" / "flight_delay" / "expectations", folder
+    )
     for path in folder.glob("*.json"):
         suite = json.loads(path.read_text())
         suite["expectations"] = [

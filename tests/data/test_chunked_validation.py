@@ -8,17 +8,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.quality.suite_chunks import run_suite_chunked
 from pipeline_steps.quality.suites import as_frame, load_suite, run_suite
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 
 DAY = date(2013, 6, 1)
-SUITE = Path(__file__).parents[2] / "expectations" / "flights.json"
+SUITE = Path(__file__).parents[2] / "examples" / "flight_delay" / "expectations" / "flights.json"
 PARAMETERS = {
     "partition_year": 2013,
     "partition_month": 6,

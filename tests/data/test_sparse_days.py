@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from flight_delay.domain import _full_table
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import EXIT_EMPTY_DAY, EmptyDay, StepError
-from pipeline_steps.domain.flights import _full_table
 from pipeline_steps.steps.ingest import ingest
 
 SATURDAY, FRIDAY, SUNDAY = date(2013, 6, 8), date(2013, 6, 7), date(2013, 6, 9)

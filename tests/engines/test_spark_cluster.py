@@ -153,7 +153,7 @@ def online(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ...]
     except redis.ConnectionError as exc:
         pytest.fail(f"the cluster test's online store needs Redis at {host}:{port}: {exc}")
     repo = tmp_path_factory.mktemp("feature-repo") / "repo"
-    shutil.copytree(Path(__file__).parents[2] / "feature_repo", repo)
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "flight_delay" / "feature_repo", repo)
     (repo / ONLINE_CONFIG).write_text(
         "project: ${TRAINYARD_FEAST_PROJECT}\n"
         "provider: local\n"

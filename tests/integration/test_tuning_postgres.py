@@ -49,7 +49,10 @@ def _claim(home: str, storage: str, study: str, run_id: str, slot: int) -> objec
     from pipeline_steps.tuning import trials
     from pipeline_steps.tuning.space import load_space
 
-    settings = load_settings(overrides=_overrides(storage), environ={"TRAINYARD_HOME": home})
+    settings = load_settings(
+        overrides=_overrides(storage),
+        environ={"TRAINYARD_HOME": home, "TRAINYARD_CONFIG": os.environ["TRAINYARD_CONFIG"]},
+    )
     space = load_space(settings.tuning.search_space, settings.train.model)
     try:
         claim = trials.claim(settings, study, space, run_id, slot, parallel=2)
@@ -71,7 +74,8 @@ def test_trials_claim_and_train_at_once_on_postgres(lake_home, optuna_database) 
 
     home = str(lake_home)
     settings = load_settings(
-        overrides=_overrides(optuna_database), environ={"TRAINYARD_HOME": home}
+        overrides=_overrides(optuna_database),
+        environ={"TRAINYARD_HOME": home, "TRAINYARD_CONFIG": os.environ["TRAINYARD_CONFIG"]},
     )
     ctx = RunContext(run_id="tune_pg", logical_date=FIRST_DAY, settings=settings)
     for step in (ingest, validate, build_features):

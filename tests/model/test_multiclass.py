@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from flight_delay.domain import DOMAIN as FLIGHTS
+from flight_delay.domain import Flights
 
 from pipeline_steps.commands.serving import PREDICTION, PROBABILITY, predict
 from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.core.settings import FeatureSettings
-from pipeline_steps.domain.flights import DOMAIN as FLIGHTS
-from pipeline_steps.domain.flights import Flights
 from pipeline_steps.steps.evaluate import evaluate, score
 from pipeline_steps.steps.promote import promote
 from pipeline_steps.steps.train import train

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from flight_delay.domain import DOMAIN as FLIGHTS
+from flight_delay.domain import FLIGHTS_SCHEMA, WEATHER_SCHEMA
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import Domain, FeatureColumns, Source, read_validated
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
-from pipeline_steps.domain.flights import DOMAIN as FLIGHTS
-from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, WEATHER_SCHEMA
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.train import train

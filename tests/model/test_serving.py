@@ -69,7 +69,7 @@ def test_predictions_from_online_features_equal_the_evaluate_steps(champion_run,
     request.to_parquet(path)
     output = tmp_path / "scores.csv"
     day = FIRST_DAY.isoformat()
-    argv = ["predict", "--logical-date", day, "--flights", str(path), "--output", str(output)]
+    argv = ["predict", "--logical-date", day, "--rows", str(path), "--output", str(output)]
     assert main(argv) == 0
     written = pcsv.read_csv(output).to_pandas().set_index(features.key)
     assert len(written) == len(request) > 10

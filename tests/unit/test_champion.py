@@ -20,6 +20,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import DriftSignal, ScoredChampion
 from pipeline_steps.evaluation.champion import champion_moves, rollback
 from pipeline_steps.steps.promote import promote
+from tests.conftest import environ_of
 from tests.manifests import (
     scored,
 )
@@ -169,7 +170,7 @@ def refusal_registry(tmp_path_factory):
     home = tmp_path_factory.mktemp("refusals") / "home"
     settings = load_settings(
         overrides=["gate.min_auc=0.6", "gate.max_auc_drop=0.0", "release.mode=direct"],
-        environ={"TRAINYARD_HOME": str(home)},
+        environ=environ_of(home),
     )
     _promote(settings, "run-1", 0.7)
     _promote(settings, "run-2", 0.8)

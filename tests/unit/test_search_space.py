@@ -10,7 +10,7 @@ from pipeline_steps.core.settings import TuningSettings, load_settings
 from pipeline_steps.tuning.space import SpaceError, load_space
 from pipeline_steps.tuning.study import make_sampler
 
-SHIPPED = TuningSettings().search_space
+SHIPPED = load_settings().tuning.search_space
 
 
 def test_the_shipped_space_draws_settings_train_accepts() -> None:

@@ -96,7 +96,7 @@ def test_the_production_feast_config_reads_its_connections_from_the_environment(
     monkeypatch.setenv("TRAINYARD_FEAST_PROJECT", "trainyard_0123456789ab")
     monkeypatch.setenv("TRAINYARD_FEAST_REGISTRY", "postgresql+psycopg2://u@h:5432/feast")
     monkeypatch.setenv("TRAINYARD_FEAST_REDIS", "h:6379,db=2")
-    repo = PROJECT_ROOT / "feature_repo"
+    repo = PROJECT_ROOT / "examples" / "flight_delay" / "feature_repo"
     config = load_repo_config(repo, repo / "feature_store.production.yaml")
     assert config.project == "trainyard_0123456789ab"
     assert config.registry.registry_type == "sql"

@@ -8,18 +8,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.csv as pcsv
 import pytest
+from flight_delay.domain import DOMAIN
 
 from pipeline_steps.commands.cli import main
 from pipeline_steps.commands.serving import online_rows, read_online, request_rows
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.feature_store import earliest_event, materialize_online, scratch_store
 from pipeline_steps.core.manifests import FeaturesManifest
-from pipeline_steps.domain.flights import DOMAIN
 from pipeline_steps.engines.local import LocalEngine
 from pipeline_steps.steps.features import build_features, feast_dir, run_store
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
-from tests.conftest import FIRST_DAY, HISTORY, WINDOW
+from tests.conftest import FIRST_DAY, HISTORY, WINDOW, environ_of
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def built(ready_home: Path, tmp_path_factory) -> tuple[RunContext, FeaturesManif
     shutil.copytree(ready_home, home)
     settings = load_settings(
         overrides=[f"features.window_days={WINDOW}", "validation.data_docs=false"],
-        environ={"TRAINYARD_HOME": str(home)},
+        environ=environ_of(home),
     )
     ctx = RunContext(run_id="serving", logical_date=FIRST_DAY, settings=settings)
     ingest(ctx)
@@ -187,15 +187,15 @@ def test_predict_names_a_day_that_is_not_validated(home, capsys) -> None:
 def test_predict_names_the_columns_a_flights_file_lacks(home, tmp_path, capsys) -> None:
     path = _flights_csv(home, tmp_path, drop=("time_hour", "tailnum", "arr_delay"))
     day = HISTORY[-1].isoformat()
-    assert main(["predict", "--logical-date", day, "--flights", str(path)]) == 2
+    assert main(["predict", "--logical-date", day, "--rows", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"--flights {path} lacks column(s) tailnum, time_hour" in err
+    assert f"--rows {path} lacks column(s) tailnum, time_hour" in err
 
 
 def test_predict_refuses_flights_of_another_day(home, tmp_path, capsys) -> None:
     path = _flights_csv(home, tmp_path)
     day = HISTORY[0].isoformat()
-    assert main(["predict", "--logical-date", day, "--flights", str(path)]) == 2
+    assert main(["predict", "--logical-date", day, "--rows", str(path)]) == 2
     assert f"20 row(s) dated other than --logical-date {day}" in capsys.readouterr().err
 
 
@@ -203,7 +203,7 @@ def test_predict_without_a_champion_says_so(home, tmp_path, capsys) -> None:
     # a file without the label's source is a valid request: only the champion is missing
     path = _flights_csv(home, tmp_path, drop=("arr_delay", "dep_delay", "arr_time"))
     day = HISTORY[-1].isoformat()
-    assert main(["predict", "--logical-date", day, "--flights", str(path)]) == 2
+    assert main(["predict", "--logical-date", day, "--rows", str(path)]) == 2
     err = capsys.readouterr().err
     assert "no champion: registered model 'flight_delay' has no version with alias" in err
 
@@ -226,7 +226,7 @@ def test_a_training_set_rebuilt_from_other_inputs_reloads_the_online_store(
     other = RunContext(
         run_id="r1",
         logical_date=FIRST_DAY,
-        settings=make_settings("features.delay_threshold_min=30", home=lake_home),
+        settings=make_settings("features.row_group_rows=2048", home=lake_home),
     )
     again = build_features(other)
     assert again.status == "built" and again.input_sha256 != first.input_sha256

