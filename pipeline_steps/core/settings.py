@@ -946,8 +946,8 @@ class TuningSettings:
         "median",
         doc="""Stops unpromising trials from their per-epoch validation loss: ``median`` (worse than
         the median of earlier trials at the same epoch), ``hyperband`` or ``none``. On the shipped
-        example's data the median rule saved as many epochs as Hyperband without its bracket-draw misses
-        (docs/benchmarks.md).""",
+        example's data the median rule saved as many epochs as Hyperband without its bracket-draw
+        misses (docs/benchmarks.md).""",
         form=FormEntry("Pruner", "Study", form="tuning"),
     )
     trials: int = setting(
