@@ -229,8 +229,24 @@ def _pgid_of(proc: Path) -> int | None:
 
 
 def watched(profile: Profile, name: str) -> Watched:
-    """Process ``name`` of the profile as a wait depends on it: running while its pid lives."""
-    return Watched(name, lambda: running_pid(profile, name) is not None, log_file(profile, name))
+    """Process ``name`` of the profile as a wait depends on it: running while its pid lives and
+    has not ended (a process ``up`` started stays a zombie until ``up`` reaps it, which it does
+    not while it waits)."""
+
+    def running() -> bool:
+        pid = running_pid(profile, name)
+        return pid is not None and _state(pid) not in ("Z", "X")
+
+    return Watched(name, running, log_file(profile, name))
+
+
+def _state(pid: int) -> str | None:
+    """The process' state letter (``R``, ``S``, ``Z`` ...) from ``/proc``; None where there is
+    no ``/proc``."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def wait_for(

@@ -116,3 +116,26 @@ def test_the_spark_master_is_ready_when_it_counts_every_worker_alive(
     assert workers_alive(port, 2) == Seen(False, "master ALIVE, 1 of 2 workers alive")
     state["aliveworkers"] = 2
     assert workers_alive(port, 2).ready
+
+
+def test_a_profile_process_that_ended_is_not_waited_for(tmp_path: Path) -> None:
+    """``up`` starts a process and waits for it without reaping it: ended, it is a zombie whose
+    pid still answers, and the wait must end at once all the same."""
+    from pipeline_steps.services import processes
+    from pipeline_steps.services.profile import load_profile
+
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+    log = processes.log_file(profile, "mlflow")
+    log.parent.mkdir(parents=True)
+    log.write_text("Error: no such option: --timeout-worker-healthcheck\n")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    processes.pid_file(profile, "mlflow").parent.mkdir(parents=True)
+    processes.pid_file(profile, "mlflow").write_text(str(ended.pid))
+    while processes._state(ended.pid) != "Z":
+        time.sleep(0.05)
+    try:
+        with pytest.raises(ServiceError, match="mlflow exited") as raised:
+            processes.wait_for(profile, "mlflow", lambda: False, 30, "MLflow's /health")
+        assert "no such option" in str(raised.value)
+    finally:
+        ended.wait()
