@@ -234,15 +234,19 @@ def _seconds(duration: str) -> float:
     return sum(float(n) * units[u] for n, u in parts)
 
 
-def test_each_service_has_minutes_to_start_and_is_seen_ready_at_once() -> None:
+def test_each_service_has_minutes_to_start_and_is_seen_ready_soon() -> None:
     """A busy two-core machine started MLflow's server in 130 s where the old 60 s start period
-    and 5 retries gave it 110 s; checks every 5 s while starting keep an idle start prompt."""
+    and 5 retries gave it 110 s; a check passing within the start period makes a service healthy
+    at once, so checks every 15 s at most keep an idle start prompt. ``start_interval`` would
+    check more often while starting, but Compose refuses it on engines before 25 (Debian
+    bookworm's, which scripts/container-engine.sh installs)."""
     for name, service in compose()["services"].items():
         if name in ONE_SHOT:
             continue
         check = service["healthcheck"]
         assert _seconds(check["start_period"]) >= 300, f"{name}: start_period too short"
-        assert _seconds(check["start_interval"]) <= 5, f"{name}: not checked often while starting"
+        assert _seconds(check["interval"]) <= 15, f"{name}: not checked often enough"
+        assert "start_interval" not in check, f"{name}: start_interval needs Docker Engine 25"
 
 
 def test_mlflow_workers_are_not_killed_while_they_start_as_in_the_profile(tmp_path: Path) -> None:
