@@ -19,7 +19,9 @@ from pipeline_steps.services.readiness import Seen, ServiceError, Watched, wait_
 
 
 def test_the_wait_ends_when_the_service_says_it_is_ready() -> None:
-    answers = iter([ConnectionRefusedError("refused"), Seen(False, "1 of 2"), Seen(True, "2")])
+    answers: Iterator[Seen | Exception] = iter(
+        [ConnectionRefusedError("refused"), Seen(False, "1 of 2"), Seen(True, "2")]
+    )
 
     def look() -> Seen:
         answer = next(answers)
@@ -29,6 +31,7 @@ def test_the_wait_ends_when_the_service_says_it_is_ready() -> None:
 
     took = wait_until_ready("two workers", look, [], limit_s=10, every_s=0.01)
     assert took < 5
+    assert next(answers, None) is None  # through the refusal and the answer "not yet"
 
 
 def test_a_process_that_exits_ends_the_wait_at_once_with_its_log(tmp_path: Path) -> None:
