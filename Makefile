@@ -111,8 +111,10 @@ airflow: airflow-db ## start Airflow (standalone) on the demo home: http://local
 	@$(BIN)/python scripts/airflow_login.py
 	$(BIN)/airflow standalone
 
+# One worker: one person's UI over a SQLite file, and no uvicorn supervisor to kill it while it
+# starts on a busy machine (MLflow's default is 4 workers, each pinged within 5 s).
 mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5000
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000 --workers 1
 
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
 	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.core.settings import load_settings; print(load_settings().tuning.storage)")

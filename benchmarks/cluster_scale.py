@@ -39,12 +39,14 @@ import threading
 import time
 import urllib.request
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale  # the sibling benchmark: its lake of repeated days and its measurement
 
+from pipeline_steps.services.readiness import Watched, wait_until_ready
 from pipeline_steps.services.s3_server import serving
 
 BUCKET = "scale"
@@ -61,14 +63,6 @@ def free_port() -> int:
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_for(what: str, ready, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not ready after {timeout_s:.0f} s")
-        time.sleep(1)
 
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -101,7 +95,8 @@ class Cluster:
         )
         self.workers: list[subprocess.Popen[bytes]] = []
         try:
-            wait_for("the Spark master", lambda: listening(port), 120)
+            watched = [Watched.child("the Spark master", self.master, logs / "master.log")]
+            wait_until_ready(f"the Spark master on port {port}", lambda: listening(port), watched)
             for number in range(1, workers + 1):
                 work_dir = (
                     f"/tmp/spark-worker-{number}" if self.isolated else str(logs / f"w{number}")
@@ -116,8 +111,14 @@ class Cluster:
                     isolate=self.isolated,
                 )
                 env = sc.worker_environment(work_dir, base)
-                self.workers.append(_start(argv, env, logs / f"worker-{number}.log"))
-            wait_for(f"{workers} workers", lambda: self.alive() == workers, 120)
+                log = logs / f"worker-{number}.log"
+                self.workers.append(_start(argv, env, log))
+                watched.append(Watched.child(f"Spark worker {number}", self.workers[-1], log))
+            wait_until_ready(
+                f"{workers} workers registered with the Spark master",
+                partial(sc.workers_alive, self.webui, workers),
+                watched,
+            )
         except BaseException:
             self.stop()
             raise

@@ -32,7 +32,6 @@ from pipeline_steps.services.profile import (
 )
 
 log = logging.getLogger(__name__)
-START_TIMEOUT_S = 300.0
 AIRFLOW = tuple(name for name in PROCESSES if name.startswith("airflow-"))
 """Airflow's processes, in start order."""
 
@@ -205,22 +204,27 @@ def start_monitoring(profile: Profile) -> None:
     for name in ready:
         proc.start(profile, name)
     for name, url in ready.items():
-        proc.wait_for(profile, name, partial(proc.prometheus_ready, url), 60)
+        proc.wait_for(profile, name, partial(proc.prometheus_ready, url), what=f"{name} ready")
 
 
 def start_spark(profile: Profile) -> None:
-    """The Spark master, then ``SPARK_WORKERS`` workers, each waited for."""
+    """The Spark master, then ``SPARK_WORKERS`` workers; waited for until the master counts
+    them all alive, or at once told when one of them exits."""
     master = "spark-master"
     proc.start(profile, master)
-    proc.wait_for(profile, master, lambda: proc.port_open(profile["SPARK_MASTER_PORT"]), 120)
-    workers = [f"spark-worker-{n}" for n in range(1, profile.spark_workers + 1)]
+    port = profile["SPARK_MASTER_PORT"]
+    proc.wait_for(
+        profile, master, lambda: proc.port_open(port), what=f"the Spark master on port {port}"
+    )
+    workers = tuple(f"spark-worker-{n}" for n in range(1, profile.spark_workers + 1))
     for name in workers:
         proc.start(profile, name)
     proc.wait_for(
         profile,
         master,
-        lambda: proc.spark_workers_alive(profile) >= len(workers),
-        START_TIMEOUT_S,
+        partial(proc.spark_workers_alive, profile, len(workers)),
+        what=f"{len(workers)} Spark workers registered with the master",
+        also=workers,
     )
 
 
@@ -236,12 +240,11 @@ def up(given: Profile | None = None, spark_workers: int | None = None) -> Profil
     s3_fresh = proc.running_pid(profile, "s3") is None
     proc.start(profile, "s3")
     port = profile["S3_PORT"]
-    proc.wait_for(profile, "s3", lambda: proc.port_open(port), 60)
+    proc.wait_for(profile, "s3", lambda: proc.port_open(port), what=f"the S3 server on port {port}")
     if s3_fresh:
         profile = prepare_s3(profile)
     if profile.spark_workers:
         start_spark(profile)
-    ready = profile
     proc.write_mlflow_auth_config(profile)
     if proc.running_pid(profile, "mlflow") is None:  # its workers' metrics start from nothing
         shutil.rmtree(profile.mlflow_metrics_dir, ignore_errors=True)
@@ -249,11 +252,11 @@ def up(given: Profile | None = None, spark_workers: int | None = None) -> Profil
     proc.wait_for(
         profile,
         "mlflow",
-        lambda: proc.http_status(f"{ready.mlflow_url}/health") == 200,
-        START_TIMEOUT_S,
+        partial(proc.http_ready, f"{profile.mlflow_url}/health"),
+        what="MLflow's /health",
     )
     prepare_mlflow_user(profile)
-    profile = ready = prepare_team_users(profile)
+    profile = prepare_team_users(profile)
     start_monitoring(profile)
     if proc.running_pid(profile, "airflow-apiserver") is None:
         migrate_airflow(profile)
@@ -262,16 +265,26 @@ def up(given: Profile | None = None, spark_workers: int | None = None) -> Profil
     proc.wait_for(
         profile,
         "airflow-apiserver",
-        lambda: proc.airflow_healthy(ready, "metadatabase"),
-        START_TIMEOUT_S,
+        partial(proc.airflow_healthy, profile, "metadatabase"),
+        what="Airflow's API server and its metadata database",
     )
     for name, component in (
         ("airflow-scheduler", "scheduler"),
         ("airflow-triggerer", "triggerer"),
         ("airflow-dag-processor", "dag_processor"),
     ):
-        proc.wait_for(profile, name, partial(proc.airflow_healthy, ready, component), 120)
-    proc.wait_for(profile, "airflow-worker", lambda: proc.worker_ready(ready), START_TIMEOUT_S)
+        proc.wait_for(
+            profile,
+            name,
+            partial(proc.airflow_healthy, profile, component),
+            what=f"Airflow's {component} healthy",
+        )
+    proc.wait_for(
+        profile,
+        "airflow-worker",
+        partial(proc.worker_ready, profile),
+        what="the Celery worker ready",
+    )
     return profile
 
 

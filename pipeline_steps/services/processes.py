@@ -23,14 +23,19 @@ from pathlib import Path
 
 from pipeline_steps.services import prometheus, spark_cluster
 from pipeline_steps.services.profile import Profile, write_private
+from pipeline_steps.services.readiness import START_LIMIT_S, Seen, Watched, wait_until_ready
+from pipeline_steps.services.readiness import ServiceError as ServiceError
 
 log = logging.getLogger(__name__)
 BIN = Path(sys.executable).parent
-
-
-class ServiceError(RuntimeError):
-    """A process did not start or a service is not reachable; the message says which and
-    where its log is."""
+MLFLOW_WORKER_HEALTHCHECK_S = 120
+"""How long MLflow's uvicorn supervisor waits for a worker to answer its ping before killing it
+(uvicorn's default is 5 s). A worker spends its first seconds importing MLflow (5 s of CPU on
+an idle core); on a machine whose cores are busy its ping goes unanswered for longer than 5 s,
+so with the default every worker is killed while it starts and replaced by one that is killed
+in turn, and the server never answers. A worker that hangs for good is still replaced, later."""
+MLFLOW_UVICORN_OPTS = f"--timeout-worker-healthcheck {MLFLOW_WORKER_HEALTHCHECK_S}"
+"""``mlflow server --uvicorn-opts``: the same in docker-compose.yaml (a test keeps them so)."""
 
 
 def command(profile: Profile, name: str) -> list[str]:
@@ -65,6 +70,8 @@ def command(profile: Profile, name: str) -> list[str]:
             profile["MLFLOW_PORT"],
             "--workers",
             "2",
+            "--uvicorn-opts",
+            MLFLOW_UVICORN_OPTS,
             "--backend-store-uri",
             profile.database_url("mlflow"),
             "--artifacts-destination",
@@ -221,26 +228,43 @@ def _pgid_of(proc: Path) -> int | None:
         return None
 
 
+def watched(profile: Profile, name: str) -> Watched:
+    """Process ``name`` of the profile as a wait depends on it: running while its pid lives and
+    has not ended (a process ``up`` started stays a zombie until ``up`` reaps it, which it does
+    not while it waits)."""
+
+    def running() -> bool:
+        pid = running_pid(profile, name)
+        return pid is not None and _state(pid) not in ("Z", "X")
+
+    return Watched(name, running, log_file(profile, name))
+
+
+def _state(pid: int) -> str | None:
+    """The process' state letter (``R``, ``S``, ``Z`` ...) from ``/proc``; None where there is
+    no ``/proc``."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def wait_for(
-    profile: Profile, name: str, check: Callable[[], bool], timeout_s: float, what: str = ""
-) -> None:
-    """Poll ``check`` until it holds; a ServiceError naming the process and its log when the
-    process ends first or the time runs out."""
-    deadline = time.monotonic() + timeout_s
-    log_path = log_file(profile, name)
-    outcome = f"did not come up within {timeout_s:.0f} s"
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if check():
-                return
-        if running_pid(profile, name) is None:
-            outcome = "exited"
-            break
-        time.sleep(1.0)
-    tail = ""
-    if log_path.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-    raise ServiceError(f"{what or name} {outcome} (log: {log_path})\n{tail}")
+    profile: Profile,
+    name: str,
+    check: Callable[[], Seen | bool],
+    timeout_s: float = START_LIMIT_S,
+    what: str = "",
+    also: tuple[str, ...] = (),
+) -> float:
+    """Ask ``check`` until it says ready while process ``name`` (and those named in ``also``)
+    run; the seconds it took.
+
+    A :class:`ServiceError` naming the process, what was waited for, what was seen last and the
+    log's last lines, at once when a process ends or after ``timeout_s``
+    (:func:`~pipeline_steps.services.readiness.wait_until_ready`)."""
+    processes = [watched(profile, n) for n in (name, *also)]
+    return wait_until_ready(what or name, check, processes, timeout_s)
 
 
 def port_open(port: str | int) -> bool:
@@ -268,26 +292,30 @@ def http_status(
         return int(exc.code)
 
 
-def airflow_healthy(profile: Profile, *components: str) -> bool:
+def http_ready(url: str) -> Seen:
+    """Ready when ``url`` answers 200; else what it answered."""
+    status = http_status(url)
+    return Seen(status == 200, f"HTTP {status} from {url}")
+
+
+def airflow_healthy(profile: Profile, *components: str) -> Seen:
+    """Ready when Airflow's health endpoint calls each of ``components`` healthy; else what it
+    says of them."""
     with urllib.request.urlopen(f"{profile.airflow_url}/api/v2/monitor/health", timeout=10) as r:
         health = json.load(r)
-    return all(health.get(c, {}).get("status") == "healthy" for c in components)
+    states = {c: health.get(c, {}).get("status") for c in components}
+    return Seen(all(s == "healthy" for s in states.values()), f"Airflow's health: {states}")
 
 
-def worker_ready(profile: Profile) -> bool:
+def worker_ready(profile: Profile) -> Seen:
+    """Ready when the Celery worker's log says it is (``celery@host ready.``)."""
     text = log_file(profile, "airflow-worker").read_text(errors="replace")
-    return " ready." in text
+    return Seen(" ready." in text, "the worker's log has no ' ready.' line yet")
 
 
-def spark_workers_alive(profile: Profile) -> int:
-    """The workers the Spark master counts alive (its web UI's JSON); 0 while it does not
-    answer."""
-    url = f"http://127.0.0.1:{profile['SPARK_WEBUI_PORT']}/json/"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return int(json.load(answer).get("aliveworkers", 0))
-    except (OSError, ValueError):
-        return 0
+def spark_workers_alive(profile: Profile, expected: int) -> Seen:
+    """Ready when the Spark master counts ``expected`` workers alive (its web UI's JSON)."""
+    return spark_cluster.workers_alive(int(profile["SPARK_WEBUI_PORT"]), expected)
 
 
 def write_airflow_passwords(profile: Profile) -> None:
@@ -330,5 +358,5 @@ def write_prometheus_config(profile: Profile) -> None:
     write_private(profile.prometheus_home / "prometheus.yml", text)
 
 
-def prometheus_ready(url: str) -> bool:
-    return http_status(f"{url}/-/ready") == 200
+def prometheus_ready(url: str) -> Seen:
+    return http_ready(f"{url}/-/ready")

@@ -13,11 +13,15 @@ The master and workers are the classes the pyspark wheel ships, run through its 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+
+from pipeline_steps.services.readiness import Seen
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -47,6 +51,17 @@ def can_isolate() -> bool:
         return False
     probe = ["unshare", "--mount", "--fork", "sh", "-c", "mount -t tmpfs tmpfs /tmp"]
     return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def workers_alive(webui_port: int, expected: int, host: str = "127.0.0.1") -> Seen:
+    """Ready when the master at ``webui_port`` counts ``expected`` workers alive, from its web
+    UI's JSON (``/json/``); what it says otherwise. Raises ``OSError`` while the master does not
+    answer (:func:`~pipeline_steps.services.readiness.wait_until_ready` counts it not ready)."""
+    with urllib.request.urlopen(f"http://{host}:{webui_port}/json/", timeout=10) as answer:
+        state = json.load(answer)
+    alive = int(state.get("aliveworkers", 0))
+    said = f"master {state.get('status', '?')}, {alive} of {expected} workers alive"
+    return Seen(alive >= expected, said)
 
 
 def master_command(host: str, port: str | int, webui_port: str | int) -> list[str]:

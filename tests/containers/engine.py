@@ -221,8 +221,13 @@ class Compose:
             if len(ready) == len(LONG_RUNNING) - 1 + workers + len(ONE_SHOT):
                 return ready
             time.sleep(2)
-        states = {c["Name"]: (c["State"], c["Health"]) for c in containers}
-        raise AssertionError(f"not healthy after {timeout_s:.0f} s: {states}\n{self.logs()}")
+        waiting = [c for c in containers if c["Name"] not in ready]
+        states = {c["Name"]: (c["State"], c["Health"]) for c in waiting}
+        raise AssertionError(
+            f"waited {timeout_s:.0f} s for every service healthy ({workers} workers) and the "
+            f"one-shot ones exited 0; ready: {sorted(ready)}; last seen of the others: {states}"
+            f"\n{self.logs()}"
+        )
 
 
 def remove_stale_projects(prefix: str = "trainyard-test-") -> None:

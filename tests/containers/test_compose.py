@@ -43,7 +43,16 @@ def profile(
     compose = Compose(f"trainyard-test-{os.getpid()}", folder / ".env")
     try:
         try:
-            compose("up", "--detach", "--no-build", "--scale", f"airflow-worker={WORKERS}")
+            # `up` itself waits for each dependency's health check (MLflow's before airflow-init,
+            # the API server's before the workers): on a busy machine, minutes
+            compose(
+                "up",
+                "--detach",
+                "--no-build",
+                "--scale",
+                f"airflow-worker={WORKERS}",
+                timeout=UP_TIMEOUT_S,
+            )
         except (AssertionError, subprocess.TimeoutExpired) as exc:
             raise AssertionError(f"{exc}\n{compose.logs()}") from None
         compose.wait_until_healthy(WORKERS, UP_TIMEOUT_S)

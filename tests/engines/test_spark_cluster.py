@@ -24,12 +24,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import FIRST_DAY, WINDOW, free_port, wait_until
+from pipeline_steps.services.readiness import Watched, wait_until_ready
+from tests.conftest import FIRST_DAY, WINDOW, free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -62,23 +64,39 @@ class Cluster:
             sc.master_command("127.0.0.1", self.port, self.webui),
             sc.master_environment(base, str(root)),
         )
-        wait_until("the Spark master", lambda: _listening(self.port), 120)
         self.workers: list[subprocess.Popen[bytes]] = []
-        for number in range(1, workers + 1):
-            work_dir = f"/tmp/spark-worker-{number}" if self.isolated else str(root / f"w{number}")
-            argv = sc.worker_command(
-                self.url,
-                work_dir,
-                host="127.0.0.1",
-                cores=1,
-                memory="1g",
-                webui_port=free_port(),
-                isolate=self.isolated,
+        try:
+            self.watched = [Watched.child("the Spark master", self.master, root / "master.log")]
+            wait_until_ready(
+                f"the Spark master on port {self.port}", lambda: _listening(self.port), self.watched
             )
-            self.workers.append(
-                self._start(f"worker-{number}", argv, sc.worker_environment(work_dir, base))
+            for number in range(1, workers + 1):
+                work_dir = (
+                    f"/tmp/spark-worker-{number}" if self.isolated else str(root / f"w{number}")
+                )
+                argv = sc.worker_command(
+                    self.url,
+                    work_dir,
+                    host="127.0.0.1",
+                    cores=1,
+                    memory="1g",
+                    webui_port=free_port(),
+                    isolate=self.isolated,
+                )
+                self.workers.append(
+                    self._start(f"worker-{number}", argv, sc.worker_environment(work_dir, base))
+                )
+                log = root / f"worker-{number}.log"
+                self.watched.append(Watched.child(f"Spark worker {number}", self.workers[-1], log))
+            # as long as the master and every worker run: a loaded machine starts them slowly
+            wait_until_ready(
+                f"{workers} workers registered with the Spark master",
+                partial(sc.workers_alive, self.webui, workers),
+                self.watched,
             )
-        wait_until("two workers alive", lambda: self.alive() == workers, 120)
+        except BaseException:  # nothing left running when the cluster does not come up
+            self.stop()
+            raise
 
     def _start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as out:
@@ -247,10 +265,11 @@ def features_losing_a_worker(
         stderr=subprocess.PIPE,
         text=True,
     ) as running:
-        wait_until(
+        step_process = Watched.child("the features step", running)
+        wait_until_ready(
             "an executor of the step on the second worker",
             lambda: worker_log.read_text().count("Asked to launch executor") > launched,
-            180,
+            [step_process, *cluster.watched],
         )
         time.sleep(8)
         assert running.poll() is None, "the step ended before the worker could be lost"
@@ -279,7 +298,12 @@ def test_validate_features_and_monitor_on_the_cluster_as_on_the_local_engine_los
     # A worker (and its executor) lost mid-step: Spark runs its tasks again on the other one.
     lost = features_losing_a_worker(cluster, s3, home, *online)
     remote = manifest(lost)
-    wait_until("the master to count one worker", lambda: cluster.alive() == 1, 90)
+    # the master counts a worker lost once its heartbeats stop for spark.worker.timeout (60 s)
+    wait_until_ready(
+        "the master to count one worker",
+        lambda: cluster.alive() == 1,
+        cluster.watched[:2],
+    )
     on_driver = step("features", "local", s3, *online, home=home)
     local = manifest(on_driver)
     assert remote["status"] == local["status"] == "built"

@@ -226,6 +226,49 @@ def test_long_running_services_are_checked_limited_and_non_root() -> None:
         assert limits.get("cpus") and limits.get("memory"), f"{name} has no resource limits"
 
 
+def _seconds(duration: str) -> float:
+    """A compose duration (``300s``, ``1m30s``, ``5s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"not a duration: {duration}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def test_each_service_has_minutes_to_start_and_is_seen_ready_soon() -> None:
+    """A busy two-core machine started MLflow's server in 130 s where the old 60 s start period
+    and 5 retries gave it 110 s; a check passing within the start period makes a service healthy
+    at once, so checks every 15 s at most keep an idle start prompt. ``start_interval`` would
+    check more often while starting, but Compose refuses it on engines before 25 (Debian
+    bookworm's, which scripts/container-engine.sh installs)."""
+    for name, service in compose()["services"].items():
+        if name in ONE_SHOT:
+            continue
+        check = service["healthcheck"]
+        assert _seconds(check["start_period"]) >= 300, f"{name}: start_period too short"
+        assert _seconds(check["interval"]) <= 15, f"{name}: not checked often enough"
+        assert "start_interval" not in check, f"{name}: start_interval needs Docker Engine 25"
+
+
+def test_mlflow_workers_are_not_killed_while_they_start_as_in_the_profile(tmp_path: Path) -> None:
+    """The supervisor of MLflow's uvicorn workers waits as long for a starting worker's answer
+    in compose as in the profile of processes, and the installed uvicorn takes the option."""
+    import shlex
+
+    from uvicorn.main import main as uvicorn_cli
+
+    from pipeline_steps.services import processes
+    from pipeline_steps.services.profile import load_profile
+
+    in_compose = compose()["services"]["mlflow"]["command"]
+    opts = in_compose[in_compose.index("--uvicorn-opts") + 1]
+    profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+    in_profile = processes.command(profile, "mlflow")
+    assert in_profile[in_profile.index("--uvicorn-opts") + 1] == opts
+    parsed = uvicorn_cli.make_context("uvicorn", [*shlex.split(opts), "app:app"])
+    assert parsed.params["timeout_worker_healthcheck"] == processes.MLFLOW_WORKER_HEALTHCHECK_S
+    assert processes.MLFLOW_WORKER_HEALTHCHECK_S >= 60  # uvicorn's 5 s killed them under load
+
+
 def test_workers_scale() -> None:
     services = compose()["services"]
     assert not [name for name, service in services.items() if "container_name" in service]
