@@ -7,11 +7,12 @@ from datetime import UTC, date, datetime
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from pipeline_steps.core.settings import load_settings
 from pipeline_steps.orchestration.params import FORM, form_defaults, training_params
 from pipeline_steps.orchestration.trigger import RunRefused, describe_run, source_availability
-from tests.conftest import ROOT
+from tests.conftest import FLIGHTS_CONFIG, ROOT
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +215,12 @@ def test_a_long_window_in_the_settings_file_is_a_default_the_form_accepts(
     from airflow.dag_processing.dagbag import DagBag
 
     config = tmp_path / "long_window.yaml"
-    config.write_text("features:\n  window_days: 2100\n")
+    document = yaml.safe_load(FLIGHTS_CONFIG.read_text())
+    document.setdefault("features", {})["window_days"] = 2100
+    config.write_text(yaml.safe_dump(document))
+    # the domain's own settings file with a long window, in place of the shipped one
     monkeypatch.setenv("TRAINYARD_CONFIG", str(config))
+    monkeypatch.setenv("TRAINYARD_ORCHESTRATION__EXAMPLE_DOMAINS", "false")
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert bag.import_errors == {}
     training = bag.dags["flight_delay_training"]

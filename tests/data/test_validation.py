@@ -14,6 +14,7 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.steps.ingest import ingest
 from pipeline_steps.steps.validate import validate
+from tests.conftest import environ_of
 
 DAY = date(2013, 6, 1)
 RAW = "raw/flights/date=2013-06-01/version=0001"
@@ -100,7 +101,7 @@ def test_cli_failure_is_readable_without_traceback(ingested: RunContext) -> None
         ],
         capture_output=True,
         text=True,
-        env={"TRAINYARD_HOME": env_home, "PATH": "/usr/bin"},
+        env={**environ_of(Path(env_home)), "PATH": "/usr/bin"},
     )
     assert result.returncode == 2
     assert "trainyard step validate failed (permanent): validation failed" in result.stderr
