@@ -102,6 +102,11 @@ def domain_settings_files(
             continue  # the default domain's own file, already there
         try:
             domain = DomainFile(path, load_domain_settings(path, environ))
+            if not domain.settings.domain.module:
+                raise SettingsError(
+                    f"{path}: domain.module is not set: a domain's settings file names the module "
+                    "holding its DOMAIN (e.g. domain.module: my_team.domain)"
+                )
             if domain.name in seen:
                 other = seen[domain.name] or "the default domain"
                 raise SettingsError(

@@ -79,6 +79,10 @@ class Setting:
     what it computes: a finished training is valid for any value of it."""
     forms: tuple[FormEntry, ...] = ()
     """The trigger forms the setting appears on."""
+    path: bool = False
+    """A file or folder: a relative path written in a settings file is read from that file's
+    folder (so a domain's file works from any working directory); one from the environment or
+    ``--set`` from the working directory."""
 
     def bounds_text(self) -> str:
         """The bounds in words (``at least 2 and at most 3660``), empty when there are none."""
@@ -144,6 +148,7 @@ def setting(
     max_length: int | None = None,
     runtime: bool = False,
     form: FormEntry | tuple[FormEntry, ...] = (),
+    path: bool = False,
 ) -> Any:
     """A settings field with its declaration (:class:`Setting`) as metadata; ``doc`` is
     required, so no setting goes undocumented."""
@@ -157,6 +162,7 @@ def setting(
         max_length=max_length,
         runtime=runtime,
         forms=form if isinstance(form, tuple) else (form,),
+        path=path,
     )
     metadata = {METADATA_KEY: declaration}
     if default_factory is not dataclasses.MISSING:
@@ -215,6 +221,11 @@ def check_declared(section: Any, name: str, error: type[Exception] = Declaration
 def undeclared(cls: type) -> list[str]:
     """The fields of ``cls`` without a declaration (a test keeps this empty)."""
     return [f.name for f in dataclasses.fields(cls) if METADATA_KEY not in f.metadata]
+
+
+def path_settings(cls: type) -> frozenset[str]:
+    """The fields of section ``cls`` declared ``path``: files or folders."""
+    return frozenset(d.name for d in declared(cls) if d.spec.path)
 
 
 def runtime_settings(cls: type) -> frozenset[str]:

@@ -25,7 +25,7 @@ import yaml
 from pipeline_steps.core.fingerprints import json_sha256
 from pipeline_steps.core.models import ModelError
 from pipeline_steps.core.models import resolve as resolve_model
-from pipeline_steps.core.setting_spec import FormEntry, check_declared, setting
+from pipeline_steps.core.setting_spec import FormEntry, check_declared, path_settings, setting
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.core.team_credentials import team_secret
 
@@ -278,6 +278,7 @@ class OrchestrationSettings:
         every DAG of each (``dags/trainyard_domains.py``), beside the default domain's. Read
         from the default domain's settings (``TRAINYARD_CONFIG``,
         ``TRAINYARD_ORCHESTRATION__DOMAINS_DIR``).""",
+        path=True,
     )
     example_domains: bool = setting(
         True,
@@ -325,6 +326,7 @@ class IngestSettings:
         doc="""file source: path or fsspec URL template with ``{dataset}`` and ``{date}``; globs
         allowed, e.g. ``s3://bucket/{dataset}/date={date}/*.parquet`` or
         ``/data/{dataset}/*.csv``.""",
+        path=True,
     )
     date_column: str = setting(
         "",
@@ -409,6 +411,7 @@ class ValidationSettings:
         "expectations",
         doc="""Folder holding one suite per dataset as JSON
         (``<expectations_dir>/<dataset>.json``).""",
+        path=True,
     )
     trailing_days: int = setting(
         14,
@@ -639,6 +642,7 @@ class FeatureSettings:
     feature_repo: str = setting(
         "feature_repo",
         doc="""Feast repository whose definitions the features step applies.""",
+        path=True,
     )
     project: str = setting(
         "trainyard",
@@ -934,6 +938,7 @@ class TuningSettings:
         "tuning.yaml",
         doc="""YAML file of the search space: which train settings a trial draws, and from what.""",
         form=FormEntry("Search space file", "Study", form="tuning"),
+        path=True,
     )
     sampler: Literal["tpe", "random", "grid", "gp"] = setting(
         "tpe",
@@ -1917,6 +1922,49 @@ def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Setting
     )
 
 
+def _relative(value: Any) -> bool:
+    """Whether ``value`` is a relative local path (not empty, not a URL such as ``s3://...``)."""
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and "://" not in value
+        and not Path(value).expanduser().is_absolute()
+    )
+
+
+def _paths_from(folder: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (a settings file's sections) with each relative path of a setting declared
+    ``path`` read from ``folder``, the file's own; URLs (``s3://...``) and absolute paths stay."""
+    hints = typing.get_type_hints(Settings)
+    resolved: dict[str, Any] = {}
+    for section, values in document.items():
+        cls = hints.get(section)
+        paths = path_settings(cls) if isinstance(cls, type) else frozenset()
+        resolved[section] = {
+            key: str(folder / value) if key in paths and _relative(value) else value
+            for key, value in values.items()
+        }
+    return resolved
+
+
+def _absolute_paths(settings: Settings) -> Settings:
+    """``settings`` with every relative path left (a default, the environment's, ``--set``'s)
+    read from the working directory: loaded settings hold absolute paths, so a run's recorded
+    settings mean the same files wherever they are loaded again."""
+    sections = {}
+    for field_ in dataclasses.fields(settings):
+        section = getattr(settings, field_.name)
+        paths = path_settings(type(section))
+        changed = {
+            key: str(Path.cwd() / getattr(section, key))
+            for key in paths
+            if _relative(getattr(section, key))
+        }
+        if changed:
+            sections[field_.name] = dataclasses.replace(section, **changed)
+    return dataclasses.replace(settings, **sections) if sections else settings
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     overrides: list[str] | None = None,
@@ -1940,7 +1988,7 @@ def load_settings(
             raise SettingsError(f"config file {path} is not valid YAML: {exc}") from exc
         if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
             raise SettingsError(f"config file {path} must map sections to key/value mappings")
-        layers.append(loaded)
+        layers.append(_paths_from(path.resolve().parent, loaded))
     layers.append(_env_overrides(environ))
     layers.append(_set_overrides(overrides or []))
 
@@ -1959,4 +2007,4 @@ def load_settings(
         )
     hints = typing.get_type_hints(Settings)
     built = {name: build_section(hints[name], values, name) for name, values in merged.items()}
-    return _resolve_defaults(Settings(**built), environ)
+    return _absolute_paths(_resolve_defaults(Settings(**built), environ))

@@ -71,6 +71,8 @@ def meaning(d: Declared) -> str:
         parts.append(f"{bounds[0].upper()}{bounds[1:]}.")
     if d.spec.max_length is not None:
         parts.append(f"At most {d.spec.max_length} characters.")
+    if d.spec.path:
+        parts.append("Relative in a settings file: read from the file's folder.")
     if d.spec.runtime:
         parts.append("*Runtime*: changes how a run goes, not what it computes.")
     labels = [f"*{e.label}*" for e in d.spec.forms]

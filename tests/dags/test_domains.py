@@ -132,6 +132,8 @@ def test_a_refused_file_leaves_out_its_domain_alone_naming_it(
     (folder / "copy.yaml").write_text((folder / "room_demand.yaml").read_text())
     bad = _domain_file(folder, "yield_curve")
     bad.write_text(bad.read_text().replace("team: pricing", "team: Pricing Team"))
+    # a file naming no domain module would build DAGs whose every run fails: left out instead
+    (folder / "no_module.yaml").write_text("domain:\n  name: no_module\n")
     bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
     assert bag.import_errors == {}
     assert {dag_id.rsplit("_", 2)[0] for dag_id in bag.dag_ids} >= {"flight", "hotel"}
@@ -140,6 +142,8 @@ def test_a_refused_file_leaves_out_its_domain_alone_naming_it(
     logged = caplog.text
     assert f"{bad}: domain.team must be lowercase" in logged
     assert "domain.name 'room_demand' is also the name of" in logged
+    assert f"{folder / 'no_module.yaml'}: domain.module is not set" in logged
+    assert not any(dag_id.startswith("no_module") for dag_id in bag.dag_ids)
 
 
 def test_environment_meant_for_the_default_domain_does_not_take_the_others_down(

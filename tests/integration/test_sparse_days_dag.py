@@ -15,8 +15,13 @@ from tests.pipeline_runs import dag_test
 pytestmark = pytest.mark.slow
 SETTINGS = """\
 domain:
+  module: flight_delay.domain
   name: mesa_flights
   empty_days: skip
+validation:
+  expectations_dir: {examples}/expectations
+features:
+  feature_repo: {examples}/feature_repo
 ingest:
   source: file
   path: {export}/{{dataset}}.parquet
@@ -29,7 +34,9 @@ def test_an_ordinary_empty_day_ends_the_run_skipped(airflow_env, monkeypatch, tm
     export = write_export(tmp_path)
     domains = tmp_path / "domains"
     domains.mkdir()
-    (domains / "mesa_flights.yaml").write_text(SETTINGS.format(export=export))
+    (domains / "mesa_flights.yaml").write_text(
+        SETTINGS.format(export=export, examples=ROOT / "examples" / "flight_delay")
+    )
     monkeypatch.setenv("TRAINYARD_ORCHESTRATION__DOMAINS_DIR", str(domains))
 
     run = dag_test("mesa_flights_training", date(2013, 6, 8))

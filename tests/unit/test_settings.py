@@ -154,3 +154,35 @@ def test_the_settings_a_config_changes_travel_through_the_environment(tmp_path: 
     assert "TRAINYARD_LAKE__ROOT" not in env  # the same home: nothing of it differs
     assert load_settings(environ={**home, **env}) == settings
     assert settings_environment(baseline, baseline) == {}
+
+
+def test_a_settings_file_reads_its_relative_paths_from_its_own_folder(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A domain's file works from any working directory (a Celery worker's home, an image's):
+    its relative files and folders are read from the file's folder; absolute paths and URLs
+    stay; relative values from the environment or ``--set`` are read from the working
+    directory."""
+    folder = tmp_path / "domains" / "rooms"
+    folder.mkdir(parents=True)
+    config = folder / "settings.yaml"
+    config.write_text(
+        "validation:\n  expectations_dir: expectations\n"
+        "features:\n  feature_repo: /srv/rooms/feature_repo\n"
+        "tuning:\n  search_space: ../shared/tuning.yaml\n"
+        "ingest:\n  path: s3://lake/{dataset}/date={date}/*.parquet\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(config, environ={"TRAINYARD_HOME": str(tmp_path)})
+    assert settings.validation.expectations_dir == str(folder / "expectations")
+    assert settings.features.feature_repo == "/srv/rooms/feature_repo"
+    assert settings.tuning.search_space == str(folder / "../shared/tuning.yaml")
+    assert settings.ingest.path == "s3://lake/{dataset}/date={date}/*.parquet"
+    overridden = load_settings(
+        config,
+        ["validation.expectations_dir=suites"],
+        environ={"TRAINYARD_HOME": str(tmp_path), "TRAINYARD_FEATURES__FEATURE_REPO": "repo"},
+    )
+    # read from the working directory, and held absolute so a recorded run means the same files
+    assert overridden.validation.expectations_dir == str(tmp_path / "suites")
+    assert overridden.features.feature_repo == str(tmp_path / "repo")
