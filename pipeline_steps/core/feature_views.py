@@ -150,7 +150,7 @@ def feast_definitions(
                 ),
             )
     folder = sources_folder()
-    built = [
+    built: list[Any] = [
         FeatureView(
             name=view.name,
             entities=[entities[e.name] for e in view.entities],
