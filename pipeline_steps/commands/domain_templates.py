@@ -79,13 +79,10 @@ FEATURE_SOURCE = {{ d.view | py }}
 """The offline source of the feature view: ``$TRAINYARD_FEAST_DIR/sources/<name>.parquet``."""
 ROW_FEATURES = [c for c in CATEGORICAL if c not in LEFT_OUT]
 """The features of the entity row itself: ``CATEGORICAL`` less ``LEFT_OUT``."""
+{%- set kt = d.key_value_type | lower | py %}
 FEATURE_VIEW = FeatureViewSpec(
     name={{ d.view | py }},
-    entities=(
-        EntitySpec(
-            name=KEY, value_type={{ d.key_value_type | lower | py }}, description="The row's key."
-        ),
-    ),
+    entities=(EntitySpec(name=KEY, value_type={{ kt }}, description="The row's key."),),
     source=FEATURE_SOURCE,
     source_name={{ (d.name ~ "_rows") | py }},
     ttl=timedelta(0),  # a row's values hold until a newer row of the same key
