@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 import pandas as pd
 import pyarrow as pa
 from pipeline_steps.core.domain import Domain, FeatureColumns, read_validated
+from pipeline_steps.core.feature_views import EntitySpec, FeatureViewSpec, numeric_fields
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
 from pipeline_steps.domain.event_times import event_times
@@ -60,12 +61,14 @@ CLASSES = {{ d.roles.classes | py_lines }}
 CATEGORICAL = {{ d.categorical | py_lines }}
 """Row features: strings with few distinct values."""
 NUMERIC = {{ d.numeric | py_lines }}
-"""Fields of the Feast feature view {{ d.view | py }}: numbers and flags."""
+"""Fields of the Feast feature view {{ d.view | py }} (``FEATURE_VIEW``), with the flags."""
 INTEGER = {{ d.integer | py_lines }}
-"""The numeric columns holding whole numbers (Int64 in Feast)."""
+"""The numeric columns and flags holding whole numbers (Int64 in Feast)."""
 LEFT_OUT = {{ d.left_out | py_lines }}
 """Columns the model does not see: identifiers, free text, columns always missing, encodings of
-the time (a holdout's values would lie beyond every training value), sources of the label."""
+the time (a holdout's values would lie beyond every training value), sources of the label.
+LEFT_OUT wins over the lists above: a column named here leaves the row features, the Feast
+feature view and its offline source, with no other file to edit."""
 {%- for name, why in d.decisions.items() %}
 {{ (name ~ ": " ~ why) | wrap("# ") }}
 {%- endfor %}
@@ -74,6 +77,20 @@ FLAGS = {{ d.flags | py_dict }}
 column's row lists the value."""
 FEATURE_SOURCE = {{ d.view | py }}
 """The offline source of the feature view: ``$TRAINYARD_FEAST_DIR/sources/<name>.parquet``."""
+ROW_FEATURES = [c for c in CATEGORICAL if c not in LEFT_OUT]
+"""The features of the entity row itself: ``CATEGORICAL`` less ``LEFT_OUT``."""
+{%- set kt = d.key_value_type | lower | py %}
+FEATURE_VIEW = FeatureViewSpec(
+    name={{ d.view | py }},
+    entities=(EntitySpec(name=KEY, value_type={{ kt }}, description="The row's key."),),
+    source=FEATURE_SOURCE,
+    source_name={{ (d.name ~ "_rows") | py }},
+    ttl=timedelta(0),  # a row's values hold until a newer row of the same key
+    fields=numeric_fields([*NUMERIC, *FLAGS], INTEGER, LEFT_OUT),
+    description="The numeric columns of each row, at its event time.",
+)
+"""The Feast feature view, built from the lists above: the features step applies it (and the
+feature service over it) and writes its source with exactly its fields."""
 
 
 def event_time(values: pd.Series) -> pd.Series:
@@ -135,22 +152,26 @@ class {{ d.class_name }}(Domain):
                 "event_timestamp": event.to_numpy(),
             }
         )
-        for column in CATEGORICAL:
+        for column in ROW_FEATURES:
             rows[column] = frame[column].to_numpy()
         return rows
 
     def feature_sources(
         self, lake: Lake, days: Sequence[date]
     ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, str]]]:
-        """The numeric columns of the window's validated rows, each at its row's event time."""
+        """The fields of ``FEATURE_VIEW`` of the window's validated rows, each at its row's event
+        time."""
         rows, hashes = read_validated(lake, DATASET, days)
         source = pd.DataFrame(
             {KEY: entity_key(rows), "event_timestamp": event_time(rows[TIME_COLUMN])}
         )
-        for column in NUMERIC:
-            source[column] = rows[column].astype("Int64" if column in INTEGER else "float64")
-        for name, (column, delimiter, value) in FLAGS.items():
-            source[name] = flag(rows[column], delimiter, value)
+        for field in FEATURE_VIEW.fields:
+            if field.name in FLAGS:
+                column, delimiter, value = FLAGS[field.name]
+                source[field.name] = flag(rows[column], delimiter, value)
+            else:
+                kind = "Int64" if field.dtype == "int64" else "float64"
+                source[field.name] = rows[field.name].astype(kind)
         return {FEATURE_SOURCE: source}, {DATASET: hashes}
 
 
@@ -160,6 +181,7 @@ DOMAIN = {{ d.class_name }}(
     labelled_dataset=DATASET,
     schemas={DATASET: SCHEMA},
     feature_service={{ d.service | py }},
+    feature_views=(FEATURE_VIEW,),
     key=KEY,
     date_column={{ d.date_column | py }},
     label=LABEL,
@@ -167,9 +189,9 @@ DOMAIN = {{ d.class_name }}(
 {%- if d.task.has_classes %}
     classes=CLASSES,
 {%- endif %}
-    row_features=FeatureColumns(categorical=CATEGORICAL, numeric=[]),
-    # slices are row features: a column moved out of CATEGORICAL leaves the slices too
-    slice_columns=tuple(c for c in {{ d.slice_columns | py }} if c in CATEGORICAL),
+    row_features=FeatureColumns(categorical=ROW_FEATURES, numeric=[]),
+    # slices are row features: a column moved out of them leaves the slices too
+    slice_columns=tuple(c for c in {{ d.slice_columns | py }} if c in ROW_FEATURES),
     time_zone=TIME_ZONE,
 )
 '''
@@ -180,45 +202,13 @@ FEATURES_MODULE = '''\
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
-from pathlib import Path
+from {{ d.name }}.domain import DOMAIN
 
-from feast import Entity, FeatureService, FeatureView, Field, ValueType
-from feast.types import {{ d.feast_types | join(", ") }}
+from pipeline_steps.core.domain import declared_definitions
 
-# A parquet file the local engine reads as a FileSource and the Spark engine as a SparkSource.
-from pipeline_steps.core.feast_sources import offline_source
-
-SOURCES = Path(os.environ.get("TRAINYARD_FEAST_DIR", Path(__file__).parent / "data")) / "sources"
-
-row_key = Entity(
-    name={{ d.roles.key | py }},
-    join_keys=[{{ d.roles.key | py }}],
-    value_type=ValueType.{{ d.key_value_type }},
-    description="The row's key in the sample.",
-)
-
-numeric = FeatureView(
-    name={{ d.view | py }},
-    entities=[row_key],
-    ttl=timedelta(0),  # a row's values hold until a newer row of the same key
-    schema=[
-{%- for name in d.view_fields %}
-        Field(name={{ name | py }}, dtype={{ d.feast_type(name) }}),
-{%- endfor %}
-    ],
-    source=offline_source(
-        {{ (d.name ~ "_rows") | py }}, str(SOURCES / {{ (d.view ~ ".parquet") | py }})
-    ),
-    description="The numeric columns of each row, at its event time.",
-)
-
-features = FeatureService(
-    name={{ d.service | py }},
-    features=[numeric],
-    description="Features joined to each entity row of {{ d.name }}.",
-)
+# The entity, the feature view and the feature service, each under a name of its own for the
+# feast CLI, which looks for Feast objects among a module's names.
+globals().update({f"{type(o).__name__}_{o.name}": o for o in declared_definitions(DOMAIN) or []})
 '''
 
 FEATURE_STORE = """\

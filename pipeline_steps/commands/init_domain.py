@@ -9,8 +9,9 @@ The folder (default ``./NAME``) receives:
   and task, categorical row features, and the numeric columns as a Feast source;
 - ``expectations/NAME.json``: a first suite drafted from the sample
   (:mod:`pipeline_steps.quality.suite_draft`), which must pass on the sample itself;
-- ``feature_repo/``: a Feast repository (an entity for the key, one feature view over the numeric
-  columns, a feature service), enough for ``feast apply``;
+- ``feature_repo/``: the Feast repository's config, and a file that hands the feast CLI the
+  entity, feature view and feature service the domain module declares (the features step
+  builds and applies them itself);
 - ``settings.yaml``: the settings pointing at all of these, rows read by the ``file`` source.
 
 Roles not given are inferred from the sample (:mod:`pipeline_steps.quality.sample_profile`).
@@ -164,19 +165,6 @@ class DomainDraft:
             if c.kind == "integer" and pa.types.is_floating(c.storage)
         ]
 
-    def feast_type(self, column: str) -> str:
-        """The Feast type of a numeric column's field: whole numbers Int64, others Float64."""
-        return "Int64" if column in self.integer else "Float64"
-
-    @property
-    def view_fields(self) -> list[str]:
-        """The feature view's fields: the numeric columns, then the flags."""
-        return self.numeric + list(self.flags)
-
-    @property
-    def feast_types(self) -> list[str]:
-        return sorted({self.feast_type(column) for column in self.view_fields})
-
     @property
     def schema_note(self) -> str:
         note = "The sample's columns, as the file source reads them."
@@ -206,8 +194,10 @@ class DomainDraft:
             f"{self.sample_name} ({self.profile.rows} rows, {roles.first_day}..{roles.last_day})."
             f"\n\nOne entity row per ``{roles.key}``, dated by ``{roles.time_column}``; the label "
             f"is ``{roles.label}`` ({self.task_text}). Strings with few values are row features; "
-            "the numeric columns reach the model through the Feast feature view in "
-            f"``feature_repo/features.py``, keyed by ``{roles.key}`` at each row's event time. "
+            "the numeric columns reach the model through the Feast feature view "
+            f"``FEATURE_VIEW``, keyed by ``{roles.key}`` at each row's event time, built from "
+            "the lists below: a column named in ``LEFT_OUT`` leaves the model, the view and its "
+            "offline source. "
             "Rows are read by the ``file`` source (settings.yaml) and checked by "
             f"``expectations/{self.name}.json``. Review each choice: the module is yours to "
             "change."
@@ -216,12 +206,14 @@ class DomainDraft:
     @property
     def features_summary(self) -> str:
         return (
-            f"Feast definitions of the {self.name} domain, drafted by ``trainyard init-domain``."
-            "\n\nThe features step writes the offline source "
-            f"``$TRAINYARD_FEAST_DIR/sources/{self.view}.parquet`` from the validated partitions "
-            f"(``{self.name}.domain.{self.class_name}.feature_sources``), then applies every "
-            "object defined here. To apply them by hand: "
-            f"``TRAINYARD_FEAST_DIR=/tmp/{self.name}-feast feast -c feature_repo apply``."
+            f"Feast definitions of the {self.name} domain for the feast CLI, built from "
+            f"``{self.name}/domain.py`` (``FEATURE_VIEW``): nothing to edit here."
+            "\n\nThe features step builds the same objects from the domain, writes the offline "
+            f"source ``$TRAINYARD_FEAST_DIR/sources/{self.view}.parquet`` from the validated "
+            f"partitions (``{self.name}.domain.{self.class_name}.feature_sources``) and applies "
+            "them; it does not read this file. To apply them by hand, the domain's package on "
+            f"PYTHONPATH: ``TRAINYARD_FEAST_DIR=/tmp/{self.name}-feast feast -c feature_repo "
+            "apply``."
         )
 
     @property

@@ -177,7 +177,7 @@ def online_rows(
         sources, _ = domain.feature_sources(lake, [day])
     except StepError as exc:
         raise StepError(f"--logical-date {day}: {exc}") from exc
-    with scratch_store(settings.features, sources) as store:
+    with scratch_store(settings.features, sources, domain=domain) as store:
         service = store.get_feature_service(domain.feature_service)
         columns = feature_columns(domain, service)
         served = serve_rows(store, service, rows, earliest_event(store, service))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feast_import import import_feast
+from pipeline_steps.core.feature_views import (
+    FeatureViewSpec,
+    check_feature_views,
+    feast_definitions,
+    source_columns,
+)
 from pipeline_steps.core.tasks import Task, check_task
 
 if TYPE_CHECKING:
@@ -80,6 +87,11 @@ class Domain(ABC):
     """Column types of the datasets the domain knows (sources cast to them)."""
     feature_service: str
     """Name of the Feast feature service joined to the entity rows."""
+    feature_views: tuple[FeatureViewSpec, ...] = ()
+    """The feature views of the service, declared (:mod:`pipeline_steps.core.feature_views`):
+    the features step builds and applies their Feast objects and writes each offline source
+    with exactly its views' keys, event time and fields. Empty: the views and service the
+    Feast repository's own ``*.py`` files define (``features.feature_repo``)."""
     key: str
     """Unique key column of an entity row."""
     date_column: str
@@ -201,9 +213,44 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
+def domain_module(domain: Domain) -> str:
+    """Where ``domain`` is declared, for messages: its module and the module's file."""
+    module = type(domain).__module__
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return f"domain module {module}" + (f" ({path})" if path else "")
+
+
+def check_features(domain: Domain) -> None:
+    """``StepError`` naming the domain module when a declared feature view has no field, or the
+    domain no feature at all (:func:`pipeline_steps.core.feature_views.check_feature_views`)."""
+    rows = [*domain.row_features.categorical, *domain.row_features.numeric]
+    check_feature_views(domain_module(domain), domain.feature_views, rows)
+
+
+def declared_definitions(domain: Domain) -> list[Any] | None:
+    """The Feast objects the domain declares (entities, views, its feature service), checked
+    by :func:`check_features`; None when it declares no view (its Feast repository's files
+    define them)."""
+    if not domain.feature_views:
+        return None
+    check_features(domain)
+    return feast_definitions(domain.feature_service, domain.feature_views)
+
+
+def declared_source_columns(domain: Domain) -> dict[str, list[str]]:
+    """Offline source name → the columns it is written with: the keys, event time and fields of
+    the declared views reading it, in order (empty when the domain declares no view)."""
+    columns: dict[str, list[str]] = {}
+    for view in domain.feature_views:
+        kept = columns.setdefault(view.source, [])
+        kept += [c for c in source_columns(view) if c not in kept]
+    return columns
+
+
 def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
     """The model's feature columns: the domain's row features, then each field of the Feast
-    feature ``service`` in its order (strings are categorical, every other type numeric)."""
+    feature ``service`` in its order (strings are categorical, every other type numeric).
+    ``StepError`` naming the domain module when there is none at all."""
     import_feast()
     from feast.types import String
 
@@ -211,6 +258,12 @@ def feature_columns(domain: Domain, service: Any) -> FeatureColumns:
     for projection in service.feature_view_projections:
         for field in projection.features:
             (categorical if field.dtype == String else numeric).append(field.name)
+    if not categorical and not numeric:
+        raise StepError(
+            f"{domain_module(domain)}: the domain has no feature (no row feature, and feature "
+            f"service {domain.feature_service!r} has no field): keep at least one column out of "
+            "LEFT_OUT"
+        )
     return FeatureColumns(categorical=categorical, numeric=numeric)
 
 

@@ -32,7 +32,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from pipeline_steps.core.domain import Domain, FeatureColumns, SourceRows, feature_columns
+from pipeline_steps.core.domain import (
+    Domain,
+    FeatureColumns,
+    SourceRows,
+    check_features,
+    declared_definitions,
+    declared_source_columns,
+    domain_module,
+    feature_columns,
+)
 from pipeline_steps.core.environment import environment
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feast_import import import_feast
@@ -69,14 +78,38 @@ def load_definitions(repo: Path) -> list[Any]:
     return objects
 
 
-def write_sources(folder: str | Path, sources: Mapping[str, SourceRows]) -> None:
+def write_sources(
+    folder: str | Path, sources: Mapping[str, SourceRows], domain: Domain | None = None
+) -> None:
     """Write the domain's offline sources (name → rows) as ``<folder>/sources/<name>.parquet``
     (``folder`` local or an object store URL); a stream is written piece by piece, each piece
-    cast to the first one's column types."""
+    cast to the first one's column types. A source a view of ``domain`` declares is written
+    with exactly the views' keys, event time and fields; one of them missing from its rows is
+    a ``StepError`` naming the domain module and the column."""
     _makedirs(f"{folder}/sources")
+    declared = declared_source_columns(domain) if domain is not None else {}
     for name, rows in sources.items():
         pieces = [rows] if isinstance(rows, pd.DataFrame | pa.Table) else rows
-        _write_pieces(f"{folder}/sources/{name}.parquet", pieces, f"offline source {name}")
+        what = f"offline source {name}"
+        if name in declared and domain is not None:
+            pieces = _declared(pieces, declared[name], f"{domain_module(domain)}: {what}")
+        _write_pieces(f"{folder}/sources/{name}.parquet", pieces, what)
+
+
+def _declared(
+    pieces: Iterable[pd.DataFrame | pa.Table], columns: list[str], what: str
+) -> Iterator[pd.DataFrame | pa.Table]:
+    """Each piece with exactly ``columns``, in their order; a missing one is an error."""
+    for piece in pieces:
+        names = list(piece.columns) if isinstance(piece, pd.DataFrame) else piece.column_names
+        missing = [c for c in columns if c not in names]
+        if missing:
+            raise StepError(
+                f"{what} has no column(s) {', '.join(map(repr, missing))} that its feature "
+                f"view declares (its columns: {', '.join(map(str, names))}); the domain's "
+                "feature_sources must give every field of the view"
+            )
+        yield piece[columns] if isinstance(piece, pd.DataFrame) else piece.select(columns)
 
 
 def _write_pieces(
@@ -249,6 +282,7 @@ def open_store(
     offline: str | None = None,
     sources: str | None = None,
     materialization: Mapping[str, Any] | None = None,
+    domain: Domain | None = None,
 ) -> Iterator[Any]:
     """The Feast store of ``settings.feature_repo`` over ``folder`` with ``config`` (a file of
     the repository) and the repository's definitions applied. ``offline``: the offline store's
@@ -258,12 +292,17 @@ def open_store(
     the config's. ``sources``: the folder the offline sources were written to, when not
     ``folder``. ``materialization``: the ``batch_engine`` that loads the online store when the
     config's online store is a service (:func:`online_reachable`); a file online store keeps
-    Feast's local engine."""
+    Feast's local engine. ``domain``: the domain whose declared feature views
+    (``Domain.feature_views``) are applied; when it declares none, or is not given, the
+    repository's ``*.py`` definitions are. A declared view without a field is a ``StepError``
+    naming the domain module, before Feast sees it."""
     import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
     repo = Path(settings.feature_repo)
+    if domain is not None:
+        check_features(domain)
     if not (repo / config).is_file():
         setting = "features.store_config" if config != DEFAULT_CONFIG else "features.feature_repo"
         raise StepError(f"{setting}: Feast repository {repo} has no {config}")
@@ -279,7 +318,9 @@ def open_store(
             store = FeatureStore(repo_path=str(repo), config=repo_config)
         else:
             store = FeatureStore(repo_path=str(repo), fs_yaml_file=repo / config)
-        store.apply(load_definitions(repo))
+        # built here: a declared view's source path reads $TRAINYARD_FEAST_DIR, set just now
+        declared = declared_definitions(domain) if domain is not None else None
+        store.apply(declared if declared is not None else load_definitions(repo))
         yield store
 
 
@@ -290,16 +331,18 @@ def scratch_store(
     *,
     offline: str | None = None,
     place: Callable[[str], str] | None = None,
+    domain: Domain | None = None,
 ) -> Iterator[Any]:
     """A store of its own over ``sources``, in a scratch folder removed afterwards (the
     repository's ``feature_store.yaml``: a registry file and a SQLite online store, with the
     ``offline`` store type when given, see :func:`open_store`); the sources are written where
     ``place`` puts them given that folder (an engine's ``sources_folder``), else in it. Nothing a
-    training run reads is written."""
+    training run reads is written. ``domain``: whose declared views are applied and shape the
+    sources (:func:`open_store`, :func:`write_sources`)."""
     with tempfile.TemporaryDirectory(prefix="trainyard-feast-") as folder:
         at = place(folder) if place else folder
-        write_sources(at, sources)
-        with open_store(settings, folder, offline=offline, sources=at) as store:
+        write_sources(at, sources, domain)
+        with open_store(settings, folder, offline=offline, sources=at, domain=domain) as store:
             yield store
 
 
@@ -315,7 +358,7 @@ def join_features(
     ``sources`` in a scratch store, ordered by the key, with the column types training uses
     (numeric float64, categorical strings with ``<missing>``)."""
     parts = [("rows", labelled)] if isinstance(labelled, pd.DataFrame) else labelled
-    with scratch_store(settings, sources) as store:
+    with scratch_store(settings, sources, domain=domain) as store:
         folder = os.environ[FEAST_DIR]
         named = ((str(name), rows) for name, rows in parts)
         files = write_entity_rows(folder, domain, settings, named)

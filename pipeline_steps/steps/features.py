@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from pipeline_steps.core import feature_store
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.domain import ValidatedPartitions, domain_options
+from pipeline_steps.core.domain import ValidatedPartitions, check_features, domain_options
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.feature_store import (
     materialize_online,
@@ -185,6 +185,7 @@ def run_store(
         offline=engine.feast_offline,
         sources=sources,
         materialization=engine.feast_materialization,
+        domain=ctx.domain,
     ) as store:
         yield store
 
@@ -205,6 +206,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
     in DuckDB under ``features.join_memory_limit`` and its result streams into the sets.
     """
     lake, settings, domain = ctx.lake, ctx.settings.features, ctx.domain
+    check_features(domain)  # a view left without a field stops here, before any data is read
     train_days, holdout_days = window(ctx)
     days = [*train_days, *holdout_days]
     _return_freed_memory()
@@ -223,6 +225,8 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         },
         "feature_repo": _repo_fingerprint(Path(settings.feature_repo)),
         "domain": domain_options(domain),
+        # declared views: a column moved to LEFT_OUT changes them, and so the set
+        **({"feature_views": repr(domain.feature_views)} if domain.feature_views else {}),
         "holdout_days": ctx.settings.evaluate.holdout_days,
     }
     input_hash = json_sha256(inputs)
@@ -240,7 +244,7 @@ def build_features(ctx: RunContext) -> FeaturesManifest:
         engine.scratch("trainyard-join-") as scratch,
     ):
         sources_at = engine.sources_folder(folder, scratch)
-        write_sources(sources_at, sources)
+        write_sources(sources_at, sources, domain)
         pieces = labelled.by_batch(feature_store.ENTITY_PIECE_ROWS)
         parts = ((day.isoformat(), rows) for day, rows in pieces)
         entity_files = write_entity_rows(scratch, domain, settings, parts)

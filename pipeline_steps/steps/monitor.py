@@ -131,6 +131,7 @@ def _measure(
             sources,
             offline=engine.feast_offline,
             place=lambda folder: engine.sources_folder(folder, scratch),
+            domain=domain,
         ) as store,
     ):
         parts = ((d.isoformat(), rows) for d, rows in labelled.by_batch(ENTITY_PIECE_ROWS))

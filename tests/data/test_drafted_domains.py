@@ -146,17 +146,15 @@ def test_release_years_lie_far_from_zero_and_their_range_refuses_centuries(ratin
 
 
 def test_multi_valued_text_becomes_flags(ratings) -> None:
-    out, printed = ratings
+    _, printed = ratings
     module = importlib.import_module("movie_ratings.domain")
     assert "genres_drama" in module.FLAGS and "genres_comedy" in module.FLAGS
     assert module.FLAGS["genres_sci_fi"] == ("genres", "|", "Sci-Fi")
     flags = module.flag(pd.Series(["Drama|Sci-Fi", "Comedy", None]), "|", "Sci-Fi")
     assert flags.tolist() == [1, 0, 0]
     assert "genres: flags: multi-valued text" in printed
-    assert (
-        'Field(name="genres_drama", dtype=Int64)'
-        in (out / "feature_repo" / "features.py").read_text()
-    )
+    fields = {f.name: f.dtype for f in module.FEATURE_VIEW.fields}
+    assert fields["genres_drama"] == "int64" and "genres" not in fields
 
 
 def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> None:
@@ -445,3 +443,58 @@ def test_a_short_run_of_whole_numbers_is_ordinal_and_hours_are_not(exports: Path
     assert not states_order(class_order(hours.unique()))  # 24 values: codes of the day
     assert states_order(class_order(hours[hours.between(6, 9)].unique()))  # 6 < 7 < 8 < 9
     assert not states_order(class_order(hours[hours.isin([1, 5, 9])].unique()))  # gaps
+
+
+def test_a_column_moved_to_left_out_is_one_edit_and_the_next_day_trains_without_it(
+    exports: Path,
+) -> None:
+    """A team drafts hourly weather (label: the temperature), builds a day's training set, then
+    finds the dew point too close to its label: it names ``dewp`` in ``LEFT_OUT`` (the one edit)
+    and the next day's set is built without it, from the view the domain module declares. Left
+    without any feature, the step stops at once with one permanent error naming the module."""
+    out, home = exports / "weather_domain", exports / "weather_home"
+    feed = exports / "weather_feed"  # the file source reads every CSV beside the sample
+    feed.mkdir()
+    (feed / "weather.csv").write_bytes((exports / "weather.csv").read_bytes())
+    sample = str(feed / "weather.csv")
+    argv = ["init-domain", "hourly", "--sample", sample, "--label", "temp"]
+    code, printed = _run([*argv, "--key", "origin,time_hour", "--out", str(out)])
+    assert code == 0, printed
+    window = ["--set", "features.window_days=5", "--set", "features.min_train_days=2"]
+    window += ["--set", "evaluate.holdout_days=1", "--set", "validation.data_docs=false"]
+
+    def features(day: str) -> tuple[int, str]:
+        argv = ["step", "features", "--run-id", f"hourly-{day}", "--logical-date", day]
+        return _run_as(out, "hourly", home, argv + window)
+
+    def training_columns(day: str) -> list[str]:
+        sets = home / "lake" / "hourly" / "training_sets" / f"hourly-{day}"
+        return pd.read_parquet(next(sets.glob("train.parquet"))).columns.tolist()
+
+    code, printed = _run_as(
+        out, "hourly", home, ["seed", "--start", "2013-01-01", "--end", "2013-01-05", *window]
+    )
+    assert code == 0, printed
+    code, printed = features("2013-01-04")
+    assert code == 0, printed
+    assert "dewp" in training_columns("2013-01-04")
+
+    module = out / "hourly" / "domain.py"
+    text = module.read_text()
+    module.write_text(text.replace("LEFT_OUT = [\n", 'LEFT_OUT = [\n    "dewp",\n', 1))
+    code, printed = features("2013-01-05")
+    assert code == 0, printed
+    columns = training_columns("2013-01-05")
+    assert "dewp" not in columns and "humid" in columns
+    source = home / "lake" / "hourly" / "features" / "runs" / "hourly-2013-01-05" / "sources"
+    assert "dewp" not in pd.read_parquet(source / "hourly_numeric.parquet").columns
+
+    with _importable(out, "hourly"):
+        drafted = importlib.import_module("hourly.domain")
+        everything = [*drafted.NUMERIC, *drafted.FLAGS, *drafted.CATEGORICAL]
+    module.write_text(text.replace("LEFT_OUT = [\n", f"LEFT_OUT = [\n    *{everything!r},\n", 1))
+    code, printed = features("2013-01-05")
+    assert code == 2, printed  # permanent: a retry would say the same
+    assert f"domain module hourly.domain ({module})" in printed
+    assert "feature view 'hourly_numeric' has no field left" in printed
+    assert "Traceback" not in printed and "RegistryInferenceFailure" not in printed

@@ -39,6 +39,7 @@ from pipeline_steps.core.domain import (
     ValidatedPartitions,
 )
 from pipeline_steps.core.errors import StepError
+from pipeline_steps.core.feature_views import EntitySpec, FeatureField, FeatureViewSpec
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
 from pipeline_steps.domain.sources import csv_options
@@ -128,6 +129,48 @@ REQUEST_COLUMNS = (
     "time_hour",
 )
 PLANE_SPECS = ["plane_year", "plane_type", "manufacturer", "engines", "seats", "engine"]
+
+ORIGIN = EntitySpec(name="origin", description="Departure airport (FAA code).")
+TAILNUM = EntitySpec(name="tailnum", description="Aircraft tail number.")
+FEATURE_VIEWS = (
+    FeatureViewSpec(
+        name="weather_hourly",
+        entities=(ORIGIN,),
+        # An observation older than three hours says little about conditions at departure.
+        ttl=timedelta(hours=3),
+        fields=(
+            FeatureField(name="temp", description="Temperature, F"),
+            FeatureField(name="dewp", description="Dew point, F"),
+            FeatureField(name="humid", description="Relative humidity, %"),
+            FeatureField(name="wind_dir", description="Wind direction, degrees"),
+            FeatureField(name="wind_speed", description="Wind speed, mph"),
+            FeatureField(name="wind_gust", description="Gust speed, mph"),
+            FeatureField(name="precip", description="Precipitation, inches"),
+            FeatureField(name="pressure", description="Sea level pressure, millibars"),
+            FeatureField(name="visib", description="Visibility, miles"),
+        ),
+        source="weather",
+        description="Hourly weather at the origin airport, as observed at or before departure.",
+    ),
+    FeatureViewSpec(
+        name="plane_specs",
+        entities=(TAILNUM,),
+        ttl=timedelta(0),  # the registry snapshot stays valid until a newer one replaces it
+        fields=(
+            FeatureField(name="plane_year", dtype="int64", description="Year of manufacture"),
+            FeatureField(name="plane_type", dtype="string", description="Aircraft type"),
+            FeatureField(name="manufacturer", dtype="string", description="Manufacturer"),
+            FeatureField(name="engines", dtype="int64", description="Number of engines"),
+            FeatureField(name="seats", dtype="int64", description="Number of seats"),
+            FeatureField(name="engine", dtype="string", description="Engine type"),
+        ),
+        source="planes",
+        description="Aircraft registry facts by tail number.",
+    ),
+)
+"""The Feast feature views joined to each flight (service ``flight_delay_features``): the
+features step builds and applies them and writes the ``weather`` and ``planes`` sources with
+exactly their fields."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +308,7 @@ DOMAIN = Flights(
     labelled_dataset="flights",
     schemas=SCHEMAS,
     feature_service="flight_delay_features",
+    feature_views=FEATURE_VIEWS,
     key="flight_id",
     date_column="flight_date",
     label="delayed",

@@ -37,6 +37,7 @@ import pandas as pd
 
 from hotel_rates.source import BOOKINGS_SCHEMA, COVERAGE, HotelRatesSource
 from pipeline_steps.core.domain import Domain, FeatureColumns, Source, read_validated
+from pipeline_steps.core.feature_views import EntitySpec, FeatureField, FeatureViewSpec
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.settings import FeatureSettings
 
@@ -45,6 +46,52 @@ TRAILING_DAYS = 28
 """Arrival days before D whose checked-out stays make the trailing rates as of D."""
 RATE_KEYS = {"reserved_room_type": "room_type", "agent": "agent"}
 """Join key of each trailing-rate view → the prefix of its features."""
+FEATURE_VIEWS = (
+    FeatureViewSpec(
+        name="room_type_rates",
+        entities=(
+            EntitySpec(
+                name="reserved_room_type",
+                description="Room type the guest booked (an anonymised letter).",
+            ),
+        ),
+        # A day's row covers the trailing 28 days; yesterday's is the newest a booking may fall
+        # back on (no stay of its room type checked out in them): older says little of the
+        # season.
+        ttl=timedelta(days=1),
+        fields=(
+            FeatureField(name="room_type_rate_28d", description="Mean rate, euros"),
+            FeatureField(
+                name="room_type_stays_28d", dtype="int64", description="Stays it averages"
+            ),
+        ),
+        source="room_type_rates",
+        description="Trailing 28-day mean rate of the stays in the booked room type.",
+    ),
+    FeatureViewSpec(
+        name="agent_rates",
+        entities=(
+            EntitySpec(
+                name="agent",
+                description="Travel agent who made the booking (anonymised; not_applicable "
+                "without one).",
+            ),
+        ),
+        ttl=timedelta(days=1),
+        fields=(
+            FeatureField(name="agent_rate_28d", description="Mean rate, euros"),
+            FeatureField(name="agent_stays_28d", dtype="int64", description="Stays it averages"),
+        ),
+        source="agent_rates",
+        description="Trailing 28-day mean rate of the stays the agent booked.",
+    ),
+)
+"""The Feast feature views joined to each booking (service ``hotel_rate_features``): each day
+D of a window has one row per room type (and per agent) with the mean rate and the number of
+the stays that arrived in the 28 days before D and had checked out by D
+(:func:`trailing_rates`). Rows are stamped D 00:00 UTC, the bookings arriving on D the same
+instant, so the point-in-time join gives a booking the rates known on its arrival day and never
+a later day's."""
 NOT_FEATURES = ("booking_id", "arrival_date", "arrival_date_num", LABEL)
 """Columns of a booking that are no model input (the key, the date, a time index, the label)."""
 CATEGORICAL = [
@@ -182,6 +229,7 @@ DOMAIN = HotelRates(
     labelled_dataset="bookings",
     schemas={"bookings": BOOKINGS_SCHEMA},
     feature_service="hotel_rate_features",
+    feature_views=FEATURE_VIEWS,
     key="booking_id",
     date_column="arrival_day",
     label=LABEL,
