@@ -1790,15 +1790,21 @@ def _forget_other_models(train: dict[str, Any], model: str, recorded: bool = Fal
         del train[key]
 
 
-def settings_environment(settings: Settings, baseline: Settings) -> dict[str, str]:
+def settings_environment(
+    settings: Settings, baseline: Settings, *, paths: bool = True
+) -> dict[str, str]:
     """``TRAINYARD_<SECTION>__<KEY>`` for every setting of ``settings`` that differs from
     ``baseline``, its value as :func:`env_value` writes it: what a process started elsewhere (a
-    step's pod) needs in its environment to load the same settings."""
+    step's pod) needs in its environment to load the same settings. ``paths=False`` leaves out
+    the settings declared ``path``: files on this machine, which a pod reads from the settings
+    file its image holds."""
     env: dict[str, str] = {}
     base = baseline.to_dict()
+    hints = typing.get_type_hints(Settings)
     for section, values in settings.to_dict().items():
+        files = frozenset() if paths else path_settings(hints[section])
         for key, value in values.items():
-            if value != base[section].get(key):
+            if key not in files and value != base[section].get(key):
                 env[f"{ENV_PREFIX}{section.upper()}__{key.upper()}"] = env_value(value)
     return env
 

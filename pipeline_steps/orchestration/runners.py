@@ -156,7 +156,8 @@ def pod_environment(settings: Settings) -> dict[str, str]:
         "TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S": settings.train.collective_timeout_s,
     }
     env = {
-        **settings_environment(settings, load_settings(environ=home)),
+        # files and folders are the image's, named by the settings file it holds
+        **settings_environment(settings, load_settings(environ=home), paths=False),
         **{key: env_value(value) for key, value in always.items()},
         # A failed NCCL collective aborts the process instead of leaving peers waiting.
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",

@@ -70,9 +70,11 @@ def contract(settings: Settings, config: str = "SETTINGS") -> str:
     none, and what :func:`load_domain` raises when the domain cannot be loaded."""
     domain = load_domain(settings.domain.module)
     folder = Path(settings.validation.expectations_dir)
+    # the page names the suites as a reader of the repository finds them, not this machine's path
+    shown = folder.relative_to(Path.cwd()) if folder.is_relative_to(Path.cwd()) else folder
     lines = [
         HEADER.format(
-            name=settings.domain.name, module=settings.domain.module, config=config, folder=folder
+            name=settings.domain.name, module=settings.domain.module, config=config, folder=shown
         )
     ]
     for dataset in domain.datasets:

@@ -154,6 +154,12 @@ def test_the_settings_a_config_changes_travel_through_the_environment(tmp_path: 
     assert "TRAINYARD_LAKE__ROOT" not in env  # the same home: nothing of it differs
     assert load_settings(environ={**home, **env}) == settings
     assert settings_environment(baseline, baseline) == {}
+    # a file of this machine's is no setting to hand a pod: its image holds the domain's file
+    suites = load_settings(config, ["validation.expectations_dir=/srv/suites"], environ=home)
+    assert settings_environment(suites, baseline)["TRAINYARD_VALIDATION__EXPECTATIONS_DIR"]
+    assert "TRAINYARD_VALIDATION__EXPECTATIONS_DIR" not in settings_environment(
+        suites, baseline, paths=False
+    )
 
 
 def test_a_settings_file_reads_its_relative_paths_from_its_own_folder(
