@@ -85,6 +85,34 @@ def class_label_misfit(task: str, article: str, label: LabelSample) -> str | Non
     return None
 
 
+def resample_mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The mean of per-row ``values`` over each bootstrap resample (``rows``: one row of
+    indices per resample)."""
+    return values[rows].mean(axis=1)
+
+
+def one_column(outputs: torch.Tensor) -> torch.Tensor:
+    """One value per row, from ``[n, 1]`` (or ``[n]``, which a user's model may return)."""
+    return outputs if outputs.dim() == 1 else outputs.squeeze(1)
+
+
+def class_index_state(
+    task: str, article: str, values: np.ndarray, classes: Sequence[str], where: str
+) -> HeadState:
+    """The head state of a task whose label is a class index into ``classes``; ``TaskError``
+    naming ``where`` and the values found when one is no index (``article``: "a", "an")."""
+    import numpy as np
+
+    allowed = set(map(float, range(len(classes))))
+    bad = sorted(set(np.unique(values).tolist()) - allowed)
+    if bad:
+        raise TaskError(
+            f"{where}: {article} {task} label is a class index 0..{len(classes) - 1} into "
+            f"{list(classes)}; found {bad[:5]}"
+        )
+    return HeadState(classes=tuple(classes))
+
+
 class Task:
     """One task. Subclasses set the declarations and implement the computations; one instance
     of each is registered (:mod:`pipeline_steps.tasks`)."""

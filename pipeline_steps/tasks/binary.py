@@ -20,6 +20,8 @@ from pipeline_steps.tasks.base import (
     Metric,
     Task,
     TaskError,
+    one_column,
+    resample_mean,
     sklearn_metrics,
 )
 
@@ -173,16 +175,6 @@ def _ece(y: np.ndarray, p: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.abs(total_p - total_y).sum(axis=1) / n
 
 
-def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The mean of per-row ``values`` over each resample."""
-    return values[rows].mean(axis=1)
-
-
-def _column(outputs: torch.Tensor) -> torch.Tensor:
-    """One value per row, from ``[n, 1]`` (or ``[n]``, which a user's model may return)."""
-    return outputs if outputs.dim() == 1 else outputs.squeeze(1)
-
-
 class Binary(Task):
     name = "binary"
     description = "0/1 label: one logit, the probability of 1"
@@ -236,7 +228,7 @@ class Binary(Task):
         from torch import nn
 
         return nn.functional.binary_cross_entropy_with_logits(
-            _column(outputs), labels, reduction=reduction
+            one_column(outputs), labels, reduction=reduction
         )
 
     def validation_sums(
@@ -244,7 +236,7 @@ class Binary(Task):
     ) -> list[Any]:
         import torch
 
-        bins = (torch.sigmoid(_column(outputs)) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
+        bins = (torch.sigmoid(one_column(outputs)) * AUC_BINS).long().clamp(0, AUC_BINS - 1).cpu()
         is_positive = labels.cpu() > 0.5
         return [
             torch.bincount(bins[is_positive], minlength=AUC_BINS).double(),
@@ -262,7 +254,7 @@ class Binary(Task):
     def predict(self, outputs: torch.Tensor, state: HeadState) -> np.ndarray:
         import torch
 
-        values = _column(outputs.detach().cpu()).float()
+        values = one_column(outputs.detach().cpu()).float()
         return torch.sigmoid(values).numpy().astype(np.float64)
 
     def report(self, labels: Any, predictions: Any) -> dict[str, float]:
@@ -305,11 +297,11 @@ class Binary(Task):
         clipped = np.clip(p, 0.0, 1.0)
         if metric == "log_loss":
             q = np.clip(p, LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-            return _mean(-(y * np.log(q) + (1 - y) * np.log1p(-q)), rows)
+            return resample_mean(-(y * np.log(q) + (1 - y) * np.log1p(-q)), rows)
         if metric == "brier":
-            return _mean((clipped - y) ** 2, rows)
+            return resample_mean((clipped - y) ** 2, rows)
         if metric == "accuracy":
-            return _mean(((p >= 0.5) == (y == 1)).astype(np.float64), rows)
+            return resample_mean(((p >= 0.5) == (y == 1)).astype(np.float64), rows)
         if metric == "ece":
             return _ece(y, clipped, rows)
         raise TaskError(f"no bootstrap for metric {metric!r}; known: {', '.join(self.metrics)}")

@@ -19,7 +19,9 @@ from pipeline_steps.tasks.base import (
     Metric,
     Task,
     TaskError,
+    class_index_state,
     class_label_misfit,
+    resample_mean,
     sklearn_metrics,
 )
 
@@ -117,19 +119,14 @@ def _multiclass(
         # As scikit-learn's log_loss of class_probabilities (it clips at machine precision).
         tiny = np.finfo(np.float64).eps
         q = np.clip(class_probabilities(p)[np.arange(len(y)), y], tiny, 1 - tiny)
-        return _mean(-np.log(q), rows)
+        return resample_mean(-np.log(q), rows)
     if metric == "accuracy":
-        return _mean((predicted_classes(p) == y).astype(np.float64), rows)
+        return resample_mean((predicted_classes(p) == y).astype(np.float64), rows)
     if metric == "macro_f1":
         return _macro_f1(y, predicted_classes(p), rows)
     raise TaskError(
         f"no bootstrap for multiclass metric {metric!r}; known: log_loss, accuracy, macro_f1"
     )
-
-
-def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The mean of per-row ``values`` over each resample."""
-    return values[rows].mean(axis=1)
 
 
 class Multiclass(Task):
@@ -172,14 +169,7 @@ class Multiclass(Task):
     def fit_head(
         self, labels: Any, values: np.ndarray, classes: Sequence[str], where: str
     ) -> HeadState:
-        allowed = set(map(float, range(len(classes))))
-        bad = sorted(set(np.unique(values).tolist()) - allowed)
-        if bad:
-            raise TaskError(
-                f"{where}: a multiclass label is a class index 0..{len(classes) - 1} into "
-                f"{list(classes)}; found {bad[:5]}"
-            )
-        return HeadState(classes=tuple(classes))
+        return class_index_state(self.name, "a", values, classes, where)
 
     def loss(
         self, outputs: torch.Tensor, labels: torch.Tensor, state: HeadState, reduction: str

@@ -27,6 +27,7 @@ from pipeline_steps.tasks.base import (
     Metric,
     Task,
     TaskError,
+    class_index_state,
     class_label_misfit,
     sklearn_metrics,
 )
@@ -173,16 +174,7 @@ class Ordinal(Task):
     def fit_head(
         self, labels: Any, values: np.ndarray, classes: Sequence[str], where: str
     ) -> HeadState:
-        import numpy as np
-
-        allowed = set(map(float, range(len(classes))))
-        bad = sorted(set(np.unique(values).tolist()) - allowed)
-        if bad:
-            raise TaskError(
-                f"{where}: an ordinal label is a class index 0..{len(classes) - 1} into "
-                f"{list(classes)}; found {bad[:5]}"
-            )
-        return HeadState(classes=tuple(classes))
+        return class_index_state(self.name, "an", values, classes, where)
 
     def loss(
         self, outputs: torch.Tensor, labels: torch.Tensor, state: HeadState, reduction: str

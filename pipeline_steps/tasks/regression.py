@@ -20,6 +20,8 @@ from pipeline_steps.tasks.base import (
     Metric,
     Task,
     TaskError,
+    one_column,
+    resample_mean,
     sklearn_metrics,
 )
 
@@ -49,9 +51,9 @@ def _regression(
     y = np.asarray(labels, dtype=np.float64)
     p = np.asarray(predictions, dtype=np.float64)
     if metric == "rmse":
-        return np.sqrt(_mean((p - y) ** 2, rows))
+        return np.sqrt(resample_mean((p - y) ** 2, rows))
     if metric == "mae":
-        return _mean(np.abs(p - y), rows)
+        return resample_mean(np.abs(p - y), rows)
     if metric == "r2":
         drawn = y[rows]
         residual = ((drawn - p[rows]) ** 2).sum(axis=1)
@@ -61,16 +63,6 @@ def _regression(
         safe = np.where(total > 0, total, 1.0)
         return np.where(total > 0, 1 - residual / safe, constant)
     raise TaskError(f"no bootstrap for regression metric {metric!r}; known: rmse, mae, r2")
-
-
-def _mean(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The mean of per-row ``values`` over each resample."""
-    return values[rows].mean(axis=1)
-
-
-def _column(outputs: torch.Tensor) -> torch.Tensor:
-    """One value per row, from ``[n, 1]`` (or ``[n]``, which a user's model may return)."""
-    return outputs if outputs.dim() == 1 else outputs.squeeze(1)
 
 
 class Regression(Task):
@@ -117,12 +109,12 @@ class Regression(Task):
         from torch import nn
 
         target = (labels - state.label_mean) / state.label_std
-        return nn.functional.mse_loss(_column(outputs), target, reduction=reduction)
+        return nn.functional.mse_loss(one_column(outputs), target, reduction=reduction)
 
     def validation_sums(
         self, outputs: torch.Tensor, labels: torch.Tensor, state: HeadState
     ) -> list[Any]:
-        error = _column(outputs) * state.label_std + state.label_mean - labels
+        error = one_column(outputs) * state.label_std + state.label_mean - labels
         return [float((error.double() ** 2).sum())]
 
     def validation_metrics(
@@ -133,7 +125,7 @@ class Regression(Task):
         return {"val_rmse": math.sqrt(sums[0] / max(rows, 1.0))}
 
     def predict(self, outputs: torch.Tensor, state: HeadState) -> np.ndarray:
-        values = _column(outputs.detach().cpu()).float()
+        values = one_column(outputs.detach().cpu()).float()
         return (values.double() * state.label_std + state.label_mean).numpy()
 
     def report(self, labels: Any, predictions: Any) -> dict[str, float]:
