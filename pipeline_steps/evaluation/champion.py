@@ -21,7 +21,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
@@ -228,6 +228,23 @@ def _metric(run: Any, name: str) -> float:
     return float(run.data.metrics.get(name, math.nan))
 
 
+def _day_metrics(run: Any) -> HoldoutMetrics:
+    """The champion's metrics of a monitored day as the monitor logged them (``champion_<field>``
+    for every number of ``HoldoutMetrics``), of the task its ``trainyard.task`` tag names; a day
+    monitored before the tag was written is a ``binary`` one."""
+    numbers = {
+        f.name: _metric(run, f"champion_{f.name}")
+        for f in fields(HoldoutMetrics)
+        if f.type in ("float", float)
+    }
+    rows = _metric(run, "champion_rows")
+    return HoldoutMetrics(
+        **numbers,
+        rows=int(rows) if rows == rows else 0,
+        task=run.data.tags.get("trainyard.task", "binary"),
+    )
+
+
 def champion_days(
     client: Any, settings: MlflowSettings, start: date | None = None, end: date | None = None
 ) -> list[MonitoredDay]:
@@ -251,17 +268,10 @@ def champion_days(
             day = tags.get("trainyard.logical_date", "")
             if not day or not first <= day <= last:
                 continue
-            rows = _metric(run, "champion_rows")
             days[day] = MonitoredDay(
                 day=day,
                 version=tags.get("trainyard.champion_version", "?"),
-                metrics=HoldoutMetrics(
-                    auc=_metric(run, "champion_auc"),
-                    log_loss=_metric(run, "champion_log_loss"),
-                    accuracy=_metric(run, "champion_accuracy"),
-                    positive_rate=_metric(run, "champion_positive_rate"),
-                    rows=int(rows) if rows == rows else 0,
-                ),
+                metrics=_day_metrics(run),
                 mean_score=_metric(run, "champion_mean_score"),
                 drift_detected=tags.get("trainyard.drift_detected") == "true",
                 crossed=[c for c in tags.get("trainyard.drift_crossed", "").split(",") if c],

@@ -346,6 +346,7 @@ def log_champion_day(
         "trainyard.logical_date": day,
         "trainyard.run_id": ctx.run_id,
         "trainyard.champion_version": champion.version,
+        "trainyard.task": domain.task,
         "trainyard.drift_detected": str(verdict.drift_detected).lower(),
         "trainyard.drift_crossed": ",".join(s.name for s in verdict.crossed),
         "trainyard.staging_version": staging.version if staging else "none",

@@ -58,7 +58,7 @@ def profile(
         compose.wait_until_healthy(WORKERS, UP_TIMEOUT_S)
         yield compose, values
     finally:
-        compose("down", "--volumes", "--remove-orphans", "--timeout", "30", check=False)
+        compose("down", "--volumes", "--remove-orphans", "--timeout", "5", check=False)
 
 
 def test_compose_profile_trains_a_demo_date_through_the_rest_api(

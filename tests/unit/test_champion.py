@@ -279,6 +279,51 @@ def test_the_champion_report_lists_every_move_and_the_daily_score(settings, caps
     assert "2013-06-05  " not in text and "(3 moves)" in text
 
 
+def test_the_daily_score_of_an_ordinal_champion_is_read_back_in_its_own_metrics(
+    settings, capsys
+) -> None:
+    """The report's daily table is of the champion's task: an ordinal champion's class MAE and
+    QWK as the monitor logged them, not the columns of a binary one."""
+    from pipeline_steps.evaluation.metrics import holdout_metrics
+    from pipeline_steps.quality.calibration import Verdict
+    from pipeline_steps.steps.monitor import Champion, log_champion_day
+
+    _promote(settings, "run-1", 0.7)
+    classes = ("Fair", "Good", "Ideal")
+    labels = [0, 1, 2, 1, 2]
+    probabilities = np.array(
+        [[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.1, 0.6, 0.3]]
+    )
+    log_champion_day(
+        RunContext(run_id="monitor-ordinal", logical_date=date(2013, 6, 5), settings=settings),
+        Champion(version="1", model_uri="models:/flight_delay/1", window=None),
+        pd.DataFrame({"cut": labels}),
+        probabilities,
+        SimpleNamespace(label="cut", task="ordinal", classes=classes),  # type: ignore[arg-type]
+        Verdict(signals=[], triggers=("label",)),
+    )
+    expected = holdout_metrics(labels, probabilities, task="ordinal", classes=classes)
+    assert 0 < expected.class_mae < 1 and expected.qwk == expected.qwk
+
+    print_report(settings, champion=True)
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line.split("  ") for line in lines if line.strip().startswith("date "))
+    assert [c.strip() for c in header if c.strip()][2:6] == [
+        "class MAE",
+        "QWK",
+        "accuracy",
+        "log loss",
+    ]
+    (day,) = [line.split() for line in lines if line.startswith("  2013-06-05")]
+    assert day[2:6] == [
+        f"{expected.class_mae:.4f}",
+        f"{expected.qwk:.4f}",
+        f"{expected.accuracy:.4f}",
+        f"{expected.log_loss:.4f}",
+    ]
+    assert day[6] == "5" and "n/a" not in day[2:6]
+
+
 def test_the_champion_report_without_history_says_so(settings, capsys) -> None:
     print_report(settings, champion=True)
     text = capsys.readouterr().out
