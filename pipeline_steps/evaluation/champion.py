@@ -232,7 +232,7 @@ def _day_metrics(run: Any) -> HoldoutMetrics:
     """The champion's metrics of a monitored day as the monitor logged them (``champion_<field>``
     for every number of ``HoldoutMetrics``), of the task its ``trainyard.task`` tag names; a day
     monitored before the tag was written is a ``binary`` one."""
-    numbers = {
+    numbers: dict[str, Any] = {
         f.name: _metric(run, f"champion_{f.name}")
         for f in fields(HoldoutMetrics)
         if f.type in ("float", float)
