@@ -25,11 +25,16 @@ SMALL_SET = (
 
 
 def torchrun(
-    ctx: RunContext, nproc: int, overrides: tuple[str, ...], max_restarts: int = 0
+    ctx: RunContext,
+    nproc: int,
+    overrides: tuple[str, ...],
+    max_restarts: int = 0,
+    paced: bool = False,
 ) -> list[str]:
     """The torchrun command of the train step for ``ctx`` (``overrides`` as ``--set``,
-    ``nproc`` ranks)."""
+    ``nproc`` ranks; ``paced``: each step held back, :mod:`tests.model.paced`)."""
     sets = [x for o in overrides for x in ("--set", o)]
+    command = ["tests.model.paced"] if paced else ["pipeline_steps.commands.cli"]
     return [
         sys.executable,
         "-m",
@@ -39,7 +44,7 @@ def torchrun(
         f"--nproc-per-node={nproc}",
         f"--max-restarts={max_restarts}",
         "-m",
-        "pipeline_steps.commands.cli",
+        *command,
         "step",
         "train",
         "--run-id",
@@ -91,13 +96,14 @@ def wait_for_checkpoint(
     running: Callable[[], bool],
     timeout_s: float = 300,
 ) -> LoopPosition | None:
-    """The position of the first checkpoint of ``ctx``'s run that ``when`` accepts, each read
-    once as it appears, while ``running()``; None when none came in time."""
+    """The position of the first checkpoint of ``ctx``'s run that ``when`` accepts, while
+    ``running()``; None when none came in time. Only the newest checkpoint is read each time
+    (the positions only grow), so that the reader keeps up with the training."""
     folder = Path(ctx.lake.path(ctx.run_dir, "checkpoints"))
     read: set[Path] = set()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and running():
-        for path in sorted(folder.glob("step-*.pt")) if folder.exists() else []:
+        for path in sorted(folder.glob("step-*.pt"))[-1:] if folder.exists() else []:
             if path in read:
                 continue
             try:

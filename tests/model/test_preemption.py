@@ -54,13 +54,13 @@ def two_ranks(module_home: Path) -> RunContext:
 def preempt(
     ctx: RunContext, nproc: int, when: Callable[[LoopPosition], bool], *overrides: str
 ) -> tuple[int, int, str]:
-    """Train under torchrun and SIGTERM the launcher, as the kubelet does a preempted pod's
-    main process, once a checkpoint at a position ``when`` accepts appears. Returns the step
-    the signal interrupted, the step the ranks stopped after, and stderr."""
+    """Train under torchrun, each step paced, and SIGTERM the launcher, as the kubelet does a
+    preempted pod's main process, once a checkpoint at a position ``when`` accepts appears.
+    Returns the step the signal interrupted, the step the ranks stopped after, and stderr."""
     log = Path(ctx.settings.lake.root).parent / f"{ctx.run_id}-{nproc}.log"
     with log.open("w") as out:
         launcher = subprocess.Popen(
-            torchrun(ctx, nproc, (*BASE, *overrides)),
+            torchrun(ctx, nproc, (*BASE, *overrides), paced=True),
             env=environment(ctx),
             stdout=out,
             stderr=subprocess.STDOUT,
