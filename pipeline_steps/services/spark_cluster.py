@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ import urllib.request
 from pathlib import Path
 
 from pipeline_steps.services.readiness import Seen
+
+log = logging.getLogger(__name__)
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -39,6 +42,10 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+def _under_tmp(path: Path) -> bool:
+    return Path("/tmp") in path.resolve().parents
+
+
 def master_url(host: str, port: str | int) -> str:
     return f"spark://{host}:{port}"
 
@@ -46,8 +53,18 @@ def master_url(host: str, port: str | int) -> str:
 @functools.cache
 def can_isolate() -> bool:
     """Whether a worker can be given a mount namespace (an empty ``/tmp``) of its own: root on
-    Linux, where ``unshare`` is present and the kernel lets it mount (not in every container)."""
+    Linux, where ``unshare`` is present and the kernel lets it mount (not in every container),
+    and neither Spark nor the Python environment its executors run lies under ``/tmp``, which
+    the empty one would hide (a checkout cloned there)."""
     if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    if any(_under_tmp(path) for path in (spark_home(), Path(sys.prefix))):
+        log.warning(
+            "the Spark workers share this machine's /tmp: Spark (%s) or Python (%s) lies under "
+            "it, and a worker's own empty /tmp would hide it",
+            spark_home(),
+            sys.prefix,
+        )
         return False
     probe = ["unshare", "--mount", "--fork", "sh", "-c", "mount -t tmpfs tmpfs /tmp"]
     return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
