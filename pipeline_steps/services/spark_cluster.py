@@ -58,12 +58,13 @@ def can_isolate() -> bool:
     the empty one would hide (a checkout cloned there)."""
     if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
-    if any(_under_tmp(path) for path in (spark_home(), Path(sys.prefix))):
+    spark, python = spark_home(), Path(sys.prefix)
+    if _under_tmp(spark) or _under_tmp(python):
         log.warning(
             "the Spark workers share this machine's /tmp: Spark (%s) or Python (%s) lies under "
             "it, and a worker's own empty /tmp would hide it",
-            spark_home(),
-            sys.prefix,
+            spark,
+            python,
         )
         return False
     probe = ["unshare", "--mount", "--fork", "sh", "-c", "mount -t tmpfs tmpfs /tmp"]

@@ -154,32 +154,28 @@ def test_the_cluster_does_not_inherit_the_folders_of_the_process_that_started_it
 
 
 @pytest.fixture
-def fresh_isolation_answer():  # type: ignore[no-untyped-def]
-    """``can_isolate`` is answered once per process: asked again here, and forgotten after."""
-    from pipeline_steps.services import spark_cluster
-
-    spark_cluster.can_isolate.cache_clear()
-    yield
-    spark_cluster.can_isolate.cache_clear()
-
-
-@pytest.mark.usefixtures("fresh_isolation_answer")
-@pytest.mark.parametrize("under_tmp", ["spark", "python"])
-def test_workers_share_tmp_when_spark_or_python_lies_under_it(
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    under_tmp: str,
-) -> None:
-    """A checkout cloned under /tmp: a worker's own empty /tmp would hide the Spark launcher or
-    the executors' Python, so the workers keep the machine's /tmp."""
+def root_with_unshare(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Root on Linux with ``unshare``, and ``can_isolate`` (answered once per process) asked
+    again here and forgotten after; the module, for the test to patch further."""
     from pipeline_steps.services import spark_cluster as sc
 
-    outside = Path("/opt/venv")
-    inside = Path("/tmp/ci/clone/.venv")
     monkeypatch.setattr(sc.sys, "platform", "linux")
     monkeypatch.setattr(sc.os, "geteuid", lambda: 0)
     monkeypatch.setattr(sc.shutil, "which", lambda name: f"/usr/bin/{name}")
+    sc.can_isolate.cache_clear()
+    yield sc
+    sc.can_isolate.cache_clear()
+
+
+@pytest.mark.parametrize("under_tmp", ["spark", "python"])
+def test_workers_share_tmp_when_spark_or_python_lies_under_it(
+    root_with_unshare, monkeypatch: pytest.MonkeyPatch, under_tmp: str
+) -> None:
+    """A checkout cloned under /tmp: a worker's own empty /tmp would hide the Spark launcher or
+    the executors' Python, so the workers keep the machine's /tmp."""
+    sc = root_with_unshare
+    outside = Path("/opt/venv")
+    inside = Path("/tmp/ci/clone/.venv")
     monkeypatch.setattr(sc, "spark_home", lambda: inside if under_tmp == "spark" else outside)
     monkeypatch.setattr(sc.sys, "prefix", str(inside if under_tmp == "python" else outside))
     probes: list[list[str]] = []
@@ -188,15 +184,12 @@ def test_workers_share_tmp_when_spark_or_python_lies_under_it(
     assert probes == []  # decided before any namespace is tried
 
 
-@pytest.mark.usefixtures("fresh_isolation_answer")
-def test_workers_get_their_own_tmp_where_they_can(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_get_their_own_tmp_where_they_can(
+    root_with_unshare, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import subprocess
 
-    from pipeline_steps.services import spark_cluster as sc
-
-    monkeypatch.setattr(sc.sys, "platform", "linux")
-    monkeypatch.setattr(sc.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(sc.shutil, "which", lambda name: f"/usr/bin/{name}")
+    sc = root_with_unshare
     monkeypatch.setattr(sc, "spark_home", lambda: Path("/opt/venv/pyspark"))
     monkeypatch.setattr(sc.sys, "prefix", "/opt/venv")
     monkeypatch.setattr(
