@@ -30,6 +30,12 @@ for key in [k for k in os.environ if k.startswith("TRAINYARD_") and "__" in k]:
 # The default domain of the tests, as of `make`: the flights example (pipeline_steps names none).
 FLIGHTS_CONFIG = ROOT / "examples" / "flight_delay" / "settings.yaml"
 os.environ["TRAINYARD_CONFIG"] = str(FLIGHTS_CONFIG)
+# Every JVM the suite starts (Spark's local sessions, a cluster's master, workers, drivers and
+# executors) lives for seconds over a few days of rows: the client compiler alone and one GC
+# thread halve the CPU they spend (the cluster test: 693 -> 361 CPU seconds alone) and change no
+# result. Deployments keep the JVM's defaults, tuned for long jobs.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {JVM_OPTIONS}".strip()
 
 # The seeded history: HISTORY_DAYS validated days before FIRST_DAY, window of WINDOW days.
 FIRST_DAY = date(2013, 6, 4)
