@@ -21,7 +21,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import date, timedelta
 from typing import Any
@@ -253,16 +253,17 @@ class Lake:
         replaced and comes last when the new one is moved in."""
         target = self.path(*parts)
         parent = target.rsplit("/", 1)[0]
+        created = self.is_local and not self.fs.exists(parent)
         self.fs.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
         self.fs.makedirs(tmp, exist_ok=True)
         try:
             yield tmp
         except Discard:
-            self._remove(tmp)
+            self._remove(tmp, parent if created else None)
             return
         except BaseException:
-            self._remove(tmp)
+            self._remove(tmp, parent if created else None)
             raise
         if not self.is_local:
             self._move_objects(tmp, target)
@@ -275,9 +276,14 @@ class Lake:
         if had_old:
             self.fs.rm(old, recursive=True)
 
-    def _remove(self, folder: str) -> None:
+    def _remove(self, folder: str, parent: str | None = None) -> None:
+        """Remove ``folder``, and ``parent`` too when that is left empty (a staged folder that
+        came to nothing leaves no empty partition behind, such as a day without rows)."""
         if self.fs.exists(folder):
             self.fs.rm(folder, recursive=True)
+        if parent is not None:
+            with suppress(OSError):  # not empty: another writer's folder is there
+                self.fs.rmdir(parent)
 
     def _move_objects(self, tmp: str, target: str) -> None:
         """Replace the objects under ``target`` by those under ``tmp``, manifest last."""

@@ -62,7 +62,8 @@ def test_an_ordinary_empty_day_is_skipped_by_ingest_and_a_broken_feed_still_fail
     ctx = RunContext(run_id="saturday", logical_date=SATURDAY, settings=sparse)
     with pytest.raises(EmptyDay, match=r"no flights for 2013-06-08.*domain\.empty_days"):
         ingest(ctx)
-    assert not ctx.lake.raw_versions("flights", SATURDAY)  # nothing written
+    assert not ctx.lake.raw_versions("flights", SATURDAY)  # nothing written, not even a folder
+    assert not ctx.lake.fs.exists(ctx.lake.path("raw", "flights", f"date={SATURDAY}"))
     assert ingest(RunContext(run_id="friday", logical_date=FRIDAY, settings=sparse)).rows == 2
 
     strict = _settings(make_settings, export, empty_days="fail")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline_steps.core.lake import Lake, safe_run_key, table_sha256
+from pipeline_steps.core.lake import Discard, Lake, safe_run_key, table_sha256
 
 
 def test_staged_dir_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
@@ -17,6 +17,20 @@ def test_staged_dir_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
         raise RuntimeError("writer died")
     assert (tmp_path / "raw/x/date=2013-01-01/data.txt").read_text() == "v1"
     assert [p.name for p in (tmp_path / "raw/x").iterdir()] == ["date=2013-01-01"]
+
+
+def test_a_staged_folder_that_came_to_nothing_leaves_no_empty_parent(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    with pytest.raises(RuntimeError), lake.staged_dir("raw/x/date=2013-01-02/version=0001"):
+        raise RuntimeError("no rows")
+    with lake.staged_dir("raw/x/date=2013-01-03/version=0001"):
+        raise Discard
+    assert [p.name for p in (tmp_path / "raw/x").iterdir()] == []
+    # a parent that was there before stays, and so does another writer's folder in it
+    (tmp_path / "raw/x/date=2013-01-04/version=0001").mkdir(parents=True)
+    with pytest.raises(RuntimeError), lake.staged_dir("raw/x/date=2013-01-04/version=0002"):
+        raise RuntimeError("writer died")
+    assert [p.name for p in (tmp_path / "raw/x/date=2013-01-04").iterdir()] == ["version=0001"]
 
 
 def test_table_hash_depends_on_content_not_metadata() -> None:
