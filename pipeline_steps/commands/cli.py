@@ -56,7 +56,7 @@ from pipeline_steps.core.manifests import (
     load_record,
 )
 from pipeline_steps.core.settings import SettingsError, load_settings
-from pipeline_steps.core.step_registry import REGISTRY, TRAIN
+from pipeline_steps.core.step_registry import INGEST, REGISTRY, TRAIN
 from pipeline_steps.core.tasks import TASKS
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import UsageMeter, recording_usage
@@ -308,6 +308,8 @@ def run_step(
     The process's usage, from here to the step's end (succeeded or failed), is recorded in the
     run's ``usage/`` folder (``pipeline_steps.core.usage``); a step that fails before its settings
     load has no lake to record it in."""
+    from pipeline_steps.steps.ingest import empty_day
+
     meter = UsageMeter()
     if trial is not None and name != TRAIN.name:
         raise StepError(f"--study/--trial apply to the {TRAIN.name} step only, not to {name!r}")
@@ -324,7 +326,13 @@ def run_step(
             output = step_function(name)(ctx)
         except EmptyDay:
             raise  # an ordinary day without rows: no failure
-        except StepError:  # bad data or settings: the retry would say the same
+        except StepError as exc:  # bad data or settings: the retry would say the same
+            skipped = None if name == INGEST.name else empty_day(ctx)
+            if skipped is not None:  # ingest ended on an ordinary empty day: so does this step
+                raise EmptyDay(
+                    f"{skipped}; an ordinary day of this domain (domain.empty_days), which "
+                    f"ingest skipped: the {name} step has nothing to do"
+                ) from exc
             if os.environ.get("RANK", "0") == "0":
                 pipeline_gauges.step_outcome(settings, name, failed_permanently=True)
             raise

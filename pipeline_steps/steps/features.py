@@ -103,25 +103,41 @@ def window(ctx: RunContext) -> tuple[list[date], list[date]]:
         )
     span = (holdout_start - start).days
     if len(train_days) * 2 < span:  # more than half the window missing: history not loaded?
-        missing = [
-            start + timedelta(days=n)
-            for n in range(span)
-            if start + timedelta(days=n) not in train_days
-        ]
-        log.warning(
-            "the window %s..%s has %d of its %d training days validated (missing %s..%s among "
-            "others): training on fewer days than features.window_days asks; where the source "
-            "has them, load them first: `trainyard seed --start %s --end %s`",
-            start,
-            day,
-            len(train_days),
-            span,
-            missing[0],
-            missing[-1],
-            missing[0],
-            missing[-1],
-        )
+        warn_of_missing_days(ctx, start, holdout_start, train_days)
     return train_days, holdout_days
+
+
+def warn_of_missing_days(
+    ctx: RunContext, start: date, holdout_start: date, train_days: list[date]
+) -> None:
+    """Warn when fewer than half the window's training days with rows are validated. Days the
+    source has no row of, where the domain says that is ordinary (``domain.empty_days: skip``),
+    are not counted as missing: only then is the source asked, once per missing day."""
+    from pipeline_steps.steps.ingest import empty_day
+
+    span = (holdout_start - start).days
+    missing = [start + timedelta(days=n) for n in range(span)]
+    missing = [d for d in missing if d not in train_days]
+    empty = [d for d in missing if empty_day(ctx, d) is not None]
+    expected = span - len(empty)
+    if len(train_days) * 2 >= expected:
+        return
+    unloaded = [d for d in missing if d not in empty]
+    empties = f"; {len(empty)} empty day(s) of the source not counted" if empty else ""
+    log.warning(
+        "the window %s..%s has %d of its %d training days with rows validated (missing %s..%s "
+        "among others%s): training on fewer days than features.window_days asks; where the "
+        "source has them, load them first: `trainyard seed --start %s --end %s`",
+        start,
+        ctx.logical_date,
+        len(train_days),
+        expected,
+        unloaded[0],
+        unloaded[-1],
+        empties,
+        unloaded[0],
+        unloaded[-1],
+    )
 
 
 def feast_dir(run_id: str) -> str:

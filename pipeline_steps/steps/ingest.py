@@ -64,6 +64,26 @@ def ingest(ctx: RunContext) -> IngestManifest:
     return ctx.record(manifest)
 
 
+def empty_day(ctx: RunContext, day: date | None = None) -> str | None:
+    """Why ``day`` (the logical date by default) is an ordinary empty day, or None when it is
+    not one: the domain allows them (``domain.empty_days: skip``), the lake holds no raw
+    partition of the labelled dataset for it, and the source has no row of it. Reads the source
+    until its first row of the day, so the later steps ask only once they cannot go on; None
+    too when the source cannot be read now."""
+    day = ctx.logical_date if day is None else day
+    labelled = ctx.domain.labelled_dataset
+    if ctx.settings.domain.empty_days != "skip" or ctx.lake.raw_versions(labelled, day):
+        return None
+    try:
+        source = open_source(ctx.settings.ingest, ctx.domain)
+        if any(batch.num_rows for batch in source.batches(labelled, day)):
+            return None
+    except (StepError, OSError) as exc:
+        log.debug("the source cannot say whether %s is empty: %s", day, exc)
+        return None
+    return ctx.domain.empty_message(day, source.name)
+
+
 def pinned(lake: Lake, dataset: str, day: date, version: int, setting: str) -> IngestedPartition:
     """The pinned raw version as this run's ingest; an error naming ``setting`` when it is gone."""
     folder = Lake.raw_version(dataset, day, version)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
@@ -45,13 +46,14 @@ def write_export(folder: Path) -> Path:
     return folder
 
 
-def _settings(make_settings, export: Path, empty_days: str = "skip") -> object:
+def _settings(make_settings, export: Path, *more: str, empty_days: str = "skip") -> Any:
     return make_settings(
         "ingest.source=file",
         f"ingest.path={export}/{{dataset}}.parquet",
         "ingest.date_column=flight_date",
         "ingest.datasets=[flights]",
         f"domain.empty_days={empty_days}",
+        *more,
     )
 
 
@@ -139,6 +141,61 @@ def test_seed_passes_empty_days_by_and_reports_them(make_settings, export, monke
     assert (summary.days, summary.first, summary.last) == (7, "2013-06-02", "2013-06-09")
     with pytest.raises(StepError, match="no day from 2013-06-08 to 2013-06-08 has rows"):
         cli.seed(SATURDAY, SATURDAY, None, [])
+
+
+def test_every_later_step_run_by_hand_ends_skipped_on_an_empty_day(
+    make_settings, export, monkeypatch, capsys
+) -> None:
+    from pipeline_steps.commands import cli
+
+    sparse = _settings(make_settings, export)
+    monkeypatch.setattr(cli, "load_settings", lambda config, overrides: sparse)
+    cli.seed(date(2013, 6, 1), date(2013, 6, 4), None, [])
+    by_hand = ["--run-id", "saturday", "--logical-date", str(SATURDAY)]
+    for step in ("ingest", "validate", "features", "train", "evaluate", "promote", "monitor"):
+        capsys.readouterr()
+        assert cli.main(["step", step, *by_hand]) == EXIT_EMPTY_DAY, step
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith(f"trainyard step {step} skipped (empty day): "), last
+        assert "no flights for 2013-06-08" in last, last
+    lake = RunContext(run_id="saturday", logical_date=SATURDAY, settings=sparse).lake
+    assert not lake.fs.exists(lake.path("raw", "flights", f"date={SATURDAY}"))
+    # a day with rows that was not ingested is still a failure: load it first
+    assert cli.main(["step", "validate", "--run-id", "friday", "--logical-date", str(FRIDAY)]) == 2
+    assert "run the ingest step first" in capsys.readouterr().err
+
+
+def test_the_sparse_window_warning_counts_only_days_with_rows(
+    make_settings, export, monkeypatch, caplog
+) -> None:
+    """A 9-day window ending on Sunday 06-09 holds two empty days (06-01, 06-08): three of its
+    six training days with rows are enough; two are not, and the warning says so."""
+    from pipeline_steps.commands import cli
+    from pipeline_steps.steps.features import window
+
+    sparse = _settings(
+        make_settings,
+        export,
+        "features.window_days=9",
+        "evaluate.holdout_days=1",
+        "features.min_train_days=1",
+    )
+    monkeypatch.setattr(cli, "load_settings", lambda config, overrides: sparse)
+    cli.seed(date(2013, 6, 1), date(2013, 6, 3), None, [])
+    cli.seed(SATURDAY, SUNDAY, None, [])
+    ctx = RunContext(run_id="sunday", logical_date=SUNDAY, settings=sparse)
+    caplog.clear()
+    assert window(ctx)[0] == [date(2013, 6, 2), date(2013, 6, 3)]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1, said
+    assert said[0].startswith("the window 2013-06-01..2013-06-09 has 2 of its 6 training days")
+    assert "missing 2013-06-04..2013-06-07" in said[0]
+    assert "2 empty day(s) of the source not counted" in said[0]
+
+    cli.seed(date(2013, 6, 4), date(2013, 6, 4), None, [])
+    caplog.clear()
+    assert len(window(ctx)[0]) == 3  # 3 of 8 days, but 3 of the 6 with rows: no warning
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_serving_takes_the_next_day_with_rows(make_settings, export) -> None:

@@ -163,5 +163,6 @@ def test_a_window_mostly_not_loaded_warns_and_names_the_seed(lake_home, make_set
         assert train_days == HISTORY
         said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert bool(said) is warned, said
-    assert said[0].startswith(f"the window 2013-05-06..{FIRST_DAY} has 3 of its 29 training days")
+    window_of = f"the window 2013-05-06..{FIRST_DAY}"
+    assert said[0].startswith(f"{window_of} has 3 of its 29 training days with rows")
     assert "`trainyard seed --start 2013-05-06 --end 2013-05-31`" in said[0]
