@@ -110,36 +110,74 @@ class AirflowApi:
         return "\n".join(lines)
 
     def wait(
-        self, dag_id: str, run_ids: list[str], timeout_s: float, poll_s: float = 5
+        self,
+        dag_id: str,
+        run_ids: list[str],
+        timeout_s: float,
+        poll_s: float = 5,
+        stall_s: float | None = None,
     ) -> dict[str, str]:
         """Each run's final state; AirflowApiError when one is still going at the deadline.
 
-        A poll the API server does not answer in time (a busy server, a restarting one) or
-        answers with a 5xx is polled again until the deadline: only the runs' states decide."""
-        deadline = time.monotonic() + timeout_s
+        With ``stall_s`` the deadline is the earlier of ``timeout_s`` from now and ``stall_s``
+        after the last change of any of the runs' task instances (a task queued, started,
+        ended, retried): a slow machine's run that keeps going is waited for, a stuck one fails
+        after ``stall_s`` without change. A poll the API server does not answer in time (a busy
+        server, a restarting one) or answers with a 5xx is polled again until the deadline:
+        only the runs' states decide."""
+        started = time.monotonic()
+        ceiling = started + timeout_s
+        progress: tuple[tuple[str, ...], ...] = ()
+        changed = started
         states: dict[str, str] = {}
         missed: list[str] = []
-        while time.monotonic() < deadline:
+
+        def deadline() -> float:
+            return ceiling if stall_s is None else min(ceiling, changed + stall_s)
+
+        while time.monotonic() < deadline():
             try:
-                states = {run_id: self._state(dag_id, run_id, deadline) for run_id in run_ids}
-            except _Unanswered as exc:
-                missed.append(str(exc))
-            else:
+                states = {run_id: self._state(dag_id, run_id, deadline()) for run_id in run_ids}
                 if all(state in FINISHED for state in states.values()):
                     return states
-            time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
+                if stall_s is not None:
+                    now = self._progress(dag_id, run_ids, deadline())
+                    if now != progress:
+                        progress, changed = now, time.monotonic()
+            except _Unanswered as exc:
+                missed.append(str(exc))
+            time.sleep(max(0.0, min(poll_s, deadline() - time.monotonic())))
         going = [run_id for run_id in run_ids if states.get(run_id) not in FINISHED]
         detail = "\n".join(self.unsuccessful(dag_id, run_id) for run_id in going)
         unanswered = f" ({len(missed)} polls unanswered, last: {missed[-1]})" if missed else ""
-        raise AirflowApiError(
-            f"runs of {dag_id} not finished after {timeout_s:.0f} s: {states}{unanswered}\n{detail}"
-        )
+        waited = time.monotonic() - started
+        why = f"not finished after {waited:.0f} s"
+        if stall_s is not None and deadline() < ceiling:
+            why += f", no task changed state for {time.monotonic() - changed:.0f} s (stall_s)"
+        raise AirflowApiError(f"runs of {dag_id} {why}: {states}{unanswered}\n{detail}")
 
     def _state(self, dag_id: str, run_id: str, deadline: float) -> str:
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+        found = self._poll(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", deadline)
+        return str(found["state"])
+
+    def _progress(
+        self, dag_id: str, run_ids: list[str], deadline: float
+    ) -> tuple[tuple[str, ...], ...]:
+        """Where the runs' task instances stand: each one's id, map index, state and try."""
+        found = []
+        for run_id in run_ids:
+            path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+            for task in self._poll(path, deadline).get("task_instances", []):
+                fields = ("task_id", "map_index", "state", "try_number")
+                found.append((run_id, *(str(task.get(f)) for f in fields)))
+        return tuple(sorted(found))
+
+    def _poll(self, path: str, deadline: float) -> Any:
+        """GET ``path``; ``_Unanswered`` when the server does not answer before ``deadline``
+        (or ``POLL_TIMEOUT_S``), is unreachable or answers with a 5xx."""
         left = min(POLL_TIMEOUT_S, max(1.0, deadline - time.monotonic()))
         try:
-            return str(self._send("GET", path, timeout_s=left)["state"])
+            return self._send("GET", path, timeout_s=left)
         except AirflowApiError as exc:
             if exc.status is not None and exc.status >= 500:
                 raise _Unanswered(str(exc)) from exc
