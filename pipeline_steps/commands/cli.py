@@ -1,7 +1,8 @@
 """``trainyard``: the one entry point of every step, locally and in a pod.
 
     trainyard step <name> --run-id R --logical-date D [--config FILE] [--set key=value ...]
-    trainyard seed --start D1 --end D2      ingest + validate history before a first run
+    trainyard seed --start D1 --end D2 [--keep-going]
+                                            ingest + validate history before a first run
     trainyard report [--run-id R | --logical-date D | --start D1 --end D2] [--costs | --champion]
                                             summarise the recorded runs, list their costs, or
                                             show the champion's moves and daily score
@@ -123,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     seed = sub.add_parser("seed", help="ingest and validate a range of dates (history)")
     seed.add_argument("--start", required=True, type=_date)
     seed.add_argument("--end", required=True, type=_date)
+    seed.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="record a refused day and go on to the next; the summary lists every refused day "
+        "and its reason, and the command exits 2 when there is one",
+    )
     common(seed)
 
     check = sub.add_parser("validate", help="check a CSV or parquet file against a suite")
@@ -341,8 +348,12 @@ def run_step(
         return output
 
 
-def seed(start: date, end: date, config: str | None, overrides: list[str]) -> SeedSummary:
-    """Ingest and validate every date in [start, end] in one process."""
+def seed(
+    start: date, end: date, config: str | None, overrides: list[str], keep_going: bool = False
+) -> SeedSummary:
+    """Ingest and validate every date in [start, end] in one process. The first refused day
+    stops it, unless ``keep_going``: then every refused day is recorded with its reason
+    (``refused``) and the next day follows."""
     if end < start:
         raise StepError(f"--end {end} is before --start {start}")
     from pipeline_steps.steps.ingest import ingest
@@ -350,24 +361,41 @@ def seed(start: date, end: date, config: str | None, overrides: list[str]) -> Se
 
     settings = load_settings(config, overrides)
     days, empty, rows = [], [], 0
+    refused: dict[str, str] = {}
     day = start
     while day <= end:
         ctx = RunContext(
             run_id=f"{SEED_PREFIX}{day.isoformat()}", logical_date=day, settings=settings
         )
         try:
-            rows += ingest(ctx).rows
+            day_rows = ingest(ctx).rows
+            validate(ctx)
         except EmptyDay as exc:  # ordinary in this domain (domain.empty_days: skip)
             empty.append(day.isoformat())
             print(f"skipped {day.isoformat()}: {exc}", file=sys.stderr, flush=True)
+        except StepError as exc:
+            if not keep_going:
+                raise
+            refused[day.isoformat()] = str(exc)
+            print(f"refused {day.isoformat()}: {exc}", file=sys.stderr, flush=True)
         else:
-            validate(ctx)
+            rows += day_rows
             days.append(day.isoformat())
             print(f"seeded {day.isoformat()}", file=sys.stderr, flush=True)
         day += timedelta(days=1)
     if not days:
-        raise StepError(f"no day from {start} to {end} has rows; {len(empty)} empty day(s) skipped")
-    return SeedSummary(days=len(days), first=days[0], last=days[-1], rows=rows, empty_days=empty)
+        raise StepError(
+            f"no day from {start} to {end} has rows that passed; {len(empty)} empty day(s) "
+            f"skipped, {len(refused)} refused"
+        )
+    return SeedSummary(
+        days=len(days),
+        first=days[0],
+        last=days[-1],
+        rows=rows,
+        empty_days=empty,
+        refused=refused,
+    )
 
 
 def check_file_command(args: argparse.Namespace) -> int:
@@ -480,7 +508,18 @@ def main(argv: list[str] | None = None) -> int:
             print(describe_domains(), flush=True)
             return 0
         elif args.command == "seed":
-            manifest = seed(args.start, args.end, args.config, args.set)
+            summary = seed(args.start, args.end, args.config, args.set, args.keep_going)
+            emit(summary)
+            if summary.refused:
+                print(
+                    f"trainyard seed refused {len(summary.refused)} day(s): "
+                    + ", ".join(summary.refused)
+                    + "; each reason is above and in the summary's refused",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return EXIT_PERMANENT
+            return 0
         elif args.command == "validate":
             return check_file_command(args)
         elif args.command == "calibrate":

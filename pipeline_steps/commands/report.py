@@ -291,8 +291,9 @@ def summarise(
     if run.promote:
         p = run.promote
         lines.append(f"  decision             {p.decision.upper()}: {'; '.join(p.reasons)}")
+        registered = f"version {p.version}" if p.version else "nothing (identical)"
         lines.append(
-            f"  registered           {p.registered_model} version {p.version}; "
+            f"  registered           {p.registered_model} {registered}; "
             + (f"champion is now version {p.champion_after}" if p.champion_after else "no champion")
             + (
                 f"; version {p.staging_after} is staged (the drift monitor releases it after "

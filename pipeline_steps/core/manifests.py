@@ -289,6 +289,10 @@ class TrainManifest(Manifest):
     weights_sha256: str = ""
     """sha256 of the registered weights (every tensor of the state dict, in order, on the CPU):
     equal on a replay with the same code, settings and data."""
+    fingerprint: str = ""
+    """sha256 of what decides the model (``provenance.model_fingerprint``): ``config_hash`` (the
+    train settings that change the result, the training set), the package's version and commit
+    and torch's version. A challenger with its champion's fingerprint is not registered."""
     history: list[dict[str, float]] = field(default_factory=list)
     """Every epoch's metrics, in order (with ``epoch``)."""
     trial: TrialRef | None = field(default=None, metadata=OMIT_NONE)
@@ -495,14 +499,18 @@ class EvaluateManifest(Manifest):
     """The HTML evaluation report (``reports/evaluation/...``)."""
 
 
-Decision = Literal["promoted", "rejected", "skipped", "forced", "passed", "undecided", "staged"]
+Decision = Literal[
+    "promoted", "rejected", "skipped", "forced", "passed", "undecided", "staged", "identical"
+]
 """``promoted``: the gate passed and the alias moved; ``staged``: the gate passed and the
 challenger went to the staging alias to shadow the champion (``release.mode: staged``);
 ``rejected``: the gate refused;
 ``undecided``: the holdout was too small to decide (``gate.min_positives``), the champion stays;
 ``skipped``: the run asked not to promote (the gate's verdict is in the reasons); ``forced``: the
 alias moved by request whatever the gate said; ``passed``: the gate passed in a backfill, which
-compares with the champion as of its date and never moves the alias."""
+compares with the champion as of its date and never moves the alias; ``identical``: the
+challenger's fingerprint (training set, train settings, code) is the champion's or the staged
+version's, so it was recorded on its training run and not registered."""
 
 PROMOTED: tuple[Decision, ...] = ("promoted", "forced")
 """Decisions that moved the live alias to the version: the champion's history."""
@@ -512,7 +520,8 @@ PROMOTED: tuple[Decision, ...] = ("promoted", "forced")
 class PromoteManifest(Manifest):
     STEP: ClassVar[str] = "promote"
     registered_model: str
-    version: str
+    version: str | None
+    """The registered version; None when nothing was registered (``identical``)."""
     decision: Decision
     reasons: list[str]
     champion_before: str | None
@@ -670,6 +679,8 @@ class SeedSummary(StepOutput):
     rows: int
     empty_days: list[str] = field(default_factory=list)
     """Days without rows, passed by (``domain.empty_days: skip``)."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """``--keep-going``: each refused day and why (ingest or validation refused it)."""
 
 
 # -- JSON form ------------------------------------------------------------------------------------

@@ -117,6 +117,19 @@ def code_version() -> CodeVersion:
     return CodeVersion(package=__version__, commit=commit or None, dirty=dirty)
 
 
+def model_fingerprint(config_hash: str) -> str:
+    """What decides a trained model, hashed: ``config_hash`` (the train settings that change the
+    result, the training set and its row groups), this package's version and commit, and
+    torch's version. Two trainings with one fingerprint give the same model (training is
+    deterministic for a seed); local changes to a checkout are not in it."""
+    code = code_version()
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    return json_sha256([config_hash, code.package, code.commit, torch])
+
+
 @cache
 def installed_packages() -> dict[str, str]:
     """Every installed distribution's name (normalised) and version, sorted by name."""

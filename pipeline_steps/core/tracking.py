@@ -15,6 +15,8 @@ from pipeline_steps.core.usage import RunCost
 
 log = logging.getLogger(__name__)
 RUN_TAG = "trainyard.run_id"
+FINGERPRINT_TAG = "trainyard.fingerprint"
+"""On a registered version: what decides its model (``TrainManifest.fingerprint``)."""
 
 
 def connect(settings: MlflowSettings) -> Any:

@@ -17,7 +17,13 @@ from typing import Any, cast
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.locks import exclusive
-from pipeline_steps.core.manifests import Decision, EvaluateManifest, PromoteManifest, to_json
+from pipeline_steps.core.manifests import (
+    Decision,
+    EvaluateManifest,
+    PromoteManifest,
+    TrainManifest,
+    to_json,
+)
 from pipeline_steps.core.provenance import LINEAGE_INPUTS, build_lineage
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.gate import Verdict, gate
@@ -125,6 +131,61 @@ def decide(
 def _registered_version(client: Any, name: str, mlflow_run_id: str) -> Any | None:
     versions = client.search_model_versions(f"name = '{name}' and run_id = '{mlflow_run_id}'")
     return versions[0] if versions else None
+
+
+def _identical_version(ctx: RunContext, client: Any, fingerprint: str) -> tuple[str, str] | None:
+    """The champion or staged version (its alias and number) trained from what this challenger
+    was (``TrainManifest.fingerprint``); None when there is none, the fingerprint is unknown,
+    the run is a backfill (it registers what it reproduces) or asks to force a promotion."""
+    from pipeline_steps.core.tracking import FINGERPRINT_TAG, aliased_version
+
+    cfg = ctx.settings.mlflow
+    if not fingerprint or ctx.trigger.kind == "backfill" or ctx.settings.promotion.force:
+        return None
+    for alias in (cfg.champion_alias, cfg.staging_alias):
+        found = aliased_version(client, cfg, alias)
+        if found is not None and (found.tags or {}).get(FINGERPRINT_TAG) == fingerprint:
+            return alias, str(found.version)
+    return None
+
+
+def _record_identical(
+    ctx: RunContext,
+    client: Any,
+    evaluation: EvaluateManifest,
+    fingerprint: str,
+    alias: str,
+    twin: str,
+) -> PromoteManifest:
+    """Nothing new to register: say so on the challenger's training run (its decision and the
+    version it repeats) and in the run's manifest and lineage; the aliases stay."""
+    from pipeline_steps.core.tracking import DECISION_TAG, aliased_version, champion_version
+
+    cfg = ctx.settings.mlflow
+    current = champion_version(client, cfg)
+    current_version = str(current.version) if current else None
+    staged = aliased_version(client, cfg, cfg.staging_alias)
+    reasons = [
+        f"identical to {alias} version {twin}: the same training set, train settings and code "
+        f"(fingerprint {fingerprint[:12]}); nothing new to register, {gate_summary(evaluation)}"
+    ]
+    run_id = evaluation.challenger.mlflow_run_id
+    client.set_tag(run_id, DECISION_TAG, "identical")
+    client.set_tag(run_id, "trainyard.identical_to", f"{cfg.registered_model}/{twin}")
+    log.info("identical: not registered; %s", reasons[0])
+    manifest = PromoteManifest(
+        logical_date=ctx.logical_date.isoformat(),
+        registered_model=cfg.registered_model,
+        version=None,
+        decision="identical",
+        reasons=reasons,
+        champion_before=current_version,
+        champion_after=current_version,
+        staging_after=str(staged.version) if staged is not None else None,
+    )
+    lineage = build_lineage(ctx, manifest.decision, None)
+    ctx.lake.write_json(to_json(lineage), ctx.run_dir, "lineage.json")
+    return ctx.record(manifest)
 
 
 def _recorded_promotion(
@@ -245,20 +306,29 @@ def promote(ctx: RunContext) -> PromoteManifest:
     """
     import mlflow
 
-    from pipeline_steps.core.tracking import RUN_TAG, champion_version, connect, log_run_cost
+    from pipeline_steps.core.tracking import (
+        FINGERPRINT_TAG,
+        RUN_TAG,
+        champion_version,
+        connect,
+        log_run_cost,
+    )
 
     cfg = ctx.settings.mlflow
     evaluation = ctx.upstream(EvaluateManifest)
     for earlier in LINEAGE_INPUTS:  # what the lineage reads, before the registry changes
         ctx.upstream(earlier)
+    fingerprint = ctx.upstream(TrainManifest).fingerprint
     client = connect(cfg)
     challenger, champion = evaluation.challenger, evaluation.champion
 
     version = _registered_version(client, cfg.registered_model, challenger.mlflow_run_id)
     if version is None:
-        version = mlflow.register_model(
-            challenger.model_uri, cfg.registered_model, tags={RUN_TAG: ctx.run_id}
-        )
+        twin = _identical_version(ctx, client, fingerprint)
+        if twin is not None:
+            return _record_identical(ctx, client, evaluation, fingerprint, *twin)
+        tags = {RUN_TAG: ctx.run_id, FINGERPRINT_TAG: fingerprint}
+        version = mlflow.register_model(challenger.model_uri, cfg.registered_model, tags=tags)
     verdict = gate(evaluation, ctx.settings.gate, evaluation.confidence)
 
     evaluated_against = champion.version if champion else None

@@ -143,6 +143,37 @@ def test_seed_passes_empty_days_by_and_reports_them(make_settings, export, monke
         cli.seed(SATURDAY, SATURDAY, None, [])
 
 
+def test_seed_keep_going_records_every_refused_day_and_goes_on(
+    make_settings, export, monkeypatch, capsys
+) -> None:
+    """Where empty days are not ordinary, both Saturdays are refused: without --keep-going the
+    first stops the seed; with it, each is recorded with its reason and the week is seeded."""
+    import json
+
+    from pipeline_steps.commands import cli
+
+    strict = _settings(make_settings, export, empty_days="fail")
+    monkeypatch.setattr(cli, "load_settings", lambda config, overrides: strict)
+    week = ["seed", "--start", "2013-06-01", "--end", str(SUNDAY)]
+    assert cli.main(week) == 2
+    assert "no flights for 2013-06-01" in capsys.readouterr().err
+
+    assert cli.main([*week, "--keep-going"]) == 2
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["days"], summary["first"], summary["last"]) == (7, "2013-06-02", "2013-06-09")
+    assert sorted(summary["refused"]) == ["2013-06-01", "2013-06-08"]
+    assert "days without rows are refused here" in summary["refused"]["2013-06-08"]
+    assert "refused 2013-06-01: " in err and "seeded 2013-06-09" in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("trainyard seed refused 2 day(s): 2013-06-01, 2013-06-08")
+    )
+    ctx = RunContext(run_id="x", logical_date=SUNDAY, settings=strict)
+    assert len(ctx.lake.validated_dates("flights")) == 7
+
+
 def test_every_later_step_run_by_hand_ends_skipped_on_an_empty_day(
     make_settings, export, monkeypatch, capsys
 ) -> None:

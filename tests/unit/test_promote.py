@@ -6,7 +6,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.manifests import ScoredChampion
+from pipeline_steps.core.manifests import ScoredChampion, TrainManifest
 from pipeline_steps.steps.promote import promote
 from tests.manifests import (
     scored,
@@ -195,3 +195,50 @@ def test_a_run_missing_an_earlier_step_is_refused_before_the_registry_changes(se
         promote(ctx)
     client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
     assert not client.search_model_versions("name = 'flight_delay'")
+
+
+def _trained_from(ctx: RunContext, fingerprint: str) -> RunContext:
+    """The run's train manifest with ``fingerprint`` (what decided its model)."""
+    from dataclasses import replace
+
+    ctx.record(replace(ctx.upstream(TrainManifest), fingerprint=fingerprint))
+    return ctx
+
+
+def test_a_challenger_trained_from_what_the_champion_was_is_recorded_not_registered(
+    settings,
+) -> None:
+    first = promote(_trained_from(_prepare(settings, "run-1", 0.7, None), "f" * 64))
+    assert first.version == "1"
+    client = MlflowClient(settings.mlflow.tracking_uri, settings.mlflow.tracking_uri)
+    assert client.get_model_version("flight_delay", "1").tags["trainyard.fingerprint"] == "f" * 64
+
+    # the next day brought no data: the same training set, settings and code
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    ctx = _trained_from(_prepare(settings, "run-2", 0.7, champion), "f" * 64)
+    same = promote(ctx)
+    assert (same.decision, same.version) == ("identical", None)
+    assert (same.champion_before, same.champion_after) == ("1", "1")
+    assert "identical to champion version 1" in same.reasons[0]
+    assert len(client.search_model_versions("name = 'flight_delay'")) == 1
+    assert _champion(settings) == "1"
+    run = client.get_run(ctx.upstream(TrainManifest).mlflow_run_id)
+    assert run.data.tags["trainyard.decision"] == "identical"
+    assert run.data.tags["trainyard.identical_to"] == "flight_delay/1"
+    lineage = ctx.lake.read_json(ctx.run_dir, "lineage.json")
+    assert (lineage["decision"], lineage["registered_version"]) == ("identical", None)
+    assert promote(ctx).decision == "identical"  # a retried task says the same
+
+    # new data: a new fingerprint is registered and judged as ever
+    other = promote(_trained_from(_prepare(settings, "run-3", 0.75, champion), "e" * 64))
+    assert (other.version, other.decision) == ("2", "staged")  # release.mode: staged
+    # and a twin of the staged candidate is not staged again
+    twin = promote(_trained_from(_prepare(settings, "run-4", 0.75, champion), "e" * 64))
+    assert (twin.decision, twin.version, twin.staging_after) == ("identical", None, "2")
+    assert "identical to staging version 2" in twin.reasons[0]
+
+
+def test_an_unknown_fingerprint_never_counts_as_identical(settings) -> None:
+    promote(_prepare(settings, "run-1", 0.7, None))  # recorded before fingerprints: ""
+    champion = ScoredChampion(version="1", model_uri="models:/flight_delay/1", metrics=scored(0.7))
+    assert promote(_prepare(settings, "run-2", 0.7, champion)).version == "2"

@@ -19,6 +19,7 @@ from pipeline_steps.core.manifests import (
     TrainManifest,
     TunedParameters,
 )
+from pipeline_steps.core.provenance import model_fingerprint
 from pipeline_steps.steps.train import mlflow_run
 from pipeline_steps.steps.train.data import Preprocessor
 from pipeline_steps.steps.train.state import Fit, weights_sha256
@@ -87,6 +88,7 @@ def manifest(
         model_epoch=trained.model_epoch,
         checkpoints=ctx.lake.path(ctx.run_dir, "checkpoints"),
         weights_sha256=weights_sha256(fit.model),
+        fingerprint=model_fingerprint(trained.config_hash),
         history=[{k: float(v) for k, v in h.items()} for h in fit.history],
         trial=ctx.trial,
         pruned_at_epoch=trained.pruned_at,
