@@ -477,7 +477,9 @@ class ValidationSettings:
     )
     data_docs: bool = setting(
         True,
-        doc="""Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``.""",
+        doc="""Render GX Data Docs HTML per run under ``reports/validation/date=D/data_docs``: a
+        passing day's pages, sharing GX's assets in ``reports/data_docs_assets``; a failed day's
+        whole site.""",
     )
     chunk_rows: int = setting(
         1_000_000,

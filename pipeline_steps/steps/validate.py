@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -28,6 +29,7 @@ from pipeline_steps.core.manifests import (
     to_json,
 )
 from pipeline_steps.engines.base import Engine, open_engine
+from pipeline_steps.quality.data_docs import slim_site
 from pipeline_steps.quality.schema_changes import judge
 from pipeline_steps.quality.suites import (
     SuiteOutcome,
@@ -162,6 +164,8 @@ def validate_partition(
         if rendered:
             docs = lake.path(reports, "data_docs", dataset)
             lake.remove(reports, "data_docs", dataset)
+            if outcome.success and not any(c.action == "failed" for c in changes):
+                slim_site(lake, Path(tmp_docs), f"{reports}/data_docs/{dataset}")
             lake.fs.put(f"{tmp_docs}/", docs, recursive=True)
     lake.write_json(
         {

@@ -197,6 +197,43 @@ def test_checkpoint_writes_data_docs_and_survives_quantile_results(make_settings
     assert quantile and quantile[0]["success"] is True
 
 
+def test_a_passing_day_keeps_its_pages_and_a_failed_day_its_whole_site(make_settings) -> None:
+    """A passing day's Data Docs are its pages (at most 200 KB per dataset) pointing at the
+    lake's one copy of GX's assets; a failed day keeps its whole site (4.4 MB of it assets)."""
+    import re
+
+    ctx = RunContext(
+        run_id="r1", logical_date=DAY, settings=make_settings("validation.data_docs=true")
+    )
+    ingest(ctx)
+    validate(ctx)
+    site = Path(ctx.lake.path("reports/validation/date=2013-06-01/data_docs"))
+    assets = Path(ctx.lake.path("reports/data_docs_assets"))
+    sites = sorted(p for p in site.iterdir() if p.is_dir())
+    assert [p.name for p in sites] == sorted(ctx.datasets)
+    for folder in sites:
+        assert not (folder / "static").exists()
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        assert size <= 200_000, (folder.name, size)
+        for page in folder.rglob("*.html"):  # every link to an asset finds it
+            links = re.findall(r'(?:href|src)="([^":]*static/[^"]*)"', page.read_text())
+            assert links and all((page.parent / link).resolve().is_file() for link in links)
+            assert all(link.startswith("../") for link in links), links
+    assert sum(f.stat().st_size for f in assets.rglob("*") if f.is_file()) > 1_000_000
+
+    _rewrite(ctx, lambda t: t.drop_columns(["carrier"]))
+    ctx.lake.write_json(
+        {**ctx.lake.read_json(RAW, "_manifest.json"), "sha256": "new"}, RAW, "_manifest.json"
+    )
+    with pytest.raises(StepError, match="carrier"):
+        validate(ctx)
+    failed = site / "flights"
+    assert (failed / "static").is_dir()
+    assert sum(f.stat().st_size for f in failed.rglob("*") if f.is_file()) > 4_000_000
+    index = (failed / "index.html").read_text()
+    assert 'href="./static/images/favicon.ico"' in index
+
+
 def test_validate_measures_no_drift(ingested: RunContext) -> None:
     # drift is the monitor's (flight_delay_drift_monitor): validate records no reading of it
     manifest = validate(ingested)
