@@ -4,7 +4,8 @@ A label of grades, severities or bands has an order, and its class indices shoul
 model or a report that reads classes as ordered then reads them right). The order is, first
 that which it finds:
 
-1. the one given (``--classes low,mid,high``), which must name exactly the sample's classes;
+1. the one given (``--classes low,mid,high``), which must name each of the sample's classes
+   once and may name classes the sample lacks (a rare class a month did not show);
 2. numbers (``1``, ``2.5``) by value;
 3. words of one known scale (``low < medium < high``, ``No Cloud < Some Cloud < Overcast``);
 4. text that starts with numbers, such as bands (``<18``, ``18-24``, ``65+``; ``Category 1``),
@@ -92,11 +93,16 @@ def states_order(order: ClassOrder) -> bool:
 
 def class_order(values: Iterable[object], given: str | None = None) -> ClassOrder:
     """The classes of a label whose sample holds ``values`` (each once), in their order;
-    ``given``, a comma-separated order (``--classes``), must name every class once and no
-    other. Raises ``StepError`` naming ``--classes`` when it does not."""
+    ``given``, a comma-separated order (``--classes``), must name every class of the sample
+    once and may name more. Raises ``StepError`` naming ``--classes`` when it does not."""
     classes = [str(v) for v in values]
     if given is not None:
-        return ClassOrder(_given(classes, given), "in the order given by --classes", "given")
+        named = _given(classes, given)
+        absent = [c for c in named if c not in classes]
+        reason = "in the order given by --classes"
+        if absent:
+            reason += f" ({', '.join(absent)}: not in the sample, declared for later days)"
+        return ClassOrder(named, reason, "given")
     for order, how, found in (
         (_by_number, "numbers, by value", "numbers"),
         (_by_scale, "words of an ordered scale", "scale"),
@@ -114,18 +120,15 @@ def class_order(values: Iterable[object], given: str | None = None) -> ClassOrde
 def _given(classes: list[str], given: str) -> tuple[str, ...]:
     order = [c.strip() for c in given.split(",")]
     repeated = sorted({c for c in order if order.count(c) > 1})
-    unknown = [c for c in order if c not in classes]
     missing = [c for c in classes if c not in order]
-    if repeated or unknown or missing:
-        said = {
-            "repeats {}": repeated,
-            "names {}, not a class of the sample": unknown,
-            "leaves out {}": missing,
-        }
+    blank = "" in order
+    if repeated or missing or blank:
+        said = {"repeats {}": repeated, "leaves out {}": missing}
         problems = [text.format(", ".join(map(repr, v))) for text, v in said.items() if v]
+        problems += ["names an empty class"] if blank else []
         raise StepError(
             f"--classes {given!r} {'; '.join(problems)}: give each of the sample's classes "
-            f"once ({', '.join(sorted(classes))})"
+            f"once ({', '.join(sorted(classes))}), and any class later days may bring"
         )
     return tuple(order)
 

