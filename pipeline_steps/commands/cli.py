@@ -16,7 +16,7 @@
                                             features read in the Feast online store
     trainyard services up|down|status|env   the production profile on this machine
     trainyard init-domain NAME --sample FILE [--label COL] [--task T] [--time-column COL]
-                          [--key COL] [--classes A,B,C] [--time-zone ZONE]
+                          [--key COL] [--classes A,B,C] [--time-zone ZONE] [--date-format F]
                           [--out DIR] [--force]
                                             draft a new domain, its first suite, a Feast
                                             repository and settings from a sample file
@@ -260,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="the zone whose midnight starts a day, e.g. America/Chicago (default: a zoned "
         "time's own, UTC for epochs); written to ingest.time_zone and the domain",
+    )
+    draft.add_argument(
+        "--date-format",
+        default=None,
+        help="how the time column writes a time: a strptime format (%%Y%%m%%d also reads whole "
+        "numbers such as 20130601; %%m/%%d/%%Y %%H:%%M:%%S), epoch_s or epoch_ms (default: "
+        "ISO, typed columns and the common forms are recognised); written to ingest.date_format",
     )
     draft.add_argument("--out", help="folder to write (default: ./NAME)")
     draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
@@ -572,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                 key=args.key,
                 classes=args.classes,
                 time_zone=args.time_zone,
+                date_format=args.date_format,
             )
             print(result.render(), flush=True)
             return 0

@@ -350,6 +350,7 @@ def draft_domain(
     key: str | None = None,
     classes: str | None = None,
     time_zone: str = "",
+    date_format: str | None = None,
     margins: Margins | None = None,
 ) -> DomainDraft:
     """The new domain inferred from ``sample``; ``SampleError`` names a bad argument, the file and
@@ -364,6 +365,7 @@ def draft_domain(
         key=key,
         classes=classes,
         time_zone=time_zone,
+        date_format=date_format,
     )
     taken = {roles.key, roles.time_column, roles.label}
     columns = [c for c in profile.columns if c.name not in taken]
@@ -512,6 +514,7 @@ def init_domain(
     key: str | None = None,
     classes: str | None = None,
     time_zone: str = "",
+    date_format: str | None = None,
     margins: Margins | None = None,
 ) -> InitResult:
     """Draft the domain and write its folder whole, or raise with nothing written."""
@@ -535,6 +538,7 @@ def init_domain(
         key=key,
         classes=classes,
         time_zone=time_zone,
+        date_format=date_format,
         margins=margins,
     )
     with Lake(str(folder.parent)).staged_dir(folder.name) as staged:

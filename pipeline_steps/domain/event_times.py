@@ -2,8 +2,9 @@
 
 Exports date their rows in several ways: dates and times in ISO 8601 (with or without a zone,
 or as parquet's own date and timestamp types), US-style dates such as ``6/23/1994 0:00:00``, and
-epoch seconds or milliseconds. ``ingest.date_format`` says which: empty for ISO and typed
-columns, ``epoch_s`` or ``epoch_ms`` for epoch numbers, or a ``strptime`` format. The file
+epoch seconds or milliseconds, and dates written as whole numbers (``20130601``).
+``ingest.date_format`` says which: empty for ISO and typed columns, ``epoch_s`` or ``epoch_ms``
+for epoch numbers, or a ``strptime`` format (``%Y%m%d`` reads numbers by their digits). The file
 source picks a day's rows with it, ``trainyard validate --path`` dates a file with it, and a
 drafted domain turns the column into event times with it.
 """
@@ -20,6 +21,9 @@ EPOCH_UNITS = {"epoch_s": "s", "epoch_ms": "ms"}
 
 EPOCH_RANGES = {"epoch_s": (1e8, 4.2e9), "epoch_ms": (1e11, 4.2e12)}
 """Values an epoch column holds, by unit: from 1973 to 2103."""
+
+DIGIT_DATES = (1900_01_01, 2100_12_31)
+"""Whole numbers that may be dates written as digits (``%Y%m%d``: 20130601)."""
 
 TEXT_FORMATS = (
     "%m/%d/%Y %H:%M:%S",
@@ -49,6 +53,9 @@ def event_times(values: pa.Array | pa.ChunkedArray, date_format: str = "") -> pa
         return pc.cast(pc.cast(whole, pa.timestamp(unit, "UTC")), pa.timestamp("us", "UTC"))
     if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
         return values
+    if date_format and (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        # dates written as numbers (20130601 under %Y%m%d): read as their digits
+        values = pc.cast(pc.cast(values, pa.int64()), pa.string())
     if date_format:
         try:
             return pc.strptime(values, format=date_format, unit="us")
@@ -81,9 +88,9 @@ def days_of(
 
 def detect_format(values: pa.Array | pa.ChunkedArray, name: str) -> str | None:
     """The ``date_format`` that reads every present value of a column that may be a time
-    column: ``""`` for typed and ISO columns, an epoch unit for numbers in an epoch's range
-    (only in a column whose name speaks of time), else the first of ``TEXT_FORMATS`` that
-    reads them all; None when nothing does."""
+    column: ``""`` for typed and ISO columns, an epoch unit for numbers in an epoch's range or
+    ``%Y%m%d`` for whole numbers that all read as dates (only in a column whose name speaks of
+    time), else the first of ``TEXT_FORMATS`` that reads them all; None when nothing does."""
     values = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
     present = values.drop_null()
     if len(present) == 0:
@@ -98,6 +105,12 @@ def detect_format(values: pa.Array | pa.ChunkedArray, name: str) -> str | None:
         for unit, (first, last) in EPOCH_RANGES.items():
             if whole and first <= low and high <= last:
                 return unit
+        if whole and DIGIT_DATES[0] <= low and high <= DIGIT_DATES[1]:
+            try:
+                event_times(present, "%Y%m%d")
+            except pa.ArrowInvalid:
+                return None
+            return "%Y%m%d"
         return None
     if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
         return None

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.tasks import TASKS, Task, task_spec
 from pipeline_steps.domain.event_times import (
+    DIGIT_DATES,
     EPOCH_RANGES,
     TEXT_FORMATS,
     days_of,
@@ -303,11 +304,13 @@ def infer_roles(
     key: str | None = None,
     classes: str | None = None,
     time_zone: str = "",
+    date_format: str | None = None,
 ) -> tuple[SampleProfile, Roles]:
     """Check the given roles against the sample and infer the others; the profile comes back
     with the time column parsed (a string column of ISO dates becomes a date column); a
     label's classes in their order (``class_order``, ``classes`` as ``--classes``
-    gives it). Raises ``SampleError`` naming the argument, the file and the column."""
+    gives it); the time column read with ``date_format`` (``--date-format``) when given.
+    Raises ``SampleError`` naming the argument, the file and the column."""
     label_column = _label(profile, label)
     time_name = _time_column(profile, time_column)
     if time_zone:
@@ -318,7 +321,9 @@ def infer_roles(
                 f"--time-zone {time_zone!r} is not a time zone name; use an IANA name such as "
                 "America/Chicago"
             ) from None
-    profile, days, date_format, times = _parse_time(profile, time_name, time_column, time_zone)
+    profile, days, date_format, times = _parse_time(
+        profile, time_name, time_column, time_zone, date_format
+    )
     key_name, key_columns = _key(
         profile, key, exclude={time_name, label_column.name}, time=time_name
     )
@@ -397,22 +402,37 @@ def _time_column(profile: SampleProfile, given: str | None) -> str:
                 return column.name
     raise SampleError(
         f"--time-column is needed: no column of {profile.path} holds dates or times (ISO 8601, "
-        f"{', '.join(TEXT_FORMATS)}, or epoch seconds or milliseconds in a column named as a "
-        f"time); columns: {', '.join(profile.names)}"
+        f"{', '.join(TEXT_FORMATS)}, or epoch seconds or milliseconds or %Y%m%d numbers in a "
+        f"column named as a time; --date-format names any other); columns: "
+        f"{', '.join(profile.names)}"
     )
 
 
 def _parse_time(
-    profile: SampleProfile, name: str, given: str | None = None, time_zone: str = ""
+    profile: SampleProfile,
+    name: str,
+    given: str | None = None,
+    time_zone: str = "",
+    date_format: str | None = None,
 ) -> tuple[SampleProfile, dict[date, int], str, pa.ChunkedArray]:
     """The profile (an ISO text column becomes a date or timestamp column), the rows per day,
     the column's ``date_format`` and its values as times. Text in another format and epoch
-    numbers stay as the file writes them; ``date_format`` reads them."""
+    numbers stay as the file writes them; ``date_format`` reads them. A ``date_format`` given
+    (``--date-format``) must read every value."""
     argument = "--time-column"
     column = profile.column(name, argument)
     values = profile.table.column(name)
     if column.missing == column.rows:
         raise SampleError(f"{argument} {name}: every value is missing in {profile.path}")
+    if date_format:
+        try:
+            times = event_times(values, date_format)
+        except pa.ArrowInvalid as exc:
+            raise SampleError(
+                f"--date-format {date_format!r}: {profile.path}, {argument} {name} {exc}"
+            ) from None
+        days = days_of(times, "", time_zone).drop_null().to_pylist()
+        return profile, dict(sorted(Counter(days).items())), date_format, times
     date_format = ""
     if column.kind == "string":
         found = detect_format(values, name)
@@ -444,7 +464,9 @@ def _parse_time(
                 f"({_examples(values)}), not dates or times; epoch seconds lie in "
                 f"{EPOCH_RANGES['epoch_s'][0]:.0f}..{EPOCH_RANGES['epoch_s'][1]:.0f}, "
                 f"milliseconds in {EPOCH_RANGES['epoch_ms'][0]:.0f}..."
-                f"{EPOCH_RANGES['epoch_ms'][1]:.0f} (seen {low:g}..{high:g})"
+                f"{EPOCH_RANGES['epoch_ms'][1]:.0f}, dates as digits (%Y%m%d) in "
+                f"{DIGIT_DATES[0]}..{DIGIT_DATES[1]} (seen {low:g}..{high:g}); "
+                "--date-format names another form"
             )
         date_format = found
     elif column.kind not in ("date", "timestamp"):

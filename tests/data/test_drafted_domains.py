@@ -192,6 +192,45 @@ def test_the_flights_arrival_delay_is_refused_and_the_departure_delay_kept(expor
     ]
 
 
+def test_dates_written_as_whole_numbers_date_the_rows(exports: Path) -> None:
+    """An export that writes the day as ``20130101`` (an integer column) and the clock as
+    ``HHMM``: the column is the time column (``%Y%m%d``, found or given with --date-format),
+    ingest picks a day's rows by it, and a day's file passes the drafted suite."""
+    flights = pd.read_csv(exports / "flights.csv")
+    flights.insert(0, "flight_date", flights["year"] * 10_000 + flights["month"] * 100)
+    flights["flight_date"] += flights["day"]
+    flights = flights.drop(columns=["time_hour", "year", "month", "day"])
+    path = exports / "digits" / "flights.csv"
+    path.parent.mkdir()
+    flights.to_csv(path, index=False)
+    key = "carrier,flight,flight_date,sched_dep_time"
+    found = draft_domain("digits", str(path), out=str(exports / "digits_d"), label="late", key=key)
+    assert (found.roles.time_column, found.roles.date_format) == ("flight_date", "%Y%m%d")
+    assert found.roles.first_day == date(2013, 1, 1) and len(found.roles.days) == 10
+
+    out = exports / "digits_domain"
+    argv = ["init-domain", "digits", "--sample", str(path), "--label", "late", "--key", key]
+    code, printed = _run([*argv, "--date-format", "%Y%m%d", "--out", str(out)])
+    assert code == 0, printed
+    settings = yaml.safe_load((out / "settings.yaml").read_text())
+    assert settings["ingest"]["date_format"] == "%Y%m%d"
+    day = flights[flights["flight_date"] == 20130105]
+    day.to_csv(exports / "digits" / "2013-01-05.csv", index=False)
+    code, printed = _run_as(
+        out,
+        "digits",
+        exports / "d",
+        ["validate", "--path", str(exports / "digits" / "2013-01-05.csv")],
+    )
+    assert "(date 2013-01-05) passed suite 'digits'" in printed, printed
+
+    code, printed = _run(
+        [*argv, "--date-format", "%d.%m.%Y", "--out", str(exports / "digits_wrong")]
+    )
+    assert code == 2 and "--date-format '%d.%m.%Y'" in printed and "flight_date" in printed
+    assert not (exports / "digits_wrong").exists()
+
+
 def _draft(exports: Path, name: str, **roles: str) -> DomainDraft:
     (sample,) = exports.glob(f"{name}.*")
     return draft_domain(f"{name}_d", str(sample), out=str(exports / name), **roles)
