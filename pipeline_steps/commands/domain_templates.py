@@ -251,6 +251,11 @@ ingest:
 {%- if d.roles.time_zone %}
   time_zone: {{ d.roles.time_zone | tojson }}
 {%- endif %}
+{%- if d.row_key %}
+  # rows without an id: each row's key is <file>:<row number>, the same on every re-ingest of
+  # the same file; moving or renaming a file, or rows added above a row, change it
+  row_key: {{ d.row_key | tojson }}
+{%- endif %}
 validation:
   expectations_dir: {{ (d.folder ~ "/expectations") | tojson }}
 {{ d.row_count_note | wrap("  # ") }}

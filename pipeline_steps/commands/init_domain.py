@@ -48,6 +48,7 @@ from pipeline_steps.quality.draft_checks import (
     strong_features,
 )
 from pipeline_steps.quality.sample_profile import (
+    ROW_KEY,
     ColumnProfile,
     Roles,
     SampleProfile,
@@ -103,6 +104,9 @@ class DomainDraft:
     """Column -> what the draft made of it beyond its kind (left out, flags), and why."""
     flags: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     """Flag feature -> (multi-valued column, delimiter, value): 1 where the column lists it."""
+    row_key: str = ""
+    """The key column ingest makes for rows without an id (``--key row``,
+    ``ingest.row_key``); empty when the rows have a key of their own."""
 
     @property
     def sample_name(self) -> str:
@@ -357,8 +361,13 @@ def draft_domain(
     the column, ``StepError`` a bad name."""
     check_name(name, out)
     margins = margins or Margins()
+    profile = profile_sample(sample)
+    row_key = ""
+    if key == ROW_KEY and ROW_KEY not in profile.names:  # rows without an id: a key made
+        row_key = ROW_KEY
+        profile = profile_sample(sample, row_key=row_key)
     profile, roles = infer_roles(
-        profile_sample(sample),
+        profile,
         label=label,
         task=task,
         time_column=time_column,
@@ -465,6 +474,7 @@ def draft_domain(
         left_out=[c.name for c in columns if c.name not in categorical and c.name not in numeric],
         slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
+        row_key=row_key,
     )
 
 
@@ -618,13 +628,15 @@ def wrap(text: str, prefix: str = "") -> str:
 def check_on_sample(draft: DomainDraft, folder: Path) -> int:
     """Run the written suite on the sample, read as the file source reads a day of it; the
     number of expectations. ``StepError`` when the sample fails its own suite."""
-    from pipeline_steps.domain.sources import conform
+    from pipeline_steps.domain.sources import conform, with_row_keys
     from pipeline_steps.quality.file_check import read_any
     from pipeline_steps.quality.suites import as_frame, describe, load_suite, run_suite
 
     suite = load_suite(folder / "expectations" / f"{draft.name}.json")
     schema = draft.profile.schema()
     read = read_any(draft.sample, schema)
+    if draft.row_key:
+        read = with_row_keys(read, draft.row_key, draft.sample)
     table = pa.Table.from_batches([conform(batch, schema) for batch in read.to_batches()])
     # The sample as one partition: no trailing days to bound its row count; ingested now.
     parameters = {

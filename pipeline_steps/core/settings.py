@@ -345,6 +345,13 @@ class IngestSettings:
         ``America/Chicago``): zoned and epoch times are dated in it, so the evening of a city west
         of Greenwich stays on its own day. Empty: a zoned time's own zone, UTC for epochs.""",
     )
+    row_key: str = setting(
+        "",
+        doc="""file source: the name of a key column made for rows without an id (``init-domain
+        --key row``): each row's ``<file>:<row number>`` (the file's path as the source finds it,
+        rows counted from 1). The same file and row give the same key on every re-ingest;
+        moving or renaming the file, or rows inserted or removed above a row, change it.""",
+    )
     sql_url: str = setting(
         "",
         doc="""sql source: SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``.""",

@@ -256,6 +256,27 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema | None) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
+def number_rows(batch: pa.RecordBatch, column: str, file: str, first: int) -> pa.RecordBatch:
+    """``batch`` with a key column ``column`` (``ingest.row_key``) appended: each row's
+    ``<file>:<row number>``, the batch's first row being row ``first`` of the file (from 1)."""
+    keys = _row_keys(batch.schema.names, column, file, first, batch.num_rows)
+    return pa.RecordBatch.from_arrays([*batch.columns, keys], [*batch.schema.names, column])
+
+
+def with_row_keys(table: pa.Table, column: str, file: str) -> pa.Table:
+    """A whole file's rows with their ``number_rows`` key."""
+    return table.append_column(column, _row_keys(table.column_names, column, file, 1, len(table)))
+
+
+def _row_keys(names: list[str], column: str, file: str, first: int, rows: int) -> pa.Array:
+    if column in names:
+        raise StepError(
+            f"file {file} has a column {column!r} already; ingest.row_key makes one of that "
+            "name: use the file's column as the key (--key), or name the made one otherwise"
+        )
+    return pa.array([f"{file}:{first + n}" for n in range(rows)], pa.string())
+
+
 @dataclass(frozen=True)
 class FileSource:
     """CSV or parquet files on local disk or any fsspec URL, one or many per day."""
@@ -269,6 +290,8 @@ class FileSource:
     """How ``date_column`` writes a time (``ingest.date_format``, :mod:`event_times`)."""
     time_zone: str = ""
     """The zone a day is counted in (``ingest.time_zone``)."""
+    row_key: str = ""
+    """A key column made for rows without an id (``ingest.row_key``, :func:`number_rows`)."""
 
     def files(self, dataset: str, day: date) -> tuple[Any, list[str]]:
         url = self.template.format(dataset=dataset, date=day.isoformat())
@@ -312,6 +335,7 @@ class FileSource:
             wrong = wrong_format(fs, path)
             if wrong:
                 raise StepError(f"file {path} is {wrong}")
+            first = 1
             try:
                 for batch in self._read(fs, path, self.schemas.get(dataset)):
                     delimiter = single_column_delimiter(batch.schema.names)
@@ -320,6 +344,9 @@ class FileSource:
                             f"file {path} is delimited by {delimiter}, not commas: its one "
                             f"column is {batch.schema.names[0][:60]!r}…"
                         )
+                    if self.row_key:
+                        batch = number_rows(batch, self.row_key, path, first)
+                        first += batch.num_rows
                     batch = conform(batch, self.schemas.get(dataset))
                     if self.date_column:
                         batch = _rows_of_day(
@@ -415,6 +442,12 @@ def open_source(settings: IngestSettings, domain: Domain) -> Source:
             domain.schemas,
             date_format=settings.date_format,
             time_zone=settings.time_zone,
+            row_key=settings.row_key,
+        )
+    if settings.row_key:
+        raise StepError(
+            f"ingest.row_key {settings.row_key!r} applies to the file source only (a file's rows "
+            f"keep their place); ingest.source is {settings.source!r}"
         )
     if settings.source == "sql":
         return SqlSource(settings.sql_url, settings.sql_query, settings.batch_rows, domain.schemas)

