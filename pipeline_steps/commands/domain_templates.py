@@ -75,6 +75,8 @@ feature view and its offline source, with no other file to edit."""
 FLAGS = {{ d.flags | py_dict }}
 """Flag features of multi-valued text: flag -> (column, delimiter, value), 1 where the
 column's row lists the value."""
+CLOCKS = {{ d.clocks | py_dict }}
+"""Hour-of-day features: feature -> the column of clock times (``HH:MM[:SS]``) it is read from."""
 FEATURE_SOURCE = {{ d.view | py }}
 """The offline source of the feature view: ``$TRAINYARD_FEAST_DIR/sources/<name>.parquet``."""
 ROW_FEATURES = [c for c in CATEGORICAL if c not in LEFT_OUT]
@@ -86,7 +88,7 @@ FEATURE_VIEW = FeatureViewSpec(
     source=FEATURE_SOURCE,
     source_name={{ (d.name ~ "_rows") | py }},
     ttl=timedelta(0),  # a row's values hold until a newer row of the same key
-    fields=numeric_fields([*NUMERIC, *FLAGS], INTEGER, LEFT_OUT),
+    fields=numeric_fields([*NUMERIC, *FLAGS, *CLOCKS], INTEGER, LEFT_OUT),
     description="The numeric columns of each row, at its event time.",
 )
 """The Feast feature view, built from the lists above: the features step applies it (and the
@@ -111,6 +113,12 @@ def entity_key(frame: pd.DataFrame) -> pd.Series:
 {%- else %}
     return frame[KEY]
 {%- endif %}
+
+
+def clock_hour(values: pd.Series) -> pd.Series:
+    """The hour of each clock time (``11:38:36`` is 11); missing where there is none."""
+    hours = values.astype("string").str.extract(r"^\\s*(\\d{1,2}):", expand=False)
+    return pd.to_numeric(hours, errors="coerce").astype("Int64")
 
 
 def flag(values: pd.Series, delimiter: str, value: str) -> pd.Series:
@@ -169,6 +177,8 @@ class {{ d.class_name }}(Domain):
             if field.name in FLAGS:
                 column, delimiter, value = FLAGS[field.name]
                 source[field.name] = flag(rows[column], delimiter, value)
+            elif field.name in CLOCKS:
+                source[field.name] = clock_hour(rows[CLOCKS[field.name]])
             else:
                 kind = "Int64" if field.dtype == "int64" else "float64"
                 source[field.name] = rows[field.name].astype(kind)

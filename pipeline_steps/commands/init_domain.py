@@ -39,6 +39,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.draft_checks import (
+    clock_columns,
     constant_where_labelled,
     identifiers,
     integer_codes,
@@ -104,6 +105,8 @@ class DomainDraft:
     """Column -> what the draft made of it beyond its kind (left out, flags), and why."""
     flags: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     """Flag feature -> (multi-valued column, delimiter, value): 1 where the column lists it."""
+    clocks: dict[str, str] = field(default_factory=dict)
+    """Hour-of-day feature -> the text column of clock times (``HH:MM[:SS]``) it is read from."""
     row_key: str = ""
     """The key column ingest makes for rows without an id (``--key row``,
     ``ingest.row_key``); empty when the rows have a key of their own."""
@@ -408,14 +411,20 @@ def draft_domain(
     flags = {
         m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values
     }
+    free = [n for n in names if n not in ids and n not in multi and n not in categorical]
+    clocks = {
+        f"{name}_hour": name
+        for name in clock_columns(profile, [n for n in free if n not in leaks])
+        if f"{name}_hour" not in profile.names
+    }
     recurring = [
         c.name
         for c in columns
         if roles.calendar.get(c.name) == "day" and c.distinct >= 3 and c.name not in leaks
     ]
-    fallback = recurring[:1] if not numeric and not flags else []
+    fallback = recurring[:1] if not numeric and not flags and not clocks else []
     numeric += fallback
-    if not numeric and not flags:
+    if not numeric and not flags and not clocks:
         raise StepError(
             f"{sample} has no numeric column besides the key and the label; the Feast feature "
             "view needs one"
@@ -430,6 +439,11 @@ def draft_domain(
         **{name: f"left out: {why}" for name, why in leaks.items()},
         **{name: f"left out: {why}" for name, why in constant.items()},
         **{name: f"flags: {m.reason}" for name, m in multi.items()},
+        **{
+            name: f"the hour of its clock times (HH:MM[:SS]) is the feature {feature}; the text "
+            "itself is left out"
+            for feature, name in clocks.items()
+        },
         **{name: why for name, why in codes.items() if name in categorical},
         **{
             name: "left out: encodes the time (a holdout's values would lie beyond every "
@@ -465,12 +479,14 @@ def draft_domain(
         suite=draft_suite(name, profile, roles, margins, MIN_HISTORY),
         decisions=decisions,
         flags=flags,
+        clocks=clocks,
         margins=margins,
         row_counts=row_counts(roles.days, margins, MIN_HISTORY),
         sizes=draft_sizes(profile, roles),
         categorical=categorical,
         numeric=numeric,
-        integer=[c.name for c in columns if c.name in numeric and c.kind != "float"] + list(flags),
+        integer=[c.name for c in columns if c.name in numeric and c.kind != "float"]
+        + [*flags, *clocks],
         left_out=[c.name for c in columns if c.name not in categorical and c.name not in numeric],
         slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",

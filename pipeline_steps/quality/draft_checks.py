@@ -276,6 +276,24 @@ def _number_range(column: ColumnProfile) -> str:
     return f"{column.low:g}..{column.high:g}" if column.low is not None else "no values"
 
 
+_CLOCK = re.compile(r"^\s*([01]?\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?\s*$")
+
+
+def clock_columns(profile: SampleProfile, columns: list[str]) -> list[str]:
+    """The text columns among ``columns`` whose every value is a clock time, ``HH:MM`` or
+    ``HH:MM:SS`` (a till's time of day beside its date column): each becomes an hour-of-day
+    feature, never free text."""
+    found = []
+    for name in columns:
+        column = profile.column(name, "--key")
+        if column.kind != "string" or not column.present:
+            continue
+        values = profile.table.column(name).drop_null().cast(pa.string())
+        if pc.all(pc.match_substring_regex(values, _CLOCK.pattern)).as_py():
+            found.append(name)
+    return found
+
+
 def multi_valued(profile: SampleProfile, columns: list[str]) -> dict[str, MultiValued]:
     """The string columns among ``columns`` that hold delimited values, with their flags."""
     found = {}

@@ -531,7 +531,7 @@ def test_days_counted_in_the_city_s_zone_split_the_holdout_there_too(exports: Pa
 def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -> None:
     """``11:38:36`` beside a date: Arrow reads it as a time of day, which no expectation
     judges; the draft keeps it as text, and a day exported by pandas to parquet (microsecond
-    times) is read as the same text and passes the drafted suite."""
+    times) is read as the same text and passes the drafted suite. Its hour is a feature."""
     import datetime
 
     out = exports / "pizzas_domain"
@@ -552,7 +552,7 @@ def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -
         ]
     )
     assert code == 0, printed
-    assert "time: left out: text of" in printed  # a column of the schema, no feature
+    assert "time: the hour of its clock times (HH:MM[:SS]) is the feature time_hour" in printed
     day = pd.read_csv(exports / "pizzas.csv")
     day = day[day["date"] == "2015-01-09"].copy()
     day["time"] = [datetime.time.fromisoformat(t) for t in day["time"]]
@@ -561,6 +561,28 @@ def test_a_time_of_day_beside_the_date_is_text_whoever_wrote_it(exports: Path) -
     code, printed = _run_as(out, "pizzas", exports / "p", ["validate", "--path", str(path)])
     assert code == 0 and f"file {path} (date 2015-01-09) passed suite 'pizzas'" in printed, printed
     assert "schema change" not in printed
+    # the hour of each line's clock reaches the Feast view's source, the text does not
+    from pipeline_steps.core.context import RunContext
+    from pipeline_steps.core.settings import load_settings
+    from pipeline_steps.steps.ingest import ingest
+    from pipeline_steps.steps.validate import validate
+
+    with _importable(out, "pizzas"):
+        module = importlib.import_module("pizzas.domain")
+        assert module.CLOCKS == {"time_hour": "time"} and "time" in module.LEFT_OUT
+        settings = load_settings(
+            out / "settings.yaml",
+            ["validation.data_docs=false", f"ingest.path={exports / 'pizzas.csv'}"],
+            {"TRAINYARD_HOME": str(exports / "p_home")},
+        )
+        ctx = RunContext(run_id="r", logical_date=date(2015, 1, 9), settings=settings)
+        ingest(ctx)
+        validate(ctx)
+        sources, _ = module.DOMAIN.feature_sources(ctx.lake, [date(2015, 1, 9)])
+        source = sources[module.FEATURE_SOURCE]
+        expected = [int(t[:2]) for t in day.sort_values("line")["time"].astype(str)]
+        hours = source.assign(line=source["line"].astype(int)).sort_values("line")["time_hour"]
+        assert hours.tolist() == expected and "time" not in source.columns
 
 
 def test_a_short_run_of_whole_numbers_is_ordinal_and_hours_are_not(exports: Path) -> None:
