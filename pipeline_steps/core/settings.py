@@ -1201,6 +1201,34 @@ class GateSettings:
         rows).""",
         minimum=1,
     )
+    suspect_auc: float = setting(
+        0.995,
+        doc="""``binary``: a challenger (or a baseline) with an AUC of at least this on the holdout
+        is near perfect, which usually means a leak (a column, or a combination of columns, that
+        gives the label away): it is refused unless ``easy_task_reason`` says why the task is
+        this easy.""",
+        minimum=0,
+        maximum=1,
+    )
+    suspect_accuracy: float = setting(
+        0.99,
+        doc="""``multiclass`` and ``ordinal``: the accuracy on the holdout from which a challenger
+        (or a baseline) is near perfect (see ``suspect_auc``).""",
+        minimum=0,
+        maximum=1,
+    )
+    suspect_r2: float = setting(
+        0.995,
+        doc="""``regression``: the R² on the holdout from which a challenger (or a baseline) is
+        near perfect (see ``suspect_auc``).""",
+        maximum=1,
+    )
+    easy_task_reason: str = setting(
+        "",
+        doc="""Why a near-perfect score is genuine (the task is this easy): with a reason, a
+        near-perfect challenger is judged as any other and the reason is recorded in its
+        decision on the model version; empty: it is refused.""",
+    )
     min_rows: int = setting(
         200,
         doc="""``multiclass`` and ``regression``: fewest holdout rows the gate decides on; with

@@ -14,6 +14,9 @@ the gate settings; the task is the evaluation's (``HoldoutMetrics.task``), its m
   of the champion's RMSE on that slice); without a champion, below
   the ``gate.min_auc`` floor (``binary``; for the other tasks beating the trivial model is the
   floor);
+- ``refuse`` too when the challenger or a baseline is near perfect on the holdout
+  (``gate.suspect_auc``, ``suspect_accuracy``, ``suspect_r2``): a leak, unless
+  ``gate.easy_task_reason`` says why the task is this easy;
 - ``pass`` otherwise.
 
 Every check adds a readable reason, so the recorded decision says why.
@@ -138,6 +141,34 @@ def _too_small(evaluation: EvaluateManifest, settings: GateSettings, task: str) 
     return None
 
 
+SUSPECT_METRICS = {"auc": "suspect_auc", "accuracy": "suspect_accuracy", "r2": "suspect_r2"}
+"""The metric by which each task's model is near perfect, and the gate setting of its floor:
+``binary`` AUC, ``multiclass`` and ``ordinal`` accuracy, ``regression`` R²."""
+_SUSPECT_BY_TASK = {"binary": "auc", "multiclass": "accuracy", "ordinal": "accuracy"}
+
+
+def _near_perfect(evaluation: EvaluateManifest, settings: GateSettings, task: str) -> str | None:
+    """Which of the challenger and the baselines score near perfect on the holdout, and how
+    much, or None: a leak is the usual cause."""
+    metric = _SUSPECT_BY_TASK.get(task, "r2" if task_spec(task).real_valued else "accuracy")
+    floor = float(getattr(settings, SUSPECT_METRICS[metric]))
+    models = [("challenger", evaluation.challenger.metrics)]
+    models += [(f"{b.name} baseline", b.metrics) for b in evaluation.baselines]
+    found = [
+        f"{who} {float(getattr(m, metric)):.4f}"
+        for who, m in models
+        if float(getattr(m, metric)) >= floor  # NaN never is
+    ]
+    if not found:
+        return None
+    return (
+        f"near perfect on the holdout: {_name(metric, task)} of the {', '.join(found)} >= "
+        f"gate.{SUSPECT_METRICS[metric]}={floor:g}; a score this high usually means a leak, a "
+        "column or a combination of columns that gives the label away (review the columns "
+        "init-domain marked 'kept, review' and LEFT_OUT in the domain module)"
+    )
+
+
 def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float) -> Verdict:
     """The gate's verdict on ``evaluation``'s challenger; ``confidence`` is the intervals'
     (recorded in the evaluation), named in the reasons. ``SettingsError`` when
@@ -155,6 +186,17 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
     level = f"{confidence:.0%} confidence"
     reasons: list[str] = []
     ok = True
+    suspect = _near_perfect(evaluation, settings, task)
+    if suspect is not None:
+        if not settings.easy_task_reason:
+            return Verdict(
+                "refuse",
+                [
+                    f"{suspect}; refused. If the task is genuinely this easy, say why in "
+                    "gate.easy_task_reason (recorded with the decision)"
+                ],
+            )
+        reasons.append(f"{suspect}; accepted: {settings.easy_task_reason} (gate.easy_task_reason)")
     trivial = _trivial(evaluation, task)
     if trivial is not None:
         beats, reason = trivial

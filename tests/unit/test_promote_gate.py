@@ -372,3 +372,35 @@ def test_primary_metrics_must_be_the_tasks() -> None:
     ):
         GateSettings(primary_metrics=("f2",))
     assert GateSettings().metrics_for("binary") == ("auc", "log_loss")
+
+
+def _perfect(challenger_auc: float, logistic_auc: float) -> EvaluateManifest:
+    base = evaluation(
+        Interval(estimate=0.001, low=-0.006, high=0.008),
+        Interval(estimate=0.0, low=-0.004, high=0.004),
+    )
+    logistic = ScoredBaseline(name="logistic_regression", metrics=scored(logistic_auc))
+    challenger = replace(base.challenger, metrics=scored(challenger_auc))
+    return replace(base, challenger=challenger, baselines=[BEATS_TRIVIAL, logistic])
+
+
+def test_a_near_perfect_challenger_or_baseline_is_refused_as_a_leak() -> None:
+    verdict = gate(_perfect(1.0, 0.81), GATE, 0.95)
+    assert verdict.outcome == "refuse" and len(verdict.reasons) == 1
+    reason = verdict.reasons[0]
+    assert "near perfect on the holdout: AUC of the challenger 1.0000 >= gate.suspect_auc" in reason
+    assert "gate.easy_task_reason" in reason
+    # the leak shows in the linear baseline on the same features, too
+    verdict = gate(_perfect(0.83, 0.998), GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert "logistic_regression baseline 0.9980" in verdict.reasons[0]
+    assert gate(_perfect(0.99, 0.81), GATE, 0.95).outcome == "pass"  # below 0.995
+
+
+def test_a_genuinely_easy_task_passes_with_its_reason_recorded() -> None:
+    easy = replace(GATE, easy_task_reason="the sensor reads the label itself")
+    verdict = gate(_perfect(1.0, 0.81), easy, 0.95)
+    assert verdict.outcome == "pass"
+    assert verdict.reasons[0].endswith(
+        "accepted: the sensor reads the label itself (gate.easy_task_reason)"
+    )
