@@ -96,9 +96,16 @@ def test_refused_in_shadow_released_then_a_forced_bad_champion_rolled_back(relea
     assert _aliases(settings) == {"champion": "1", "challenger": "2"}
     assert lake.read_json("runs/second", "release.json")["action"] == "retired"
 
-    # The day's model trained again reproduces version 1: staged, and released by the monitor
-    # DAG after its shadow days, which records the champion asset event.
+    # The day's model trained again is version 1's twin (the same training set, settings and
+    # code): recorded as identical, nothing registered or staged.
     again = run_context(settings, "first-again", DAYS[0], "manual")
+    run_all(again)
+    assert again.upstream(PromoteManifest).decision == "identical"
+    assert _aliases(settings) == {"champion": "1", "challenger": "2"}
+    # Trained from another seed, a model as good: staged, and released by the monitor DAG after
+    # its shadow days, which records the champion asset event.
+    reseeded = load_settings(overrides=["train.seed=7"])
+    again = run_context(reseeded, "first-reseeded", DAYS[0], "manual")
     run_all(again)
     assert again.upstream(PromoteManifest).decision == "staged"
     assert _monitor_and_release(settings, DAYS[4]).action == "waiting"
