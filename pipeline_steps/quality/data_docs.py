@@ -4,7 +4,7 @@ GX renders a full site per validated dataset: its pages (the index, the suite, t
 validation) and 4.3 MB of ``static/`` assets (images, fonts) the pages barely use. A passing
 day's site keeps its pages, with their indentation removed, and points them at one copy of the
 assets per lake and GX version (``reports/data_docs_assets/gx-<version>/static``): about 100
-to 190 KB per dataset instead of 4.4 MB. A failed day keeps its whole site, which opens without
+to 190 KB per dataset instead of 4.3 MB. A failed day keeps its whole site, which opens without
 the lake's shared assets (the day to read it is often the day it is copied elsewhere).
 """
 
