@@ -39,13 +39,16 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.draft_checks import (
+    class_sources,
     clock_columns,
+    combination_sources,
     constant_where_labelled,
     identifiers,
     integer_codes,
     label_sources,
+    leak_score,
     multi_valued,
-    one_column_scores,
+    one_column_fits,
     strong_features,
 )
 from pipeline_steps.quality.sample_profile import (
@@ -107,6 +110,9 @@ class DomainDraft:
     """Flag feature -> (multi-valued column, delimiter, value): 1 where the column lists it."""
     clocks: dict[str, str] = field(default_factory=dict)
     """Hour-of-day feature -> the text column of clock times (``HH:MM[:SS]``) it is read from."""
+    together: float | None = None
+    """How well the kept columns together predict the label on sample rows a small tree model
+    was not fitted on (balanced accuracy or R²); None when too few rows to judge."""
     row_key: str = ""
     """The key column ingest makes for rows without an id (``--key row``,
     ``ingest.row_key``); empty when the rows have a key of their own."""
@@ -305,6 +311,24 @@ class InitResult:
             f"trainyard step $step --run-id {d.name}-first --logical-date {last}; done",
         ]
 
+    @property
+    def together_note(self) -> str:
+        """How well the kept columns predict the label together, and what a near-perfect
+        figure means."""
+        d = self.draft
+        together = d.together or 0.0
+        measure = "R²" if d.task.real_valued else "balanced accuracy"
+        note = (
+            f"Together, the kept columns predict {d.roles.label} with {measure} {together:.3f} "
+            "on sample rows a small tree model was not fitted on"
+        )
+        if together >= leak_score(d.roles.task):
+            note += (
+                ": near perfect, so a leak or a very easy task. The gate refuses a near-perfect "
+                "model unless gate.easy_task_reason says why the task is this easy"
+            )
+        return textwrap.fill(note + ".", 100)
+
     def render(self) -> str:
         """What was written, and the next commands."""
         d, roles = self.draft, self.draft.roles
@@ -314,6 +338,7 @@ class InitResult:
             f"{roles.key}, time column {roles.time_column}.",
             f"The suite's {self.evaluated} rules pass on the sample; each names its figure and "
             "margin in meta.why: review them.",
+            *([self.together_note] if d.together is not None else []),
             *(["", "Decided (also in domain.py):"] if d.decisions else []),
             *(
                 textwrap.fill(f"{name}: {why}", 100, initial_indent="  ", subsequent_indent="    ")
@@ -403,11 +428,15 @@ def draft_domain(
     constant = constant_where_labelled(profile, roles, categorical + numeric)
     categorical = [c for c in categorical if c not in constant]
     numeric = [c for c in numeric if c not in constant]
-    scores = one_column_scores(profile, roles, categorical + numeric)
+    fits = one_column_fits(profile, roles, categorical + numeric)
+    scores = {name: fit.score for name, fit in fits.items()}
     leaks = label_sources(profile, roles, categorical + numeric, scores)
-    review = strong_features(scores, roles, set(leaks))
+    one_class, named = class_sources(fits, roles, set(leaks), set(numeric))
+    leaks |= one_class
     categorical = [c for c in categorical if c not in leaks]
     numeric = [c for c in numeric if c not in leaks]
+    together, combined = combination_sources(profile, roles, categorical, numeric)
+    review = strong_features(scores, roles, set(leaks)) | named | combined
     flags = {
         m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values
     }
@@ -491,6 +520,7 @@ def draft_domain(
         slice_columns=tuple(c for c in categorical if 2 <= counts[c] <= SLICE_VALUES)[:SLICES],
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
         row_key=row_key,
+        together=together,
     )
 
 

@@ -495,6 +495,10 @@ class EvaluateManifest(Manifest):
     """Challenger minus champion per metric; empty without a champion."""
     baselines: list[ScoredBaseline] = field(default_factory=list)
     slices: list[SliceResult] = field(default_factory=list)
+    suspects: dict[str, float] = field(default_factory=dict)
+    """When the challenger or a baseline is near perfect: the feature columns the challenger
+    leans on, each with its near-perfect metric when that column alone is shuffled in the
+    holdout (most telling first); empty otherwise."""
     report: str = ""
     """The HTML evaluation report (``reports/evaluation/...``)."""
 

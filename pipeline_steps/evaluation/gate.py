@@ -141,31 +141,44 @@ def _too_small(evaluation: EvaluateManifest, settings: GateSettings, task: str) 
     return None
 
 
-SUSPECT_METRICS = {"auc": "suspect_auc", "accuracy": "suspect_accuracy", "r2": "suspect_r2"}
-"""The metric by which each task's model is near perfect, and the gate setting of its floor:
-``binary`` AUC, ``multiclass`` and ``ordinal`` accuracy, ``regression`` R²."""
-_SUSPECT_BY_TASK = {"binary": "auc", "multiclass": "accuracy", "ordinal": "accuracy"}
+def near_perfect(metrics: HoldoutMetrics, settings: GateSettings) -> bool:
+    """Whether a model with ``metrics`` is near perfect on the holdout: its task's
+    ``near_perfect_metric`` at least the gate's ``suspect_<metric>`` (NaN never is)."""
+    metric = task_spec(metrics.task).near_perfect_metric
+    return float(getattr(metrics, metric)) >= float(getattr(settings, f"suspect_{metric}"))
 
 
 def _near_perfect(evaluation: EvaluateManifest, settings: GateSettings, task: str) -> str | None:
     """Which of the challenger and the baselines score near perfect on the holdout, and how
-    much, or None: a leak is the usual cause."""
-    metric = _SUSPECT_BY_TASK.get(task, "r2" if task_spec(task).real_valued else "accuracy")
-    floor = float(getattr(settings, SUSPECT_METRICS[metric]))
+    much, and the columns the challenger leans on (``EvaluateManifest.suspects``), or None: a
+    leak is the usual cause."""
+    metric = task_spec(task).near_perfect_metric
+    floor = float(getattr(settings, f"suspect_{metric}"))
     models = [("challenger", evaluation.challenger.metrics)]
     models += [(f"{b.name} baseline", b.metrics) for b in evaluation.baselines]
     found = [
-        f"{who} {float(getattr(m, metric)):.4f}"
-        for who, m in models
-        if float(getattr(m, metric)) >= floor  # NaN never is
+        f"{who} {float(getattr(m, metric)):.4f}" for who, m in models if near_perfect(m, settings)
     ]
     if not found:
         return None
+    name = _name(metric, task)
+    ranked = sorted(
+        evaluation.suspects.items(), key=lambda item: item[1], reverse=not HIGHER_IS_BETTER[metric]
+    )
+    leaning = ", ".join(
+        f"{column} ({name} {score:.4f} with it shuffled)" for column, score in ranked
+    )
+    suspects = (
+        f"; the challenger leans on {leaning}: the suspect columns"
+        if leaning
+        else "; no one column's shuffling spoils the challenger's score, so look for a combination"
+    )
     return (
-        f"near perfect on the holdout: {_name(metric, task)} of the {', '.join(found)} >= "
-        f"gate.{SUSPECT_METRICS[metric]}={floor:g}; a score this high usually means a leak, a "
-        "column or a combination of columns that gives the label away (review the columns "
-        "init-domain marked 'kept, review' and LEFT_OUT in the domain module)"
+        f"near perfect on the holdout: {name} of the {', '.join(found)} >= "
+        f"gate.suspect_{metric}={floor:g}; a score this high usually means a leak, a "
+        f"column or a combination of columns that gives the label away{suspects} (review "
+        "them, the columns init-domain marked 'kept, review', and LEFT_OUT in the domain "
+        "module)"
     )
 
 

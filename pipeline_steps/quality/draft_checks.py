@@ -20,15 +20,16 @@ Each decision carries its reason, printed by the command and written into the dr
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_steps.core.tasks import task_spec
+from pipeline_steps.quality.leak_checks import OneColumn, one_column_fit, together
 from pipeline_steps.quality.sample_profile import (
     IDENTIFIER_NAME,
     ColumnProfile,
@@ -45,8 +46,12 @@ REVIEW_SHARE = 0.4
 """A kept column whose one-column score goes this share of the way from chance to perfect is
 named for review (``strong_features``): a binary label's balanced accuracy of 0.7, an R² of
 0.4."""
-BINS = 64
-"""Quantile bins of a numeric column in its one-column model."""
+CLASS_LEAK_SCORE = 0.99
+"""A column whose one-column model tells one class from the rest with this balanced accuracy
+(that class against the rest) on the rows it was not fitted on is a source of that class."""
+PAIR_COLUMNS = 4
+"""Most columns a near-perfect combination is searched among for pairs (those with the largest
+drop-out losses)."""
 CODE_NAME = re.compile(
     r"(precinct|district|ward|zone|region|code|category|type|class|group|sector|division|"
     r"cluster|segment|status|tier)s?$",
@@ -82,18 +87,25 @@ class MultiValued:
         return f"{self.column}_{slug}"
 
 
-def one_column_scores(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, float]:
+def one_column_fits(
+    profile: SampleProfile, roles: Roles, columns: list[str]
+) -> dict[str, OneColumn]:
     """How well each of ``columns`` alone predicts the label on sample rows it was not fitted
-    on: balanced accuracy (classification) or R² (regression); columns too sparse to judge are
-    left out."""
+    on (:func:`pipeline_steps.quality.leak_checks.one_column_fit`); columns with too few
+    labelled rows to judge are left out."""
     label = profile.table.column(roles.label)
-    scores = {}
+    fits = {}
     for name in columns:
         column = profile.column(name, "--label")
-        score = _one_column_score(profile.table.column(name), column, label, roles.task)
-        if score is not None:
-            scores[name] = score
-    return scores
+        fitted = one_column_fit(profile.table.column(name), column.numeric, label, roles.task)
+        if fitted is not None:
+            fits[name] = fitted
+    return fits
+
+
+def one_column_scores(profile: SampleProfile, roles: Roles, columns: list[str]) -> dict[str, float]:
+    """Each column's one-column score: balanced accuracy (classification) or R²."""
+    return {name: fit.score for name, fit in one_column_fits(profile, roles, columns).items()}
 
 
 def leak_score(task: str) -> float:
@@ -126,6 +138,93 @@ def label_sources(
     return found
 
 
+def class_sources(
+    fits: dict[str, OneColumn], roles: Roles, leaks: set[str], numeric: set[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The columns (``fits`` less ``leaks`` and the key's parts) that give one class away: their
+    one-column model tells that class from the rest with at least ``CLASS_LEAK_SCORE``,
+    however little it says of the other classes. Two maps of column to why: the ``numeric``
+    ones, left out (a lab value fixed for two classes and varying for the third, a size
+    measured only for the most severe class, a price only one size has: measurements taken with
+    the outcome), and the categories, kept for review (a category naming one class may be the
+    thing itself: the one pizza sold in XL)."""
+    left_out, review = {}, {}
+    for name, fit in fits.items():
+        if name in leaks or name in roles.key_columns:
+            continue
+        given = {c: s for c, s in fit.classes.items() if s >= CLASS_LEAK_SCORE}
+        if not given or len(given) >= max(len(roles.classes), 2):
+            continue
+        shown = ", ".join(f"{c!r} {s:.3f}" for c, s in sorted(given.items()))
+        figure = (
+            f"{name} alone tells {shown} from the other {roles.label} values (balanced accuracy "
+            "of that class against the rest, on sample rows it was not fitted on; at least "
+            f"{CLASS_LEAK_SCORE}); over all classes {fit.score:.3f}"
+        )
+        if name in numeric:
+            left_out[name] = (
+                f"a source of the label for one class: {figure}. A model would learn that "
+                "class from it"
+            )
+        else:
+            review[name] = (
+                f"kept, review: {figure}. A category that names one class may be the thing "
+                "itself; if it is recorded with the outcome, move it to LEFT_OUT"
+            )
+    return left_out, review
+
+
+def combination_sources(
+    profile: SampleProfile, roles: Roles, categorical: list[str], numeric: list[str]
+) -> tuple[float | None, dict[str, str]]:
+    """How well the kept columns together predict the label (a small tree model on sample
+    rows it was not fitted on), and, when near perfect (``leak_score``), the columns it rests
+    on, each with why: those without which the model falls below that score (each column's
+    drop-out), and among them the pairs that alone reach it (a price that, with the product's
+    name, names the size)."""
+    columns = [*categorical, *numeric]
+    numbers = set(numeric)
+    threshold = leak_score(roles.task)
+    measure = _measure(roles.task)
+    everything = together(profile.table, columns, numbers, roles.label, roles.task)
+    if everything is None or everything < threshold or len(columns) < 2:
+        return everything, {}
+    without = {
+        name: together(
+            profile.table, [c for c in columns if c != name], numbers, roles.label, roles.task
+        )
+        for name in columns
+    }
+    losses = {n: everything - s for n, s in without.items() if s is not None}
+    needed = sorted(
+        (n for n, s in without.items() if s is not None and s < threshold),
+        key=lambda n: -losses[n],
+    )[:PAIR_COLUMNS]
+    found: dict[str, str] = {}
+    for first, second in itertools.combinations(needed, 2):
+        pair = together(profile.table, [first, second], numbers, roles.label, roles.task)
+        if pair is None or pair < threshold:
+            continue
+        for name, other in ((first, second), (second, first)):
+            found.setdefault(
+                name,
+                f"kept, review: with {other} it predicts {roles.label} with {measure} "
+                f"{pair:.3f} on sample rows they were not fitted on (a small tree model; all "
+                f"kept columns {everything:.3f}, {without[name]:.3f} without {name}): a "
+                "combination that gives the label away unless both are known before the "
+                "outcome. The gate refuses a near-perfect model; move one of them to LEFT_OUT",
+            )
+    for name in [] if found else needed:  # a pair that alone is near perfect explains it
+        found.setdefault(
+            name,
+            f"kept, review: a small tree model on all kept columns predicts {roles.label} with "
+            f"{measure} {everything:.3f} on sample rows it was not fitted on, {without[name]:.3f} "
+            f"without {name}: the near-perfect score rests on it. Unless it is known before "
+            "the outcome, move it to LEFT_OUT",
+        )
+    return everything, found
+
+
 def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> dict[str, str]:
     """The kept columns (``scores`` less ``leaks``) that alone predict much of the label, each
     with a note to review it: no copy of the label, but a column recorded at or after the
@@ -149,64 +248,6 @@ def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> 
 
 def _measure(task: str) -> str:
     return "R²" if task_spec(task).real_valued else "balanced accuracy"
-
-
-def _one_column_score(
-    values: pa.ChunkedArray, column: ColumnProfile, label: pa.ChunkedArray, task: str
-) -> float | None:
-    """How well ``values`` alone predicts ``label`` on every other row, fitted on the rest."""
-    both = pc.and_(pc.is_valid(values), pc.is_valid(label))
-    if column.numeric:
-        both = pc.and_(both, pc.invert(pc.is_nan(values.cast(pa.float64()))))
-    x, y = values.filter(both), label.filter(both)
-    if len(x) < 20:
-        return None
-    groups = _groups(x, column)
-    fit, held = np.arange(len(groups)) % 2 == 0, np.arange(len(groups)) % 2 == 1
-    if task_spec(task).real_valued:
-        target = y.cast(pa.float64()).to_numpy()
-        return _r2(groups, target, fit, held)
-    codes = np.unique(np.asarray(y.cast(pa.string()).to_pylist()), return_inverse=True)[1]
-    return _balanced_accuracy(groups, codes, fit, held)
-
-
-def _groups(x: pa.ChunkedArray, column: ColumnProfile) -> np.ndarray:
-    """Each row's group in the one-column model: its value, or its quantile bin of a numeric
-    column with more values than ``BINS``."""
-    if column.numeric and column.distinct > BINS:
-        numbers = x.cast(pa.float64()).to_numpy()
-        edges = np.unique(np.quantile(numbers, np.linspace(0, 1, BINS + 1)[1:-1]))
-        return np.searchsorted(edges, numbers, side="right")
-    return np.unique(np.asarray(x.cast(pa.string()).to_pylist()), return_inverse=True)[1]
-
-
-def _balanced_accuracy(
-    groups: np.ndarray, codes: np.ndarray, fit: np.ndarray, held: np.ndarray
-) -> float:
-    """Each group predicts its most common class among the fitted rows (an unseen group the
-    most common class overall); the mean recall per class on the held-out rows."""
-    classes = int(codes.max()) + 1
-    table = np.zeros((int(groups.max()) + 1, classes))
-    np.add.at(table, (groups[fit], codes[fit]), 1)
-    overall = np.bincount(codes[fit], minlength=classes).argmax()
-    seen = table.sum(axis=1) > 0
-    predicted = np.where(seen, table.argmax(axis=1), overall)[groups[held]]
-    truth = codes[held]
-    recalls = [np.mean(predicted[truth == c] == c) for c in np.unique(truth)]
-    return float(np.mean(recalls))
-
-
-def _r2(groups: np.ndarray, target: np.ndarray, fit: np.ndarray, held: np.ndarray) -> float:
-    """Each group predicts its mean among the fitted rows (an unseen group the overall mean);
-    R² on the held-out rows."""
-    sums = np.bincount(groups[fit], weights=target[fit], minlength=int(groups.max()) + 1)
-    counts = np.bincount(groups[fit], minlength=int(groups.max()) + 1)
-    means = np.where(counts > 0, sums / np.maximum(counts, 1), target[fit].mean())
-    truth = target[held]
-    spread = float(np.sum((truth - truth.mean()) ** 2))
-    if spread == 0:
-        return 0.0
-    return 1 - float(np.sum((truth - means[groups[held]]) ** 2)) / spread
 
 
 def identifiers(profile: SampleProfile, columns: list[str]) -> dict[str, str]:

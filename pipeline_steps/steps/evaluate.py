@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,9 +37,10 @@ from pipeline_steps.core.settings import SettingsError
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.baselines import linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences
-from pipeline_steps.evaluation.gate import Verdict, gate
-from pipeline_steps.evaluation.metrics import holdout_metrics, mlflow_metrics
+from pipeline_steps.evaluation.gate import Verdict, gate, near_perfect
+from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics, mlflow_metrics
 from pipeline_steps.evaluation.slices import slice_results
+from pipeline_steps.evaluation.suspects import shuffled_scores
 from pipeline_steps.evaluation.training_set import read_sample
 from pipeline_steps.tasks import TaskError
 
@@ -55,15 +57,17 @@ def score(
     features: list[str],
     task: str | None = None,
     classes: Sequence[str] = (),
+    loaded: Any = None,
 ) -> np.ndarray:
     """The model's predictions for the holdout rows, ``SCORE_ROWS`` at a time: probabilities
     of 1 (``binary``), each class's probability ([rows, K], ``multiclass``, ``ordinal``) or
     values (``regression``). With ``task`` the class probabilities are taken in the order of
     ``classes`` (the model's columns are class names) and a shape that does not fit the task is
-    a ``StepError``; without it they are as the model gives them."""
+    a ``StepError``; without it they are as the model gives them. ``loaded``: the model, loaded
+    already (else it is loaded from ``model_uri``)."""
     import mlflow.pyfunc
 
-    model = mlflow.pyfunc.load_model(model_uri)
+    model = loaded if loaded is not None else mlflow.pyfunc.load_model(model_uri)
     rows = holdout[features]
     parts = [
         model.predict(rows.iloc[start : start + SCORE_ROWS])
@@ -88,6 +92,29 @@ def score(
             f"rows; expected {expected}"
         )
     return values
+
+
+def suspect_columns(
+    model_uri: str,
+    holdout: pd.DataFrame,
+    columns: list[str],
+    labels: np.ndarray,
+    features: FeaturesManifest,
+) -> dict[str, float]:
+    """The feature columns the near-perfect challenger leans on, each with its near-perfect
+    metric with that column shuffled (:mod:`pipeline_steps.evaluation.suspects`)."""
+    import mlflow.pyfunc
+
+    task, classes = features.task, features.classes
+    metric = task_spec(task).near_perfect_metric
+    model = mlflow.pyfunc.load_model(model_uri)
+    return shuffled_scores(
+        lambda rows: score(model_uri, rows, columns, task, classes, loaded=model),
+        holdout,
+        columns,
+        lambda predicted: float(getattr(holdout_metrics(labels, predicted, task, classes), metric)),
+        higher_is_better=HIGHER_IS_BETTER[metric],
+    )
 
 
 def report_dir(logical_date: str, run_id: str) -> str:
@@ -205,6 +232,11 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             task=task,
         ),
     )
+    scored_models = [report.challenger.metrics, *(b.metrics for b in baselines)]
+    if any(near_perfect(m, ctx.settings.gate) for m in scored_models):
+        report = replace(
+            report, suspects=suspect_columns(trained.model_uri, holdout, columns, labels, features)
+        )
     verdict = gate(report, ctx.settings.gate, settings.confidence)
     if settings.report:
         written = write_report(ctx, report, labels, curves, verdict, classes)

@@ -127,6 +127,9 @@ class Task:
     """Metrics on which the challenger must beat the trivial model (with confidence)."""
     slice_metric: ClassVar[str]
     """The metric compared per slice."""
+    near_perfect_metric: ClassVar[str]
+    """The metric by which a model is near perfect on the holdout (a leak, as a rule): its floor
+    is the gate setting ``suspect_<metric>``."""
     slice_metrics: ClassVar[tuple[str, ...]] = ()
     """Metrics with intervals per slice; empty: the slice metric alone."""
     plots: ClassVar[tuple[str, ...]] = ()

@@ -188,6 +188,7 @@ class Binary(Task):
     gate_metrics = ("auc", "log_loss")
     trivial_metrics = ("auc", "log_loss")
     slice_metric = "auc"
+    near_perfect_metric = "auc"
     slice_metrics = ("auc", "log_loss")
     summary = ("auc", "log_loss", "brier")
     champion_columns = (

@@ -145,6 +145,7 @@ class Multiclass(Task):
     )
     trivial_metrics = ("log_loss",)
     slice_metric = "accuracy"
+    near_perfect_metric = "accuracy"
     plots = ("confusion",)
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's class shares"

@@ -147,6 +147,7 @@ class Ordinal(Task):
     )
     trivial_metrics = ("class_mae", "log_loss")
     slice_metric = "class_mae"
+    near_perfect_metric = "accuracy"
     plots = ("confusion", "class_error")
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's class shares"

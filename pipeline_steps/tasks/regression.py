@@ -82,6 +82,7 @@ class Regression(Task):
     )
     trivial_metrics = ("rmse",)
     slice_metric = "rmse"
+    near_perfect_metric = "r2"
     plots = ("residuals", "predicted_vs_actual")
     linear_baseline = "ridge"
     trivial_description = "the training window's mean label"

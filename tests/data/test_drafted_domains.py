@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -647,3 +648,108 @@ def test_a_column_moved_to_left_out_is_one_edit_and_the_next_day_trains_without_
     assert f"domain module hourly.domain ({module})" in printed
     assert "feature view 'hourly_numeric' has no field left" in printed
     assert "Traceback" not in printed and "RegistryInferenceFailure" not in printed
+
+
+def test_a_leak_of_one_class_is_left_out_and_one_the_model_rests_on_named(exports: Path) -> None:
+    """A pizzeria's order lines (``gt::pizzaplace``) labelled by size. The price alone tells
+    the XL pizza from every other size (the one pizza sold in XL has a price of its own): a
+    measurement that gives one class away is left out, with its figure. On a menu without that
+    pizza no class has a price of its own, but with the pizza's name the price gives every size
+    away: all kept columns together predict the size perfectly, and the price is named as the
+    column the score rests on."""
+    draft = _draft(exports, "pizzas", label="size", key="line")
+    assert draft.decisions["price"].startswith(
+        "left out: a source of the label for one class: price alone tells 'XL' 1.000"
+    )
+    assert "price" not in draft.numeric and "name" in draft.categorical
+    menu = pd.read_csv(exports / "pizzas.csv")
+    (exports / "menu").mkdir()
+    menu[menu["name"] != "the_greek"].to_csv(exports / "menu" / "lines.csv", index=False)
+    draft = draft_domain(
+        "menu",
+        str(exports / "menu" / "lines.csv"),
+        out=str(exports / "menu_d"),
+        label="size",
+        key="line",
+    )
+    assert "price" in draft.numeric and draft.together is not None and draft.together > 0.99
+    assert draft.decisions["price"].startswith(
+        "kept, review: a small tree model on all kept columns predicts size with balanced "
+        "accuracy 1.000"
+    )
+    assert "the near-perfect score rests on it" in draft.decisions["price"]
+
+
+def test_two_columns_that_together_give_the_label_away_are_named_as_a_pair(
+    exports: Path,
+) -> None:
+    """Ten days of New York flights with two planted columns: a zone drawn at random and a
+    code that is the zone shifted by the label. Neither alone says anything of the label;
+    together they give it away, and the draft names them as a pair with its figure."""
+    flights = pd.read_csv(exports / "flights.csv").drop(columns=["arr_delay", "arr_time"])
+    late = flights["late"].fillna(0).astype(int).to_numpy()
+    zone = np.random.default_rng(0).integers(0, 5, len(flights))
+    flights["gate_zone"] = np.array(list("ABCDE"))[zone]
+    flights["gate_code"] = np.array(list("VWXYZ"))[(zone + late) % 5]
+    (exports / "planted").mkdir()
+    flights.to_csv(exports / "planted" / "flights.csv", index=False)
+    draft = draft_domain(
+        "planted",
+        str(exports / "planted" / "flights.csv"),
+        out=str(exports / "planted_d"),
+        label="late",
+        key="carrier,flight,time_hour",
+        time_column="time_hour",
+    )
+    assert {"gate_zone", "gate_code"} <= set(draft.categorical)
+    assert draft.decisions["gate_code"].startswith(
+        "kept, review: with gate_zone it predicts late with balanced accuracy 1.000"
+    )
+    assert draft.decisions["gate_zone"].startswith("kept, review: with gate_code it predicts")
+    reviewed = [n for n, why in draft.decisions.items() if "small tree model" in why]
+    assert sorted(reviewed) == ["gate_code", "gate_zone"]  # the pair explains it: no bystander
+
+
+@pytest.mark.slow
+def test_a_leaky_model_is_refused_by_the_gate_naming_the_column_it_leans_on(
+    exports: Path,
+) -> None:
+    """Flights labelled late when they arrive over 15 minutes behind: the arrival delay gives
+    the label away, and init-domain leaves it out. A team that puts it back trains a model on
+    it; the linear baseline on the same features is near perfect on the holdout, so the gate
+    refuses it, names the column the challenger leans on and how to acknowledge a
+    genuinely easy task, and nothing becomes the champion."""
+    out, home = exports / "late_domain", exports / "late_home"
+    feed = exports / "late_feed"  # the file source reads every CSV beside the sample
+    feed.mkdir()
+    (feed / "flights.csv").write_bytes((exports / "flights.csv").read_bytes())
+    argv = ["init-domain", "late", "--sample", str(feed / "flights.csv"), "--label", "late"]
+    code, printed = _run([*argv, "--key", "carrier,flight,time_hour", "--out", str(out)])
+    assert code == 0, printed
+    assert "arr_delay: left out: a source of the label: arr_delay alone predicts late" in (
+        " ".join(printed.split())
+    )
+    module = out / "late" / "domain.py"
+    text = module.read_text()
+    module.write_text(  # the team puts it back
+        text.replace('    "arr_delay",\n', "", 1).replace(
+            "NUMERIC = [\n", 'NUMERIC = [\n    "arr_delay",\n', 1
+        )
+    )
+    window = ["--set", "evaluate.holdout_days=2", "--set", "validation.data_docs=false"]
+    code, printed = _run_as(
+        out, "late", home, ["seed", "--start", "2013-01-01", "--end", "2013-01-05", *window]
+    )
+    assert code == 0, printed
+    for step in ("ingest", "validate", "features", "train", "evaluate", "promote"):
+        argv = ["step", step, "--run-id", "late-first", "--logical-date", "2013-01-06", *window]
+        code, printed = _run_as(out, "late", home, argv)
+        assert code == 0, printed
+    decision = json.loads(next(line for line in printed.splitlines() if '"promote"' in line))
+    assert decision["decision"] == "rejected", decision["reasons"]
+    assert decision["champion_after"] is None
+    (reason,) = decision["reasons"]
+    assert "near perfect on the holdout: AUC of the " in reason, reason
+    assert "logistic_regression baseline 0.99" in reason  # on the same features
+    assert "the challenger leans on arr_delay (AUC " in reason, reason  # most telling first
+    assert "gate.easy_task_reason" in reason

@@ -397,6 +397,17 @@ def test_a_near_perfect_challenger_or_baseline_is_refused_as_a_leak() -> None:
     assert gate(_perfect(0.99, 0.81), GATE, 0.95).outcome == "pass"  # below 0.995
 
 
+def test_the_refusal_names_the_columns_the_challenger_leans_on() -> None:
+    leaning = replace(_perfect(1.0, 0.81), suspects={"name": 0.93, "price": 0.61})
+    (reason,) = gate(leaning, GATE, 0.95).reasons
+    assert (
+        "the challenger leans on price (AUC 0.6100 with it shuffled), name (AUC 0.9300 with it "
+        "shuffled): the suspect columns" in reason
+    )
+    (reason,) = gate(_perfect(1.0, 0.81), GATE, 0.95).reasons
+    assert "no one column's shuffling spoils the challenger's score" in reason
+
+
 def test_a_genuinely_easy_task_passes_with_its_reason_recorded() -> None:
     easy = replace(GATE, easy_task_reason="the sensor reads the label itself")
     verdict = gate(_perfect(1.0, 0.81), easy, 0.95)
