@@ -38,6 +38,30 @@ class Sizes:
     batch_note: str
 
 
+def _rarest_judged(
+    profile: SampleProfile, roles: Roles, spanned: int, min_class_rows: int
+) -> tuple[str, int, float, list[str]] | None:
+    """For a task whose gate averages a metric over classes (macro-F1): the rarest class a
+    holdout of at most ``MAX_HOLDOUT_DAYS`` holds ``min_class_rows`` rows of, the days it
+    needs, its rows a day, and the rarer classes no drafted holdout can judge; None for other
+    tasks."""
+    spec = task_spec(roles.task)
+    if not any(m.per_class and m.name in spec.gate_metrics for m in spec.metric_list):
+        return None
+    counts = profile.column(roles.label, "--label").counts
+    rates = sorted(
+        ((str(c), counts.get(c, 0) / spanned) for c in counts if counts.get(c, 0) > 0),
+        key=lambda item: item[1],
+    )
+    unjudged: list[str] = []
+    for name, rate in rates:
+        days = max(1, math.ceil(HOLDOUT_ROOM * min_class_rows / rate))
+        if days <= MAX_HOLDOUT_DAYS:
+            return name, days, rate, unjudged
+        unjudged.append(name)
+    return None
+
+
 def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
     """The holdout, window and batch size for a domain whose sample is ``profile``."""
     gate, window = GateSettings(), FeatureSettings().window_days
@@ -53,12 +77,25 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
     holdout = MAX_HOLDOUT_DAYS
     if per_day > 0:
         holdout = min(MAX_HOLDOUT_DAYS, max(1, math.ceil(HOLDOUT_ROOM * needed / per_day)))
+    by_rows = holdout
+    rarest = _rarest_judged(profile, roles, spanned, gate.min_class_rows)
+    holdout = max(holdout, rarest[1]) if rarest else holdout
     window = max(window, 3 * holdout)
     holdout_note = (
         f"The sample has {per_day:.1f} {what} a day; the gate decides on at least {needed} "
-        f"({setting}), so the holdout is {holdout} day(s), {HOLDOUT_ROOM:g} x what a day-average "
+        f"({setting}), so the holdout is {by_rows} day(s), {HOLDOUT_ROOM:g} x what a day-average "
         f"needs, of a {window}-day window."
     )
+    if rarest and holdout > by_rows:
+        name, days, rate, unjudged = rarest
+        holdout_note = (
+            f"The sample has {per_day:.1f} {what} a day; the gate decides on at least {needed} "
+            f"({setting}), which {by_rows} day(s) hold; but the rarest class the gate judges, "
+            f"{name!r} ({rate:.1f} rows a day), needs {days} day(s) for "
+            f"gate.min_class_rows={gate.min_class_rows} ({HOLDOUT_ROOM:g} x a day-average)"
+            + (f"; rarer, never judged: {', '.join(map(repr, unjudged))}" if unjudged else "")
+            + f"; so the holdout is {holdout} day(s) of a {window}-day window."
+        )
     if per_day * holdout < needed:
         holdout_note = (
             f"The sample has {per_day:.1f} {what} a day; the gate decides on at least {needed} "

@@ -495,6 +495,9 @@ class EvaluateManifest(Manifest):
     """Challenger minus champion per metric; empty without a champion."""
     baselines: list[ScoredBaseline] = field(default_factory=list)
     slices: list[SliceResult] = field(default_factory=list)
+    unjudged_classes: dict[str, int] = field(default_factory=dict)
+    """Classes with fewer holdout rows than ``gate.min_class_rows``, each with its rows: a
+    metric averaged over classes left them out."""
     suspects: dict[str, float] = field(default_factory=dict)
     """When the challenger or a baseline is near perfect: the feature columns the challenger
     leans on, each with its near-perfect metric when that column alone is shuffled in the

@@ -1235,6 +1235,14 @@ class GateSettings:
         fewer the decision is ``undecided`` and the champion stays.""",
         minimum=1,
     )
+    min_class_rows: int = setting(
+        20,
+        doc="""Classes with at least this many holdout rows are judged: a metric averaged over
+        classes (``multiclass`` macro-F1) averages over them alone, and the decision names the
+        classes it could not judge. Two rows of a 1 % class decide nothing; ``init-domain``
+        sizes the holdout so the rarest class it can judge has this many.""",
+        minimum=1,
+    )
     min_slice_rows: int = setting(
         200,
         doc="""Slices with at least this many holdout rows (and, for ``binary``, both classes) are

@@ -82,10 +82,11 @@ def replicates(
     probabilities: np.ndarray,
     rows: np.ndarray,
     task: str = "binary",
+    min_class_rows: int = 0,
 ) -> np.ndarray:
     """The metric of the model on each resample (one value per row of ``rows``);
     ``probabilities`` are the model's predictions for ``task`` (``Task.replicates``)."""
-    return task_spec(task).replicates(metric, labels, probabilities, rows)
+    return task_spec(task).replicates(metric, labels, probabilities, rows, min_class_rows)
 
 
 def paired_differences(
@@ -98,20 +99,23 @@ def paired_differences(
     seed: int,
     metrics: tuple[str, ...] | None = None,
     task: str = "binary",
+    min_class_rows: int = 0,
 ) -> dict[str, Interval]:
     """``first`` minus ``second`` per metric (by default the task's ``TaskSpec.metrics``), with
     intervals from the same resamples of the holdout for both. Metrics undefined on the holdout
-    (AUC with one class, any metric of non-finite predictions) give NaN."""
+    (AUC with one class, any metric of non-finite predictions) give NaN. A metric averaged over
+    classes judges those with at least ``min_class_rows`` rows of the whole holdout."""
     y = np.asarray(labels)
     chosen = task_spec(task).metrics if metrics is None else metrics
     diffs: dict[str, list[np.ndarray]] = {metric: [] for metric in chosen}
     for rows in resample_chunks(y, resamples, seed, task):
         for metric in chosen:
             diffs[metric].append(
-                replicates(metric, y, first, rows, task) - replicates(metric, y, second, rows, task)
+                replicates(metric, y, first, rows, task, min_class_rows)
+                - replicates(metric, y, second, rows, task, min_class_rows)
             )
-    point_first = task_report(task, y, first)
-    point_second = task_report(task, y, second)
+    point_first = task_report(task, y, first, min_class_rows)
+    point_second = task_report(task, y, second, min_class_rows)
     out: dict[str, Interval] = {}
     for metric in chosen:
         diff = np.concatenate(diffs[metric])

@@ -39,6 +39,8 @@ _DECLARED: list[Metric] = [m for name in BUILTIN_TASKS for m in task_spec(name).
 NAMES = {m.name: m.label for m in _DECLARED}
 """How reasons and reports name each built-in task's metrics."""
 RELATIVE = tuple(dict.fromkeys(m.name for m in _DECLARED if m.relative))
+PER_CLASS = tuple(dict.fromkeys(m.name for m in _DECLARED if m.per_class))
+"""Metrics averaged over the judged classes (``gate.min_class_rows``)."""
 """Metrics whose margins are fractions of the champion's value (their units are the label's)."""
 
 
@@ -233,6 +235,13 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
             )
         return Verdict("pass" if ok else "refuse", reasons)
 
+    averaged = [_name(m, task) for m in primary if m in PER_CLASS]
+    if averaged and evaluation.unjudged_classes:
+        left = ", ".join(f"{c} ({n} rows)" for c, n in evaluation.unjudged_classes.items())
+        reasons.append(
+            f"{', '.join(averaged)} judged on the classes with at least "
+            f"gate.min_class_rows={settings.min_class_rows} holdout rows; not judged: {left}"
+        )
     improved = []
     for metric in primary:
         interval = evaluation.differences.get(metric)

@@ -69,9 +69,12 @@ def best(interval: Interval, metric: str) -> float:
     return interval.high if HIGHER_IS_BETTER[metric] else interval.low
 
 
-def task_report(task: str, labels: ArrayLike, predictions: ArrayLike) -> dict[str, float]:
-    """The task's metrics with intervals (``Task.metrics``), rounded for reports."""
-    return task_spec(task).report(labels, predictions)
+def task_report(
+    task: str, labels: ArrayLike, predictions: ArrayLike, min_class_rows: int = 0
+) -> dict[str, float]:
+    """The task's metrics with intervals (``Task.metrics``), rounded for reports; a metric
+    averaged over classes over those with at least ``min_class_rows`` rows (``Task.report``)."""
+    return task_spec(task).report(labels, predictions, min_class_rows)
 
 
 def holdout_metrics(
@@ -79,11 +82,23 @@ def holdout_metrics(
     probabilities: ArrayLike,
     task: str = "binary",
     classes: Sequence[str] = (),
+    min_class_rows: int = 0,
 ) -> HoldoutMetrics:
     """One model's metrics on the holdout as the manifests record them (``Task.holdout_metrics``:
     for ``binary`` ``classification_report`` of its probabilities, for a task with classes each
-    class's recall beside its metrics, for ``regression`` the holdout's mean label)."""
-    return task_spec(task).holdout_metrics(labels, probabilities, classes)
+    class's recall beside its metrics, for ``regression`` the holdout's mean label); a metric
+    averaged over classes over those with at least ``min_class_rows`` rows."""
+    return task_spec(task).holdout_metrics(labels, probabilities, classes, min_class_rows)
+
+
+def unjudged_classes(
+    labels: ArrayLike, classes: Sequence[str], min_class_rows: int
+) -> dict[str, int]:
+    """The classes with fewer than ``min_class_rows`` holdout rows, each with its rows."""
+    import numpy as np
+
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(classes))
+    return {str(c): int(n) for c, n in zip(classes, counts, strict=False) if n < min_class_rows}
 
 
 def mlflow_metrics(prefix: str, metrics: HoldoutMetrics) -> dict[str, float]:

@@ -50,7 +50,7 @@ from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.champion import fit_description, now_utc
 from pipeline_steps.evaluation.gate import NAMES, RELATIVE, Verdict
-from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics
+from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics, unjudged_classes
 from pipeline_steps.evaluation.shadow import DayScores, pooled
 from pipeline_steps.evaluation.slices import slice_results
 
@@ -165,7 +165,7 @@ def shadow_evaluation(
 ) -> EvaluateManifest:
     """The pooled shadow days as one evaluation of the staged model (challenger) against the
     champion, as the evaluate step records one: metrics, paired-bootstrap intervals, slices."""
-    cfg = settings.evaluate
+    cfg, judged = settings.evaluate, settings.gate.min_class_rows
     labels, staged, champion, slices = pooled(days)
     digest = hashlib.sha256()
     for array in (labels, staged, champion):
@@ -182,13 +182,14 @@ def shadow_evaluation(
         challenger=ScoredChallenger(
             model_uri=staged_uri,
             mlflow_run_id=staged_run_id,
-            metrics=holdout_metrics(labels, staged, task, classes),
+            metrics=holdout_metrics(labels, staged, task, classes, judged),
         ),
         champion=ScoredChampion(
             version=champion_version,
             model_uri=champion_uri,
-            metrics=holdout_metrics(labels, champion, task, classes),
+            metrics=holdout_metrics(labels, champion, task, classes, judged),
         ),
+        unjudged_classes=unjudged_classes(labels, classes, judged) if classes else {},
         confidence=cfg.confidence,
         resamples=cfg.resamples,
         differences=paired_differences(
@@ -199,6 +200,7 @@ def shadow_evaluation(
             confidence=cfg.confidence,
             seed=cfg.seed,
             task=task,
+            min_class_rows=judged,
         ),
         slices=slice_results(
             slices,

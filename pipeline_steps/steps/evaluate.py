@@ -38,7 +38,12 @@ from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.evaluation.baselines import linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences
 from pipeline_steps.evaluation.gate import Verdict, gate, near_perfect
-from pipeline_steps.evaluation.metrics import HIGHER_IS_BETTER, holdout_metrics, mlflow_metrics
+from pipeline_steps.evaluation.metrics import (
+    HIGHER_IS_BETTER,
+    holdout_metrics,
+    mlflow_metrics,
+    unjudged_classes,
+)
 from pipeline_steps.evaluation.slices import slice_results
 from pipeline_steps.evaluation.suspects import shuffled_scores
 from pipeline_steps.evaluation.training_set import read_sample
@@ -161,6 +166,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
         raise StepError(f"holdout {holdout_set.path} has no rows")
     columns = features.feature_columns
     labels = holdout[features.label].to_numpy()
+    min_class_rows = ctx.settings.gate.min_class_rows
 
     def differences(first: np.ndarray, second: np.ndarray) -> dict[str, Interval]:
         return paired_differences(
@@ -171,10 +177,11 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             confidence=settings.confidence,
             seed=settings.seed,
             task=task,
+            min_class_rows=min_class_rows,
         )
 
     def scored(predictions: np.ndarray) -> HoldoutMetrics:
-        return holdout_metrics(labels, predictions, task, classes)
+        return holdout_metrics(labels, predictions, task, classes, min_class_rows)
 
     client = connect(ctx.settings.mlflow)
     curves = {"challenger": score(trained.model_uri, holdout, columns, task, classes)}
@@ -216,6 +223,7 @@ def evaluate(ctx: RunContext) -> EvaluateManifest:
             metrics=scored(curves["challenger"]),
         ),
         champion=champion,
+        unjudged_classes=unjudged_classes(labels, classes, min_class_rows) if classes else {},
         confidence=settings.confidence,
         resamples=settings.resamples,
         differences=differences(curves["challenger"], curves["champion"]) if champion else {},

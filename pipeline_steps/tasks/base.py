@@ -40,6 +40,9 @@ class Metric:
     label: str
     relative: bool = False
     """The gate's margin is a fraction of the champion's value (metrics in the label's units)."""
+    per_class: bool = False
+    """An average over the classes (macro-F1): it judges the classes with at least
+    ``gate.min_class_rows`` holdout rows."""
 
 
 def sklearn_metrics() -> ModuleType:
@@ -231,12 +234,14 @@ class Task:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def report(self, labels: Any, predictions: Any) -> dict[str, float]:
-        """The task's metrics (and the task's extras), rounded for reports."""
+    def report(self, labels: Any, predictions: Any, min_class_rows: int = 0) -> dict[str, float]:
+        """The task's metrics (and the task's extras), rounded for reports. ``min_class_rows``:
+        a metric averaged over classes (macro-F1) averages over the classes with at least this
+        many rows in ``labels`` (the judged classes); 0: every class labelled or predicted."""
         raise NotImplementedError
 
     def holdout_metrics(
-        self, labels: Any, predictions: Any, classes: Sequence[str]
+        self, labels: Any, predictions: Any, classes: Sequence[str], min_class_rows: int = 0
     ) -> HoldoutMetrics:
         raise NotImplementedError
 
@@ -248,7 +253,12 @@ class Task:
         return True
 
     def replicates(
-        self, metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+        self,
+        metric: str,
+        labels: np.ndarray,
+        predictions: np.ndarray,
+        rows: np.ndarray,
+        min_class_rows: int = 0,
     ) -> np.ndarray:
         """The metric on each resample (one value per row of ``rows``, indices of drawn rows)."""
         raise NotImplementedError

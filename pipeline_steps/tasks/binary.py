@@ -258,11 +258,11 @@ class Binary(Task):
         values = one_column(outputs.detach().cpu()).float()
         return torch.sigmoid(values).numpy().astype(np.float64)
 
-    def report(self, labels: Any, predictions: Any) -> dict[str, float]:
+    def report(self, labels: Any, predictions: Any, min_class_rows: int = 0) -> dict[str, float]:
         return classification_report(labels, predictions)
 
     def holdout_metrics(
-        self, labels: Any, predictions: Any, classes: Sequence[str]
+        self, labels: Any, predictions: Any, classes: Sequence[str], min_class_rows: int = 0
     ) -> HoldoutMetrics:
         from pipeline_steps.core.manifests import HoldoutMetrics
 
@@ -289,7 +289,12 @@ class Binary(Task):
         return 0 < int(labels.sum()) < len(labels)
 
     def replicates(
-        self, metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+        self,
+        metric: str,
+        labels: np.ndarray,
+        predictions: np.ndarray,
+        rows: np.ndarray,
+        min_class_rows: int = 0,
     ) -> np.ndarray:
         y = np.asarray(labels, dtype=np.float64)
         p = np.asarray(predictions, dtype=np.float64)

@@ -65,12 +65,27 @@ def multiclass_accuracy(labels: ArrayLike, probabilities: ArrayLike) -> float:
     return float(sklearn_metrics().accuracy_score(y, predicted_classes(probabilities)))
 
 
-def macro_f1(labels: ArrayLike, probabilities: ArrayLike) -> float:
-    """Unweighted mean of the F1 scores of the classes labelled or predicted (scikit-learn's
-    ``average="macro"``): a rare class counts as much as a frequent one."""
+def macro_f1(labels: ArrayLike, probabilities: ArrayLike, min_class_rows: int = 0) -> float:
+    """Unweighted mean of the classes' F1 scores: a rare class counts as much as a frequent one.
+    The classes are the judged ones (``judged_classes``) with ``min_class_rows``, else those
+    labelled or predicted (scikit-learn's ``average="macro"``); NaN when none is judged."""
     y = np.asarray(labels, dtype=np.int64)
     predicted = predicted_classes(probabilities)
-    return float(sklearn_metrics().f1_score(y, predicted, average="macro", zero_division=0))
+    if min_class_rows <= 0:
+        return float(sklearn_metrics().f1_score(y, predicted, average="macro", zero_division=0))
+    judged = judged_classes(y, min_class_rows)
+    if not len(judged):
+        return float("nan")
+    return float(
+        sklearn_metrics().f1_score(y, predicted, labels=judged, average="macro", zero_division=0)
+    )
+
+
+def judged_classes(labels: ArrayLike, min_class_rows: int) -> np.ndarray:
+    """The class indices with at least ``min_class_rows`` rows in ``labels``: those a metric
+    averaged over classes can judge (two rows of a rare class decide nothing)."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    return np.flatnonzero(counts >= max(min_class_rows, 1))
 
 
 def class_recall(
@@ -89,9 +104,12 @@ def class_recall(
     return {name: round(float(r), 6) for name, r in zip(classes, recall, strict=True)}
 
 
-def _macro_f1(y: np.ndarray, predicted: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _macro_f1(
+    y: np.ndarray, predicted: np.ndarray, rows: np.ndarray, judged: np.ndarray | None = None
+) -> np.ndarray:
     # Per resample and class: labelled, predicted and correct rows (ids offset by classes *
-    # resample); F1 = 2 correct / (labelled + predicted), averaged over the classes with any.
+    # resample); F1 = 2 correct / (labelled + predicted), averaged over the judged classes, or
+    # over the classes with any.
     resamples = len(rows)
     classes = int(max(y.max(initial=0), predicted.max(initial=0))) + 1
     truth = y[rows] + classes * np.arange(resamples)[:, None]
@@ -107,11 +125,19 @@ def _macro_f1(y: np.ndarray, predicted: np.ndarray, rows: np.ndarray) -> np.ndar
     )
     present = labelled + chosen
     f1 = np.divide(2 * correct, present, out=np.zeros(present.shape), where=present > 0)
+    if judged is not None:
+        if not len(judged):
+            return np.full(resamples, np.nan)
+        return f1[:, judged].mean(axis=1)
     return f1.sum(axis=1) / (present > 0).sum(axis=1)
 
 
 def _multiclass(
-    metric: str, labels: np.ndarray, probabilities: np.ndarray, rows: np.ndarray
+    metric: str,
+    labels: np.ndarray,
+    probabilities: np.ndarray,
+    rows: np.ndarray,
+    min_class_rows: int = 0,
 ) -> np.ndarray:
     y = np.asarray(labels, dtype=np.int64)
     p = np.asarray(probabilities, dtype=np.float64)
@@ -123,7 +149,8 @@ def _multiclass(
     if metric == "accuracy":
         return resample_mean((predicted_classes(p) == y).astype(np.float64), rows)
     if metric == "macro_f1":
-        return _macro_f1(y, predicted_classes(p), rows)
+        judged = judged_classes(y, min_class_rows) if min_class_rows > 0 else None
+        return _macro_f1(y, predicted_classes(p), rows, judged)
     raise TaskError(
         f"no bootstrap for multiclass metric {metric!r}; known: log_loss, accuracy, macro_f1"
     )
@@ -135,7 +162,7 @@ class Multiclass(Task):
     metric_list = (
         Metric("log_loss", False, "log loss"),
         Metric("accuracy", True, "accuracy"),
-        Metric("macro_f1", True, "macro-F1"),
+        Metric("macro_f1", True, "macro-F1", per_class=True),
     )
     gate_metrics = ("log_loss", "macro_f1")
     champion_columns = (
@@ -195,21 +222,21 @@ class Multiclass(Task):
         outputs = outputs.detach().cpu()
         return torch.softmax(outputs.float(), dim=1).numpy().astype(np.float64)
 
-    def report(self, labels: Any, predictions: Any) -> dict[str, float]:
+    def report(self, labels: Any, predictions: Any, min_class_rows: int = 0) -> dict[str, float]:
         y = np.asarray(labels)
         values = {
             "log_loss": multiclass_log_loss(y, predictions),
             "accuracy": multiclass_accuracy(y, predictions),
-            "macro_f1": macro_f1(y, predictions),
+            "macro_f1": macro_f1(y, predictions, min_class_rows),
         }
         return {name: round(value, 6) for name, value in values.items()}
 
     def holdout_metrics(
-        self, labels: Any, predictions: Any, classes: Sequence[str]
+        self, labels: Any, predictions: Any, classes: Sequence[str], min_class_rows: int = 0
     ) -> HoldoutMetrics:
         from pipeline_steps.core.manifests import HoldoutMetrics
 
-        report = self.report(labels, predictions)
+        report = self.report(labels, predictions, min_class_rows)
         return HoldoutMetrics(
             task=self.name,
             rows=len(np.asarray(labels)),
@@ -229,9 +256,14 @@ class Multiclass(Task):
         )
 
     def replicates(
-        self, metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+        self,
+        metric: str,
+        labels: np.ndarray,
+        predictions: np.ndarray,
+        rows: np.ndarray,
+        min_class_rows: int = 0,
     ) -> np.ndarray:
-        return _multiclass(metric, labels, predictions, rows)
+        return _multiclass(metric, labels, predictions, rows, min_class_rows)
 
     def trivial(self, mean: float | None, prior: Any, rows: int) -> np.ndarray:
         return np.tile(prior, (rows, 1))

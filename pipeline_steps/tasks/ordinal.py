@@ -203,7 +203,7 @@ class Ordinal(Task):
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def report(self, labels: Any, predictions: Any) -> dict[str, float]:
+    def report(self, labels: Any, predictions: Any, min_class_rows: int = 0) -> dict[str, float]:
         import numpy as np
 
         y = np.asarray(labels, dtype=np.int64)
@@ -224,7 +224,7 @@ class Ordinal(Task):
         return {name: round(value, 6) for name, value in values.items()}
 
     def holdout_metrics(
-        self, labels: Any, predictions: Any, classes: Sequence[str]
+        self, labels: Any, predictions: Any, classes: Sequence[str], min_class_rows: int = 0
     ) -> HoldoutMetrics:
         import numpy as np
 
@@ -259,7 +259,12 @@ class Ordinal(Task):
         )
 
     def replicates(
-        self, metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+        self,
+        metric: str,
+        labels: np.ndarray,
+        predictions: np.ndarray,
+        rows: np.ndarray,
+        min_class_rows: int = 0,
     ) -> np.ndarray:
         import numpy as np
 

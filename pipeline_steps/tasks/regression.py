@@ -129,12 +129,12 @@ class Regression(Task):
         values = one_column(outputs.detach().cpu()).float()
         return (values.double() * state.label_std + state.label_mean).numpy()
 
-    def report(self, labels: Any, predictions: Any) -> dict[str, float]:
+    def report(self, labels: Any, predictions: Any, min_class_rows: int = 0) -> dict[str, float]:
         values = regression_errors(np.asarray(labels), predictions)
         return {name: round(value, 6) for name, value in values.items()}
 
     def holdout_metrics(
-        self, labels: Any, predictions: Any, classes: Sequence[str]
+        self, labels: Any, predictions: Any, classes: Sequence[str], min_class_rows: int = 0
     ) -> HoldoutMetrics:
         from pipeline_steps.core.manifests import HoldoutMetrics
 
@@ -156,7 +156,12 @@ class Regression(Task):
         return SliceScores(auc=float("nan"), log_loss=float("nan"), rmse=round(rmse, 6))
 
     def replicates(
-        self, metric: str, labels: np.ndarray, predictions: np.ndarray, rows: np.ndarray
+        self,
+        metric: str,
+        labels: np.ndarray,
+        predictions: np.ndarray,
+        rows: np.ndarray,
+        min_class_rows: int = 0,
     ) -> np.ndarray:
         return _regression(metric, labels, predictions, rows)
 

@@ -753,3 +753,36 @@ def test_a_leaky_model_is_refused_by_the_gate_naming_the_column_it_leans_on(
     assert "logistic_regression baseline 0.99" in reason  # on the same features
     assert "the challenger leans on arr_delay (AUC " in reason, reason  # most telling first
     assert "gate.easy_task_reason" in reason
+
+
+def test_the_holdout_holds_enough_rows_of_the_rarest_class_the_gate_judges(exports: Path) -> None:
+    """Ten days of New York flights labelled by what became of them: on time, late, cancelled
+    or diverted (under 3 a day). A day-average needs one day of holdout for gate.min_rows, but
+    macro-F1 judges a class only with gate.min_class_rows rows, so the holdout is sized by the
+    rarest class: twelve days for 20 diversions."""
+    flights = pd.read_csv(exports / "flights.csv")
+    flights["status"] = np.where(
+        flights["dep_time"].isna(),
+        "cancelled",
+        np.where(
+            flights["arr_delay"].isna(),
+            "diverted",
+            np.where(flights["arr_delay"] > 15, "late", "on_time"),
+        ),
+    )
+    known_after = ["arr_delay", "arr_time", "dep_time", "dep_delay", "air_time", "late"]
+    (exports / "status").mkdir()
+    flights.drop(columns=known_after).to_csv(exports / "status" / "flights.csv", index=False)
+    draft = draft_domain(
+        "status",
+        str(exports / "status" / "flights.csv"),
+        out=str(exports / "status_d"),
+        label="status",
+        task="multiclass",
+        key="carrier,flight,time_hour",
+        time_column="time_hour",
+    )
+    assert draft.sizes.holdout_days == 12 and draft.sizes.window_days == 36
+    note = draft.sizes.holdout_note
+    assert "which 1 day(s) hold; but the rarest class the gate judges, 'diverted'" in note, note
+    assert "needs 12 day(s) for gate.min_class_rows=20" in note

@@ -37,7 +37,7 @@ from pipeline_steps.core.tracking import connect
 from pipeline_steps.evaluation.baselines import linear, trivial
 from pipeline_steps.evaluation.bootstrap import paired_differences, replicates, resample_rows
 from pipeline_steps.evaluation.gate import gate
-from pipeline_steps.evaluation.metrics import holdout_metrics, task_report
+from pipeline_steps.evaluation.metrics import holdout_metrics, task_report, unjudged_classes
 from pipeline_steps.evaluation.report import render
 from pipeline_steps.evaluation.slices import slice_results
 from pipeline_steps.evaluation.training_set import LabelSummary
@@ -272,6 +272,70 @@ def test_the_gate_on_real_multiclass_intervals(multiclass) -> None:
     assert any(r.startswith("macro-F1 challenger - champion") for r in refused.reasons)
     first = gate(_evaluation("multiclass", labels, good, None, prior), GateSettings(), 0.95)
     assert first.passed and "beating the trivial model is the floor" in first.reasons[-1]
+
+
+def test_a_class_with_too_few_holdout_rows_is_not_judged_and_the_decision_says_so(
+    multiclass,
+) -> None:
+    """A fourth class with three holdout rows: the champion gets them, the challenger none, and
+    otherwise they are the same model. On every class, macro-F1 refuses the challenger for
+    three rows; judged on the classes with at least ``gate.min_class_rows`` rows it passes, and
+    the decision names the class it could not judge."""
+    labels, good, _, _ = multiclass
+    rare = np.array([3, 3, 3])
+    y = np.r_[labels, rare]
+    common = np.c_[good, np.full(N, 1e-3)]
+    common /= common.sum(axis=1, keepdims=True)
+    champion = np.r_[common, np.tile([0.04, 0.03, 0.03, 0.9], (3, 1))]
+    challenger = np.r_[common, np.tile([0.5, 0.1, 0.1, 0.3], (3, 1))]
+    classes = [*CLASSES, "diverted"]
+
+    def decided(min_class_rows: int) -> tuple[str, list[str]]:
+        def scored(p: np.ndarray) -> HoldoutMetrics:
+            return holdout_metrics(y, p, "multiclass", classes, min_class_rows)
+
+        evaluation = EvaluateManifest(
+            logical_date="2013-06-04",
+            holdout=HoldoutRef(path="h", sha256="h" * 64, rows=len(y), days=["2013-06-04"]),
+            challenger=ScoredChallenger(
+                model_uri="runs:/r/model", mlflow_run_id="r", metrics=scored(challenger)
+            ),
+            champion=ScoredChampion(version="3", model_uri="models:/m/3", metrics=scored(champion)),
+            unjudged_classes=unjudged_classes(y, classes, min_class_rows),
+            differences=paired_differences(
+                y, challenger, champion, task="multiclass", min_class_rows=min_class_rows, **KW
+            ),
+            baselines=[
+                ScoredBaseline(
+                    name="trivial",
+                    metrics=scored(np.tile(np.bincount(y) / len(y), (len(y), 1))),
+                    differences=paired_differences(
+                        y,
+                        challenger,
+                        np.tile(np.bincount(y) / len(y), (len(y), 1)),
+                        task="multiclass",
+                        min_class_rows=min_class_rows,
+                        **KW,
+                    ),
+                )
+            ],
+        )
+        settings = GateSettings(min_class_rows=max(min_class_rows, 1))
+        verdict = gate(evaluation, settings, 0.95)
+        return verdict.outcome, verdict.reasons
+
+    outcome, reasons = decided(0)  # every class labelled or predicted, as before
+    assert outcome == "refuse"
+    assert any(
+        r.startswith("macro-F1 challenger - champion") and "may be worse" in r for r in reasons
+    )
+    outcome, reasons = decided(20)
+    assert outcome == "pass", reasons
+    assert (
+        "macro-F1 judged on the classes with at least gate.min_class_rows=20 holdout rows; not "
+        "judged: diverted (3 rows)" in reasons
+    )
+    assert unjudged_classes(y, classes, 20) == {"diverted": 3}
 
 
 @pytest.mark.parametrize(
