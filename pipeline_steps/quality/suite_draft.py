@@ -20,6 +20,8 @@ import pyarrow as pa
 
 from pipeline_steps.core.settings import ValidationSettings
 from pipeline_steps.core.tasks import task_spec
+from pipeline_steps.domain.event_times import days_of
+from pipeline_steps.quality.open_sets import KNOWN_VALUES, Arrivals, arrivals, is_open
 from pipeline_steps.quality.sample_profile import COUNT_LIMIT, ColumnProfile, Roles, SampleProfile
 from pipeline_steps.quality.suites import KNOWN_MIN, PRESENT_MIN
 
@@ -234,8 +236,14 @@ def draft_suite(
         ),
     ]
     types = pandas_types(profile)
+    days = _row_days(profile, roles)
     for column in profile.columns:
-        expectations += _column_rules(column, roles, margins, types[column.name], noun)
+        found = (
+            arrivals(profile.table.column(column.name), days)
+            if days is not None and column.categorical(margins.category_limit)
+            else None
+        )
+        expectations += _column_rules(column, roles, margins, types[column.name], noun, found)
     if roles.key_columns:
         expectations.append(
             _rule(
@@ -273,10 +281,25 @@ def pandas_types(profile: SampleProfile) -> dict[str, str]:
     return types
 
 
+def _row_days(profile: SampleProfile, roles: Roles) -> pa.ChunkedArray | None:
+    """Each sample row's day, as ingest counts it; None where the time column does not read
+    as one."""
+    try:
+        return days_of(profile.table.column(roles.time_column), roles.date_format, roles.time_zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        return None
+
+
 def _column_rules(
-    column: ColumnProfile, roles: Roles, margins: Margins, pandas_type: str, noun: str
+    column: ColumnProfile,
+    roles: Roles,
+    margins: Margins,
+    pandas_type: str,
+    noun: str,
+    found: Arrivals | None = None,
 ) -> list[dict[str, Any]]:
-    """The rules of one column: its type, its missing share, its values."""
+    """The rules of one column: its type, its missing share, its values (``found``: how a
+    category's values arrived over the sample's days)."""
     name = column.name
     if column.kind == "empty":
         return [
@@ -340,6 +363,9 @@ def _column_rules(
         )
     elif column.numeric and name != roles.key and name not in roles.identifiers:
         rules.append(_range_rule(column, roles, margins, noun, role))
+    elif column.categorical(margins.category_limit) and is_open(found, column.distinct):
+        assert found is not None
+        rules += _open_set_rules(column, margins, noun, found)
     elif column.categorical(margins.category_limit):
         rules.append(_set_rule(column, margins, noun))
     elif column.kind == "string":
@@ -519,6 +545,55 @@ def _set_rule(column: ColumnProfile, margins: Margins, noun: str) -> dict[str, A
         "present": round(1 - column.missing_share, 6),
     }
     return rule
+
+
+def _open_set_rules(
+    column: ColumnProfile, margins: Margins, noun: str, found: Arrivals
+) -> list[dict[str, Any]]:
+    """An open set's rules (:mod:`pipeline_steps.quality.open_sets`): a day's values must lie
+    in the sample's or the trailing days' (``<column>_known_values``). A share of new values
+    beyond ``unseen_factor`` times the worst the sample's second-half days showed (each against
+    the days before it) plus ``unseen_floor`` fails; any new value warns. Where that share
+    reaches every row (days made only of new names), the set only warns."""
+    name = column.name
+    known = {"$PARAMETER": f"{name}{KNOWN_VALUES}"}
+    allowed = margins.unseen_factor * found.worst + margins.unseen_floor
+    why = (
+        f"inferred from {noun}: its {column.distinct} values are names that keep coming "
+        f"({found.growth:.0%} of them first seen in the second half of its days; there a day "
+        f"held {_share(found.turnover)} new values on average, at most {_share(found.worst)}); "
+        "a day's values are judged against the sample's and those of the trailing validated "
+        "days"
+    )
+    meta = {"open_set": _sorted(column.counts)}
+    warn = _rule(
+        "expect_column_values_to_be_in_set",
+        {"column": name, "value_set": known},
+        f"{why}: a value none of them holds warns",
+        "warning",
+    )
+    warn["meta"] |= meta
+    if allowed >= 1:
+        warn["meta"]["why"] += (
+            "; no share of new values fails, as the sample had days of new values alone"
+        )
+        return [warn]
+    fail = _rule(
+        "expect_column_values_to_be_in_set",
+        {"column": name, "value_set": known, "mostly": {"$PARAMETER": f"{name}{KNOWN_MIN}"}},
+        f"{why}: new values in more than {_share(allowed)} of a day's rows "
+        f"({margins.unseen_factor:g} x {_share(found.worst)} + {_share(margins.unseen_floor)}) "
+        "fail, plus validation.share_noise standard deviations of the share a day of its size "
+        "shows by chance",
+    )
+    fail["meta"] |= meta | {
+        "by_size": {
+            "rate": round(min(margins.unseen_factor * found.turnover, 1.0), 6),
+            "allowed": round(allowed, 6),
+            "present": round(1 - column.missing_share, 6),
+        }
+    }
+    return [fail, warn]
 
 
 def _classified(roles: Roles) -> bool:

@@ -88,14 +88,18 @@ def size_parameters(suite: ExpectationSuite, rows: int | None, noise: float) -> 
 def with_defaults(suite: ExpectationSuite, parameters: dict[str, Any] | None) -> dict[str, Any]:
     """``parameters`` completed with the open value of every parameter the suite refers to
     that the caller did not give (``UNBOUNDED``; 0 for ``<column>_present_min``; None, no bound,
-    for those of a history check; a drafted value set's own allowance)."""
+    for those of a history check; a drafted value set's own allowance; an open set's sample
+    values)."""
     given = {**size_parameters(suite, None, 0.0), **(parameters or {})}
     for expectation in suite.expectations:
         history = "history" in (expectation.meta or {})
-        for value in expectation.configuration.kwargs.values():
+        sample = (expectation.meta or {}).get("open_set")
+        for key, value in expectation.configuration.kwargs.items():
             name = value.get("$PARAMETER") if isinstance(value, dict) else None
             if name and name not in given:
-                if history:
+                if key == "value_set" and sample is not None:
+                    given[name] = list(sample)  # no history: the sample's values
+                elif history:
                     given[name] = None
                 elif name in UNBOUNDED:
                     given[name] = UNBOUNDED[name]

@@ -24,6 +24,7 @@ from pipeline_steps.quality.history import (
     partition_statistics,
     wanted_statistics,
 )
+from pipeline_steps.quality.open_sets import known_values, open_sets
 from pipeline_steps.quality.suites import PRESENT_MIN, UNBOUNDED, chance_share, size_parameters
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ def suite_parameters(
         (lake.partition_manifest(folder).rows, partition_missing_shares(lake, folder))
         for folder in (folders if len(folders) >= MIN_HISTORY else [])
     ]
+    sets = open_sets(suite) if suite is not None else {}
     checks = history_checks(suite) if suite is not None else []
     bounds: dict[str, Any] = open_bounds(checks)
     if checks and len(folders) >= settings.history_min_days:
@@ -86,6 +88,7 @@ def suite_parameters(
             else {}
         ),
         **({"ingested_at": ingested_at} if ingested_at else {}),
+        **(known_values(lake, folders, sets) if sets else {}),
     }
 
 

