@@ -43,6 +43,9 @@ KEY_COLUMNS = {{ d.roles.key_columns | py }}
 """The columns that together name a row."""
 {%- endif %}
 TIME_COLUMN = {{ d.roles.time_column | py }}
+CLOCK_COLUMN = {{ d.clock_column | py }}
+"""The column of clock times (``HH:MM[:SS]``, or ``HHMM`` whole numbers) that, with the time
+column's date, gives each row's event time; empty when the time column holds the time."""
 DATE_FORMAT = {{ d.roles.date_format | py }}
 """How the time column writes a time (``ingest.date_format``): empty for ISO text and typed
 columns, ``epoch_s``/``epoch_ms``, else a ``strptime`` format."""
@@ -95,13 +98,29 @@ FEATURE_VIEW = FeatureViewSpec(
 feature service over it) and writes its source with exactly its fields."""
 
 
-def event_time(values: pd.Series) -> pd.Series:
-    """Each row's event time in UTC (a date is its midnight), read by ``DATE_FORMAT``."""
+def event_time(frame: pd.DataFrame) -> pd.Series:
+    """Each row's event time in UTC (a date is its midnight), read by ``DATE_FORMAT``; with
+    ``CLOCK_COLUMN``, its date's midnight plus the row's clock time."""
+    values = frame[TIME_COLUMN]
     times = event_times(pa.array(values, from_pandas=True), DATE_FORMAT).to_pandas()
-    return pd.Series(
+    times = pd.Series(
         pd.to_datetime(times, utc=True).astype("datetime64[us, UTC]").to_numpy(),
         index=values.index,
     )
+    if CLOCK_COLUMN:
+        times = times + pd.to_timedelta(clock_minutes(frame[CLOCK_COLUMN]).fillna(0), unit="min")
+    return times
+
+
+def clock_minutes(values: pd.Series) -> pd.Series:
+    """Minutes since midnight of each clock time (``11:38:36`` or ``1138``); missing where
+    there is none."""
+    if pd.api.types.is_numeric_dtype(values):
+        whole = pd.to_numeric(values, errors="coerce")
+        return (whole // 100) * 60 + whole % 100
+    parts = values.astype("string").str.extract(r"^\\s*(\\d{1,2}):(\\d{2})(?::(\\d{2}))?")
+    numbers = parts.apply(pd.to_numeric, errors="coerce")
+    return numbers[0] * 60 + numbers[1] + numbers[2].fillna(0) / 60
 
 
 def entity_key(frame: pd.DataFrame) -> pd.Series:
@@ -116,7 +135,10 @@ def entity_key(frame: pd.DataFrame) -> pd.Series:
 
 
 def clock_hour(values: pd.Series) -> pd.Series:
-    """The hour of each clock time (``11:38:36`` is 11); missing where there is none."""
+    """The hour of each clock time (``11:38:36`` and ``1138`` are 11; ``2400`` is 0); missing
+    where there is none."""
+    if pd.api.types.is_numeric_dtype(values):
+        return (pd.to_numeric(values, errors="coerce") // 100 % 24).astype("Int64")
     hours = values.astype("string").str.extract(r"^\\s*(\\d{1,2}):", expand=False)
     return pd.to_numeric(hours, errors="coerce").astype("Int64")
 
@@ -151,7 +173,7 @@ class {{ d.class_name }}(Domain):
 
     def _rows(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The key, date, event time and row features of each row, in the order of ``frame``."""
-        event = event_time(frame[TIME_COLUMN])
+        event = event_time(frame)
         local = event.dt.tz_convert(TIME_ZONE) if TIME_ZONE else event
         rows = pd.DataFrame(
             {
@@ -171,7 +193,7 @@ class {{ d.class_name }}(Domain):
         time."""
         rows, hashes = read_validated(lake, DATASET, days)
         source = pd.DataFrame(
-            {KEY: entity_key(rows), "event_timestamp": event_time(rows[TIME_COLUMN])}
+            {KEY: entity_key(rows), "event_timestamp": event_time(rows)}
         )
         for field in FEATURE_VIEW.fields:
             if field.name in FLAGS:

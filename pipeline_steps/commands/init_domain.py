@@ -44,6 +44,7 @@ from pipeline_steps.quality.draft_checks import (
     combination_sources,
     constant_where_labelled,
     identifiers,
+    integer_clocks,
     integer_codes,
     label_sources,
     leak_score,
@@ -55,6 +56,7 @@ from pipeline_steps.quality.sample_profile import (
     ROW_KEY,
     ColumnProfile,
     Roles,
+    SampleError,
     SampleProfile,
     infer_roles,
     profile_sample,
@@ -110,6 +112,9 @@ class DomainDraft:
     """Flag feature -> (multi-valued column, delimiter, value): 1 where the column lists it."""
     clocks: dict[str, str] = field(default_factory=dict)
     """Hour-of-day feature -> the text column of clock times (``HH:MM[:SS]``) it is read from."""
+    clock_column: str = ""
+    """The column of clock times joined to the time column's date for each row's event time
+    (``--time-column date,time``); empty when the time column holds the time itself."""
     together: float | None = None
     """How well the kept columns together predict the label on sample rows a small tree model
     was not fitted on (balanced accuracy or R²); None when too few rows to judge."""
@@ -390,6 +395,7 @@ def draft_domain(
     check_name(name, out)
     margins = margins or Margins()
     profile = profile_sample(sample)
+    time_column, clock_column = _date_and_clock(profile, time_column)
     row_key = ""
     if key == ROW_KEY and ROW_KEY not in profile.names:  # rows without an id: a key made
         row_key = ROW_KEY
@@ -425,6 +431,11 @@ def draft_domain(
         and c.name not in codes
         and roles.calendar.get(c.name) not in DATE_PARTS
     ]
+    clock_numbers = integer_clocks(profile, numeric)
+    if clock_column:
+        clock_numbers += integer_clocks(profile, [clock_column], named=False)
+    numeric = [c for c in numeric if c not in clock_numbers]
+    categorical = [c for c in categorical if c != clock_column]
     constant = constant_where_labelled(profile, roles, categorical + numeric)
     categorical = [c for c in categorical if c not in constant]
     numeric = [c for c in numeric if c not in constant]
@@ -441,11 +452,18 @@ def draft_domain(
         m.flag(value): (m.column, m.delimiter, value) for m in multi.values() for value in m.values
     }
     free = [n for n in names if n not in ids and n not in multi and n not in categorical]
+    clock_texts = clock_columns(profile, [n for n in free if n not in leaks])
     clocks = {
         f"{name}_hour": name
-        for name in clock_columns(profile, [n for n in free if n not in leaks])
+        for name in dict.fromkeys([*clock_texts, *clock_numbers])
         if f"{name}_hour" not in profile.names
     }
+    if clock_column and clock_column not in clocks.values():
+        raise SampleError(
+            f"--time-column {roles.time_column},{clock_column}: {clock_column} in "
+            f"{profile.path} holds no clock times (HH:MM or HH:MM:SS text, or HHMM whole "
+            "numbers such as 517 for 05:17); name the clock column second"
+        )
     recurring = [
         c.name
         for c in columns
@@ -469,8 +487,18 @@ def draft_domain(
         **{name: f"left out: {why}" for name, why in constant.items()},
         **{name: f"flags: {m.reason}" for name, m in multi.items()},
         **{
-            name: f"the hour of its clock times (HH:MM[:SS]) is the feature {feature}; the text "
-            "itself is left out"
+            name: (
+                f"the hour of its clock times (HH:MM[:SS]) is the feature {feature}; the text "
+                "itself is left out"
+                if name not in clock_numbers
+                else f"the hour of its clock times (HHMM whole numbers: 517 is 05:17) is the "
+                f"feature {feature}; the number itself is left out"
+            )
+            + (
+                f"; with {roles.time_column}'s date it is each row's event time"
+                if name == clock_column
+                else ""
+            )
             for feature, name in clocks.items()
         },
         **{name: why for name, why in codes.items() if name in categorical},
@@ -521,7 +549,24 @@ def draft_domain(
         date_column="event_date" if "event_date" not in profile.names else "entity_event_date",
         row_key=row_key,
         together=together,
+        clock_column=clock_column,
     )
+
+
+def _date_and_clock(profile: SampleProfile, time_column: str | None) -> tuple[str | None, str]:
+    """``--time-column`` as the column of dates and, when it names two (``date,time``), the
+    column of clock times; ``SampleError`` naming the argument for more than two or a column
+    the sample lacks."""
+    if not time_column or "," not in time_column:
+        return time_column, ""
+    parts = [part.strip() for part in time_column.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise SampleError(
+            f"--time-column {time_column}: name one column of times, or a column of dates and "
+            "one of clock times (--time-column date,time)"
+        )
+    profile.column(parts[1], "--time-column")
+    return parts[0], parts[1]
 
 
 def _why_left_out(column: ColumnProfile, margins: Margins) -> str:

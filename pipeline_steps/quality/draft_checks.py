@@ -335,6 +335,32 @@ def clock_columns(profile: SampleProfile, columns: list[str]) -> list[str]:
     return found
 
 
+CLOCK_NAME = re.compile(r"(time|clock|hhmm)$", re.IGNORECASE)
+"""Names of integer columns that may hold clock times as ``HHMM`` whole numbers (``dep_time``:
+517 is 05:17)."""
+
+
+def integer_clocks(profile: SampleProfile, columns: list[str], *, named: bool = True) -> list[str]:
+    """The integer columns among ``columns`` whose values are all clock times written as
+    ``HHMM`` whole numbers (0..2400, the last two digits under 60), at least 20 distinct, and
+    (``named``) whose names say time (``CLOCK_NAME``): each becomes an hour-of-day feature."""
+    found = []
+    for name in columns:
+        column = profile.column(name, "--key")
+        unnamed = named and not CLOCK_NAME.search(name)
+        if column.kind != "integer" or column.distinct < 20 or unnamed:
+            continue
+        values = profile.table.column(name).drop_null().cast(pa.int64())
+        minutes = pc.subtract(values, pc.multiply(pc.divide(values, 100), 100))
+        valid = pc.and_(
+            pc.and_(pc.greater_equal(values, 0), pc.less_equal(values, 2400)),
+            pc.less(minutes, 60),
+        )
+        if pc.all(valid).as_py():
+            found.append(name)
+    return found
+
+
 def multi_valued(profile: SampleProfile, columns: list[str]) -> dict[str, MultiValued]:
     """The string columns among ``columns`` that hold delimited values, with their flags."""
     found = {}

@@ -834,3 +834,48 @@ def test_names_that_keep_coming_get_an_open_set_that_holds_next_season(
         ("2020-08-14", "Kyle"),
         ("2020-08-20", "Laura"),
     ], printed
+
+
+def test_a_date_and_a_clock_in_two_columns_make_the_event_time(exports: Path) -> None:
+    """Flights as an older system exports them: the day as a whole number (``20130101``) and
+    the scheduled departure as ``HHMM`` in a column of its own (515 is 05:15).
+    ``--time-column date,sched_dep_time`` dates each row by the first and times it by both;
+    the clock, like every ``HHMM`` column named as a time, becomes an hour-of-day feature,
+    never a number whose 559 and 600 lie a minute apart."""
+    flights = pd.read_csv(exports / "flights.csv")
+    flights["date"] = flights["year"] * 10000 + flights["month"] * 100 + flights["day"]
+    keep = ["date", "sched_dep_time", "dep_time", "carrier", "flight", "origin", "dest"]
+    (exports / "hhmm").mkdir()
+    flights[[*keep, "distance", "late"]].to_csv(exports / "hhmm" / "flights.csv", index=False)
+    out = exports / "hhmm_domain"
+    argv = ["init-domain", "hhmm", "--sample", str(exports / "hhmm" / "flights.csv")]
+    argv += ["--label", "late", "--key", "carrier,flight,date", "--date-format", "%Y%m%d"]
+    code, printed = _run([*argv, "--time-column", "date,sched_dep_time", "--out", str(out)])
+    assert code == 0, printed
+    said = " ".join(printed.split())
+    assert (
+        "sched_dep_time: the hour of its clock times (HHMM whole numbers: 517 is 05:17) is the "
+        "feature sched_dep_time_hour; the number itself is left out; with date's date it is "
+        "each row's event time" in said
+    ), said
+    assert "dep_time: the hour of its clock times (HHMM whole numbers" in said
+    with _importable(out, "hhmm"):
+        module = importlib.import_module("hhmm.domain")
+        assert module.CLOCK_COLUMN == "sched_dep_time"
+        assert (module.CLOCKS) == {
+            "sched_dep_time_hour": "sched_dep_time",
+            "dep_time_hour": "dep_time",
+        }
+        assert "sched_dep_time" not in module.NUMERIC and "dep_time" in module.LEFT_OUT
+        sample = pd.read_csv(exports / "hhmm" / "flights.csv").head(3)
+        times = module.event_time(sample)
+        expected = [
+            pd.Timestamp(str(d), tz="UTC") + pd.Timedelta(hours=t // 100, minutes=t % 100)
+            for d, t in zip(sample["date"], sample["sched_dep_time"], strict=True)
+        ]
+        assert times.tolist() == expected
+        assert module.clock_hour(sample["sched_dep_time"]).tolist() == [
+            t // 100 for t in sample["sched_dep_time"]
+        ]
+    code, printed = _run([*argv, "--time-column", "date,origin", "--out", str(out) + "2"])
+    assert code == 2 and "origin in" in printed and "holds no clock times" in printed, printed
