@@ -166,7 +166,7 @@ def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> N
     assert module.KEY_COLUMNS == ("userId", "movieId")
     frame = pd.DataFrame({"userId": [3], "movieId": [1029], "timestamp": [975_000_000]})
     assert module.entity_key(frame).tolist() == ["3|1029"]
-    assert str(module.event_time(frame["timestamp"]).iloc[0]) == "2000-11-23 17:20:00+00:00"
+    assert str(module.event_time(frame).iloc[0]) == "2000-11-23 17:20:00+00:00"
     settings = yaml.safe_load((out / "settings.yaml").read_text())
     assert settings["ingest"]["date_format"] == "epoch_s"
     unique = [r for r in _rules(out, "movie_ratings") if "compound" in r["type"]]
