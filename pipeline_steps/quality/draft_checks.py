@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_steps.core.tasks import task_spec
-from pipeline_steps.quality.leak_checks import OneColumn, one_column_fit, together
+from pipeline_steps.quality.leak_checks import OneColumn, one_column_fit, pair_fit, together
 from pipeline_steps.quality.sample_profile import (
     IDENTIFIER_NAME,
     ColumnProfile,
@@ -187,8 +187,10 @@ def combination_sources(
     threshold = leak_score(roles.task)
     measure = _measure(roles.task)
     everything = together(profile.table, columns, numbers, roles.label, roles.task)
-    if everything is None or everything < threshold or len(columns) < 2:
+    if len(columns) < 2 or everything is None:
         return everything, {}
+    if everything < threshold:
+        return everything, _pairs(profile, roles, categorical, numeric)
     without = {
         name: together(
             profile.table, [c for c in columns if c != name], numbers, roles.label, roles.task
@@ -223,6 +225,37 @@ def combination_sources(
             "the outcome, move it to LEFT_OUT",
         )
     return everything, found
+
+
+def _pairs(
+    profile: SampleProfile, roles: Roles, categorical: list[str], numeric: list[str]
+) -> dict[str, str]:
+    """The kept columns that, two by two, give the label away (``pair_fit`` at least
+    ``leak_score``) though the tree model on all of them did not find it (a small sample), each
+    with why."""
+    label, threshold = profile.table.column(roles.label), leak_score(roles.task)
+    numbers = set(numeric)
+    found: dict[str, str] = {}
+    for first, second in itertools.combinations([*categorical, *numeric], 2):
+        score = pair_fit(
+            profile.table.column(first),
+            profile.table.column(second),
+            (first in numbers, second in numbers),
+            label,
+            roles.task,
+        )
+        if score is None or score < threshold:
+            continue
+        for name, other in ((first, second), (second, first)):
+            found.setdefault(
+                name,
+                f"kept, review: with {other} it predicts {roles.label} with "
+                f"{_measure(roles.task)} {score:.3f}, each sample row predicted by the other "
+                "rows with its pair of values: a combination "
+                "that gives the label away unless both are known before the outcome. The gate "
+                "refuses a near-perfect model; move one of them to LEFT_OUT",
+            )
+    return found
 
 
 def strong_features(scores: dict[str, float], roles: Roles, leaks: set[str]) -> dict[str, str]:

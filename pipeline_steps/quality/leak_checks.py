@@ -14,10 +14,13 @@ behind ``trainyard init-domain``'s leak verdicts (:mod:`pipeline_steps.quality.d
 - **Combinations** (``together``): a small tree model on several columns, so a leak through a
   pair (a price that, with the product's name, names the size) is found although each column
   alone is weak; each column's drop-out loss names the columns the near-perfect score rests on.
+  For a real-valued label also a least-squares line through the numeric columns, the better of
+  the two: a label that is the sum of two columns is exact for a line.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +32,12 @@ from pipeline_steps.core.tasks import task_spec
 
 BINS = 64
 """Quantile bins of a numeric column in its one-column model."""
+PAIR_BINS = 16
+"""Ordered bins of a numeric column when judged in a pair (``pair_fit``)."""
+PAIR_GROUP_ROWS = 3
+"""A pair of values held by this many rows at least predicts each of them from two others."""
+PAIR_COVERAGE = 0.8
+"""Least share of rows in such pairs for a pair of columns to be judged on them alone."""
 MIN_ROWS = 20
 """Fewest labelled sample rows with which a column is judged."""
 MIN_CLASS_ROWS = 5
@@ -82,6 +91,51 @@ def one_column_fit(
     return OneColumn(max(score for score, _ in scored), per_class)
 
 
+def pair_fit(
+    first: pa.ChunkedArray,
+    second: pa.ChunkedArray,
+    numeric: tuple[bool, bool],
+    label: pa.ChunkedArray,
+    task: str,
+) -> float | None:
+    """Two columns together as a model of ``label``: each labelled row's pair of values (a
+    numeric column's in ``PAIR_BINS`` ordered bins) predicts the label as the other rows of
+    that pair do (leave one out: a row never predicts itself), scored as balanced accuracy or
+    R²; None with fewer than ``MIN_ROWS``. On a small sample this finds two columns that give
+    the label away together where a tree has too few rows to."""
+    labelled = pc.is_valid(label)
+    y = label.filter(labelled)
+    if len(y) < MIN_ROWS:
+        return None
+    everything = np.ones(len(y), dtype=bool)
+    codes = []
+    for values, is_number in zip((first, second), numeric, strict=True):
+        x = values.filter(labelled)
+        codes.append(_ordered_bins(_numbers(x), everything, PAIR_BINS) if is_number else _codes(x))
+    groups = np.unique(codes[0] * (int(codes[1].max()) + 1) + codes[1], return_inverse=True)[1]
+    sizes = np.bincount(groups)[groups]
+    if task_spec(task).real_valued:
+        target = y.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        sums = np.bincount(groups, weights=target)[groups]
+        others = np.where(
+            sizes > 1,
+            (sums - target) / np.maximum(sizes - 1, 1),
+            (target.sum() - target) / max(len(target) - 1, 1),
+        )
+        return r2(target, others)
+    classes = np.unique(np.asarray(y.cast(pa.string()).to_pylist()), return_inverse=True)[1]
+    table = np.zeros((int(groups.max()) + 1, int(classes.max()) + 1))
+    np.add.at(table, (groups, classes), 1)
+    mine = table[groups]
+    mine[np.arange(len(classes)), classes] -= 1  # leave the row itself out
+    overall = np.bincount(classes).argmax()
+    guesses = np.where(sizes > 1, mine.argmax(axis=1), overall)
+    judged = sizes >= PAIR_GROUP_ROWS
+    if judged.mean() >= PAIR_COVERAGE:  # rows whose pair two others share: a rare class's few
+        return balanced_accuracy(classes[judged], guesses[judged])  # rows do not blur it
+    return balanced_accuracy(classes, guesses)
+
+
 def together(
     table: pa.Table, columns: Sequence[str], numeric: set[str], label: str, task: str
 ) -> float | None:
@@ -117,7 +171,8 @@ def together(
     if task_spec(task).real_valued:
         target = y.cast(pa.float64()).to_numpy(zero_copy_only=False)
         regressor = HistGradientBoostingRegressor(**settings).fit(matrix[fit], target[fit])
-        return r2(target[held], regressor.predict(matrix[held]))
+        tree = r2(target[held], regressor.predict(matrix[held]))
+        return max(tree, _linear_r2(matrix[:, ~categorical], target, fit, held))
     codes = np.unique(np.asarray(y.cast(pa.string()).to_pylist()), return_inverse=True)[1]
     if len(np.unique(codes[fit])) < 2:
         return None
@@ -125,9 +180,27 @@ def together(
     return balanced_accuracy(codes[held], classifier.predict(matrix[held]))
 
 
+def _linear_r2(numbers: np.ndarray, target: np.ndarray, fit: np.ndarray, held: np.ndarray) -> float:
+    """R² on the held rows of a least-squares line through the numeric columns (missing values
+    as the fitted mean): a label that is a sum of columns (a price split into its parts) is
+    exact for a line and only near for a small tree."""
+    if not numbers.shape[1]:
+        return float("-inf")
+    with warnings.catch_warnings(action="ignore"):  # a column with no value: its mean is 0
+        means = np.nanmean(np.where(np.isfinite(numbers[fit]), numbers[fit], np.nan), axis=0)
+    filled = np.where(np.isfinite(numbers), numbers, np.nan_to_num(means))
+    design = np.column_stack([filled, np.ones(len(filled))])
+    weights = np.linalg.lstsq(design[fit], target[fit], rcond=None)[0]
+    return r2(target[held], design[held] @ weights)
+
+
 def balanced_accuracy(truth: np.ndarray, predicted: np.ndarray) -> float:
-    """The mean recall of the classes in ``truth``."""
-    return float(np.mean([np.mean(predicted[truth == c] == c) for c in np.unique(truth)]))
+    """The mean recall of the classes in ``truth`` with at least ``MIN_CLASS_ROWS`` rows there
+    (all of them when fewer than two have): a class of two held-out rows says nothing."""
+    classes, counts = np.unique(truth, return_counts=True)
+    judged = classes[counts >= MIN_CLASS_ROWS]
+    judged = judged if len(judged) >= 2 else classes
+    return float(np.mean([np.mean(predicted[truth == c] == c) for c in judged]))
 
 
 def one_against_rest(truth: np.ndarray, predicted: np.ndarray) -> dict[int, float]:
@@ -181,19 +254,19 @@ def _category_codes(values: pa.ChunkedArray) -> np.ndarray:
     return out
 
 
-def _ordered_bins(numbers: np.ndarray, fit: np.ndarray) -> np.ndarray:
+def _ordered_bins(numbers: np.ndarray, fit: np.ndarray, bins: int = BINS) -> np.ndarray:
     """Each row's quantile bin (edges from the fitted rows); a value at an edge (a value many
     rows share) is a bin of its own, and missing values one more."""
     finite = np.isfinite(numbers)
     fitted = numbers[fit & finite]
     if not len(fitted):
         return np.where(finite, 0, 1)
-    edges = np.unique(np.quantile(fitted, np.linspace(0, 1, BINS + 1)))
+    edges = np.unique(np.quantile(fitted, np.linspace(0, 1, bins + 1)))
     values = np.where(finite, numbers, 0.0)
-    bins = np.searchsorted(edges, values, side="left") + np.searchsorted(
+    placed = np.searchsorted(edges, values, side="left") + np.searchsorted(
         edges, values, side="right"
     )
-    return np.where(finite, bins, 2 * len(edges) + 1)
+    return np.where(finite, placed, 2 * len(edges) + 1)
 
 
 def _group_classes(

@@ -6,7 +6,8 @@ An open set is judged against history, not the sample alone: a day's values must
 sample's values or those of the trailing validated days (the ``<column>_known_values``
 parameter, :func:`known_values`), so last week's new names are known today. New values warn;
 a share of them beyond what the sample's own days showed (each day against the days before it)
-fails, unless the sample had days made only of new values, when the set only warns.
+fails, unless the sample had days made only of new values or days without rows (after a quiet
+spell a day may bring only new names: a season's first storm), when the set only warns.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 OPEN_GROWTH = 0.05
 """Least share of a set's values first seen in the second half of the sample's days for the
 set to be open."""
-OPEN_MIN_VALUES = 10
-"""Fewest distinct values an open set has (a few classes arriving late are a closed set)."""
+OPEN_MIN_VALUES = 4
+"""Fewest distinct values an open set has (two or three values arriving late are a closed set)."""
 KNOWN_VALUES = "_known_values"
 """Suffix of the parameter ``<column>_known_values``: the sample's values and those of the
 trailing validated days."""
@@ -44,10 +45,15 @@ class Arrivals:
     """Mean share of a second-half day's rows whose values the days before it lacked."""
     worst: float
     """The largest such share."""
+    gapless: bool = True
+    """The sample has rows on every day it spans."""
 
 
-def arrivals(values: pa.ChunkedArray, days: pa.ChunkedArray) -> Arrivals | None:
-    """How ``values`` arrived over ``days`` (each row's day); None with fewer than 4 days."""
+def arrivals(
+    values: pa.ChunkedArray, days: pa.ChunkedArray, *, gapless: bool = True
+) -> Arrivals | None:
+    """How ``values`` arrived over ``days`` (each row's day; ``gapless``: the sample has rows on
+    every day it spans); None with fewer than 4 days."""
     present = pc.and_(pc.is_valid(values), pc.is_valid(days))
     table = pa.table({"value": values.filter(present), "day": days.filter(present)})
     order = sorted(pc.unique(table.column("day")).to_pylist())
@@ -73,6 +79,7 @@ def arrivals(values: pa.ChunkedArray, days: pa.ChunkedArray) -> Arrivals | None:
         growth=(len(seen) - early) / max(len(seen), 1),
         turnover=sum(shares) / len(shares),
         worst=max(shares),
+        gapless=gapless,
     )
 
 

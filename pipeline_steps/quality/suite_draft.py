@@ -237,9 +237,10 @@ def draft_suite(
     ]
     types = pandas_types(profile)
     days = _row_days(profile, roles)
+    gapless = len(roles.days) == (roles.last_day - roles.first_day).days + 1
     for column in profile.columns:
         found = (
-            arrivals(profile.table.column(column.name), days)
+            arrivals(profile.table.column(column.name), days, gapless=gapless)
             if days is not None and column.categorical(margins.category_limit)
             else None
         )
@@ -573,9 +574,12 @@ def _open_set_rules(
         "warning",
     )
     warn["meta"] |= meta
-    if allowed >= 1:
+    if allowed >= 1 or not found.gapless:
         warn["meta"]["why"] += (
             "; no share of new values fails, as the sample had days of new values alone"
+            if found.gapless
+            else "; no share of new values fails, as the sample has days without rows: after a "
+            "quiet spell a day may bring only new names (a season's first storm)"
         )
         return [warn]
     fail = _rule(
