@@ -781,6 +781,17 @@ class TrainSettings:
         doc="""Register the weights of the epoch with the lowest validation loss, not the last
         epoch's.""",
     )
+    calibrate: bool = setting(
+        True,
+        doc="""Temperature scaling of a classifier (``binary``, ``multiclass``, ``ordinal``): after
+        training, one temperature dividing the model's logits is fitted on the validation rows (the
+        ones early stopping watches, never the holdout the evaluation judges on) to minimise their
+        log loss, and is recorded with the model, which predicts with it. A network trained to a
+        low loss is often over-confident, which costs log loss and calibration error against the
+        baselines. ``binary`` keeps its ranking (AUC) and ``multiclass`` its most probable class;
+        ``ordinal`` scales its K-1 conditional logits alike, which may move a row's median class.
+        ``regression``: ignored.""",
+    )
     validation_fraction: float = setting(
         0.1,
         doc="""Share of the training days' rows held back for per-epoch validation loss.""",
