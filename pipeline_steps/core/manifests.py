@@ -301,6 +301,23 @@ class TrainManifest(Manifest):
     """The epoch after which the pruner stopped the trial."""
     tuned_from: TunedParameters | None = field(default=None, metadata=OMIT_NONE)
     """With ``train.params_from: tuning``: the study's best trial whose parameters it used."""
+    calibration: Calibration | None = field(default=None, metadata=OMIT_NONE)
+    """The temperature fitted on the validation rows (``train.calibrate``, a task whose
+    probabilities are calibrated); None otherwise."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Calibration:
+    """Temperature scaling of a trained classifier: the one temperature its outputs are divided
+    by (recorded with the model's head), fitted on the validation rows the training held out,
+    never on the holdout the evaluation judges it on."""
+
+    temperature: float
+    val_log_loss_before: float
+    """The validation rows' log loss of the uncalibrated model (temperature 1)."""
+    val_log_loss_after: float
+    """The same with the temperature: never higher (1 is kept when nothing lowers it)."""
+    rows: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

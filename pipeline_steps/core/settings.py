@@ -781,6 +781,17 @@ class TrainSettings:
         doc="""Register the weights of the epoch with the lowest validation loss, not the last
         epoch's.""",
     )
+    calibrate: bool = setting(
+        True,
+        doc="""Temperature scaling of a classifier (``binary``, ``multiclass``, ``ordinal``): after
+        training, one temperature dividing the model's logits is fitted on the validation rows (the
+        ones early stopping watches, never the holdout the evaluation judges on) to minimise their
+        log loss, and is recorded with the model, which predicts with it. A network trained to a
+        low loss is often over-confident, which costs log loss and calibration error against the
+        baselines. ``binary`` keeps its ranking (AUC) and ``multiclass`` its most probable class;
+        ``ordinal`` scales its K-1 conditional logits alike, which may move a row's median class.
+        ``regression``: ignored.""",
+    )
     validation_fraction: float = setting(
         0.1,
         doc="""Share of the training days' rows held back for per-epoch validation loss.""",
@@ -1188,6 +1199,20 @@ class GateSettings:
         doc="""``ordinal``: non-inferiority margin of the quadratic weighted kappa.""",
         minimum=0,
     )
+    baselines_must_beat: tuple[str, ...] = setting(
+        (),
+        doc="""Baselines the challenger must not lose to, judged as against the champion: on each
+        primary metric it is refused when, with ``evaluate.confidence``, it may be worse than the
+        baseline beyond that metric's margin (``max_log_loss_rise``, ...; RMSE's and MAE's as a
+        fraction of the baseline's). ``linear``: the linear baseline on the same features (the
+        task's: a logistic regression, or a ridge regression for ``regression``; needs
+        ``evaluate.logistic_baseline``); ``trivial``: the trivial model. A baseline the evaluation
+        did not score is not held to, and the reasons say so. Empty: only the champion and beating
+        the trivial model gate the challenger; the default, because the shipped example's network
+        loses to its logistic regression on log loss on the demo days, calibrated or not
+        (evaluation.md).""",
+        choices=("linear", "trivial"),
+    )
     require_improvement: bool = setting(
         False,
         doc="""Also require the challenger to be better than the champion, with
@@ -1292,6 +1317,15 @@ class GateSettings:
                 f"{', '.join(spec.gate_metrics)})"
             )
         return self.primary_metrics
+
+    def baselines_for(self, task: str) -> tuple[str, ...]:
+        """The names (``ScoredBaseline.name``) of the baselines ``baselines_must_beat`` holds a
+        ``task``'s challenger to: ``linear`` is the task's ``linear_baseline``."""
+        spec = task_spec(task)
+        names = (
+            spec.linear_baseline if kind == "linear" else kind for kind in self.baselines_must_beat
+        )
+        return tuple(dict.fromkeys(names))
 
     def margin(self, metric: str) -> float:
         """How much worse than the champion the challenger may be on ``metric``: in the

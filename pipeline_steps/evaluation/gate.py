@@ -14,6 +14,9 @@ the gate settings; the task is the evaluation's (``HoldoutMetrics.task``), its m
   of the champion's RMSE on that slice); without a champion, below
   the ``gate.min_auc`` floor (``binary``; for the other tasks beating the trivial model is the
   floor);
+- ``refuse`` too when the challenger may be worse than a baseline of
+  ``gate.baselines_must_beat`` (``linear``: the task's linear baseline) beyond a primary
+  metric's margin with ``evaluate.confidence``, with or without a champion;
 - ``refuse`` too when the challenger or a baseline is near perfect on the holdout
   (``gate.suspect_auc``, ``suspect_accuracy``, ``suspect_r2``): a leak, unless
   ``gate.easy_task_reason`` says why the task is this easy;
@@ -119,6 +122,56 @@ def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None
     )
 
 
+def _baselines(
+    evaluation: EvaluateManifest,
+    settings: GateSettings,
+    task: str,
+    primary: tuple[str, ...],
+    level: str,
+) -> tuple[bool, list[str]]:
+    """Whether the challenger loses to none of ``gate.baselines_must_beat``, and a reason per
+    baseline: on each primary metric, challenger - baseline is judged as challenger - champion
+    is (``_worse_beyond`` the metric's margin; RMSE's and MAE's a fraction of the baseline's
+    value), so a challenger that only ties a simpler model on the same features within noise
+    still passes. A baseline the evaluation did not score is named and not held to; a metric
+    without an interval refuses, as it does against the champion."""
+    ok, reasons = True, []
+    scored = {b.name: b for b in evaluation.baselines}
+    for name in settings.baselines_for(task):
+        shown = f"the {name.replace('_', ' ')} baseline"
+        baseline = scored.get(name)
+        if baseline is None:
+            reasons.append(f"{shown} was not scored on this holdout; not held to it")
+            continue
+        judged, lost = [], []
+        for metric in primary:
+            interval = baseline.differences.get(metric)
+            label = _name(metric, task)
+            if interval is None or interval.estimate != interval.estimate:
+                lost.append(f"{label}: no interval of challenger - baseline recorded")
+                continue
+            margin, bound = _margin(
+                settings.margin(metric),
+                metric,
+                float(getattr(baseline.metrics, metric)),
+                f"{shown}'s {label}",
+            )
+            described = f"{label} {interval.describe()}"
+            if _worse_beyond(metric, interval, margin):
+                lost.append(f"{described} may be worse than the margin {bound}")
+            else:
+                judged.append(described)
+        if lost:
+            ok = False
+            reasons.append(
+                f"challenger - {shown}: {'; '.join(lost)} ({level}); refused: "
+                "gate.baselines_must_beat"
+            )
+        else:
+            reasons.append(f"challenger does not lose to {shown} ({level}): {'; '.join(judged)}")
+    return ok, reasons
+
+
 def _undefined(challenger: HoldoutMetrics, task: str, metrics: tuple[str, ...]) -> str | None:
     """Why the challenger's metrics cannot be judged, or None."""
     return task_spec(task).undefined(challenger, metrics)
@@ -217,6 +270,9 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         beats, reason = trivial
         ok &= beats
         reasons.append(reason)
+    holds, baseline_reasons = _baselines(evaluation, settings, task, primary, level)
+    ok &= holds
+    reasons += baseline_reasons
     champion = evaluation.champion
     if champion is None:
         if spec.counts_positives:

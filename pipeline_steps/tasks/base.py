@@ -155,6 +155,12 @@ class Task:
     """The metrics a run summary's difference lines show; empty: all of ``metric_list``."""
     ordered: ClassVar[bool] = False
     """The classes are ordered, lowest first (their order is part of the domain contract)."""
+    calibrated: ClassVar[bool] = False
+    """The model's outputs are logits whose training loss is the negative log-likelihood of
+    the probabilities :meth:`predict` gives, so one temperature dividing them can be fitted on
+    the validation rows (``train.calibrate``): it rescales the confidence; a sigmoid's ranking
+    and a softmax's most probable class stay (CORN's conditional logits may move a row's median
+    class: its probabilities are products of sigmoids)."""
 
     # -- declarations ------------------------------------------------------------------------
 

@@ -201,6 +201,7 @@ class Binary(Task):
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's rate"
     counts_positives = True
+    calibrated = True
 
     def baseline_fits(self, distinct: int) -> bool:
         return distinct == 2

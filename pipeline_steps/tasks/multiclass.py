@@ -177,6 +177,7 @@ class Multiclass(Task):
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's class shares"
     has_classes = True
+    calibrated = True
 
     def check_classes(self, classes: Sequence[str], where: str) -> None:
         if len(classes) < 3 or len(set(classes)) != len(classes):

@@ -152,6 +152,7 @@ class Ordinal(Task):
     linear_baseline = "logistic_regression"
     trivial_description = "the training window's class shares"
     has_classes = True
+    calibrated = True
     ordered = True
 
     def check_classes(self, classes: Sequence[str], where: str) -> None:

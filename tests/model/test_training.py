@@ -45,6 +45,12 @@ def test_each_model_beats_a_constant_baseline_on_the_holdout(prepared, model: st
     run = mlflow.get_run(manifest.mlflow_run_id)
     assert run.data.params["world_size"] == "1" and run.data.params["train.model"] == model
     assert {"train_loss", "val_loss", "val_auc", "samples_per_s"} <= run.data.metrics.keys()
+    # the temperature fitted on the validation rows: in the manifest, the run and the model
+    calibration = manifest.calibration
+    assert calibration is not None and calibration.temperature > 0
+    assert calibration.val_log_loss_after <= calibration.val_log_loss_before
+    assert run.data.metrics["calibration_temperature"] == pytest.approx(calibration.temperature)
+    assert loaded.unwrap_python_model().head.temperature == calibration.temperature
 
 
 def test_same_data_and_seed_give_the_same_weights(prepared) -> None:

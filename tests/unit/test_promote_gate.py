@@ -415,3 +415,86 @@ def test_a_genuinely_easy_task_passes_with_its_reason_recorded() -> None:
     assert verdict.reasons[0].endswith(
         "accepted: the sensor reads the label itself (gate.easy_task_reason)"
     )
+
+
+MUST_BEAT_LINEAR = replace(GATE, baselines_must_beat=("linear",))
+
+
+def logistic(auc: Interval, log_loss: Interval) -> ScoredBaseline:
+    return ScoredBaseline(
+        name="logistic_regression",
+        metrics=scored(0.7, 0.48),
+        differences={"auc": auc, "log_loss": log_loss},
+    )
+
+
+SAME_AUC = Interval(estimate=0.01, low=-0.005, high=0.025)
+
+
+def test_a_challenger_that_loses_to_the_linear_baseline_is_refused_with_its_interval() -> None:
+    # the flights day: log loss +0.0304 [+0.0220, +0.0394] over the logistic regression
+    losing = logistic(SAME_AUC, Interval(estimate=0.0304, low=0.022, high=0.0394))
+    within = Interval(estimate=0.0, low=-0.004, high=0.004)
+    evaluation_ = evaluation(within, within, baselines=[BEATS_TRIVIAL, losing])
+    assert gate(evaluation_, GATE, 0.95).passed  # by default only the champion gates
+    verdict = gate(evaluation_, MUST_BEAT_LINEAR, 0.95)
+    assert verdict.outcome == "refuse"
+    assert verdict.reasons[1] == (
+        "challenger - the logistic regression baseline: log loss +0.0304 [+0.0220, +0.0394] "
+        "may be worse than the margin +0.01 (95% confidence); refused: gate.baselines_must_beat"
+    )
+    assert verdict.reasons[0].startswith("challenger beats the trivial model")
+
+
+def test_a_challenger_within_the_margin_of_the_linear_baseline_passes_and_says_so() -> None:
+    close = logistic(SAME_AUC, Interval(estimate=0.002, low=-0.003, high=0.008))
+    first = replace(
+        evaluation(SAME_AUC, SAME_AUC), champion=None, differences={}, baselines=[close]
+    )
+    verdict = gate(first, MUST_BEAT_LINEAR, 0.95)
+    assert verdict.passed  # held to the baseline without a champion too
+    assert verdict.reasons[0] == (
+        "challenger does not lose to the logistic regression baseline (95% confidence): "
+        "AUC +0.0100 [-0.0050, +0.0250]; log loss +0.0020 [-0.0030, +0.0080]"
+    )
+    lower_auc = logistic(
+        Interval(estimate=-0.02, low=-0.03, high=-0.01), close.differences["log_loss"]
+    )
+    refused = gate(replace(first, baselines=[lower_auc]), MUST_BEAT_LINEAR, 0.95)
+    assert refused.outcome == "refuse"
+    assert "AUC -0.0200 [-0.0300, -0.0100] may be worse than the margin -0.01" in refused.reasons[0]
+
+
+def test_an_unscored_linear_baseline_is_named_not_held_to() -> None:
+    within = Interval(estimate=0.0, low=-0.004, high=0.004)
+    verdict = gate(evaluation(within, within, baselines=[BEATS_TRIVIAL]), MUST_BEAT_LINEAR, 0.95)
+    assert verdict.passed
+    assert verdict.reasons[1] == (
+        "the logistic regression baseline was not scored on this holdout; not held to it"
+    )
+
+
+def test_the_linear_baseline_of_a_regression_is_the_ridge_with_a_relative_margin() -> None:
+    ridge = ScoredBaseline(
+        name="ridge",
+        metrics=HoldoutMetrics(task="regression", rows=900, rmse=20.0, mae=14.0, r2=0.4),
+        differences={
+            "rmse": Interval(estimate=0.3, low=0.1, high=0.5),  # 2 % of the ridge's 20: 0.4
+            "mae": Interval(estimate=0.0, low=-0.1, high=0.1),
+        },
+    )
+    first = replace(_task_evaluation("regression", None, {}, BEATS_MEAN), baselines=[ridge])
+    assert MUST_BEAT_LINEAR.baselines_for("regression") == ("ridge",)
+    verdict = gate(first, MUST_BEAT_LINEAR, 0.95)
+    assert verdict.outcome == "refuse"
+    assert (
+        "RMSE +0.3000 [+0.1000, +0.5000] may be worse than the margin +0.4000 (2% of the ridge "
+        "baseline's RMSE 20.0000)" in verdict.reasons[0]
+    )
+
+
+def test_baselines_must_beat_takes_kinds_of_baseline() -> None:
+    with pytest.raises(SettingsError, match="baselines_must_beat"):
+        GateSettings(baselines_must_beat=("gbdt",))
+    both = GateSettings(baselines_must_beat=("linear", "trivial"))
+    assert both.baselines_for("binary") == ("logistic_regression", "trivial")

@@ -31,6 +31,10 @@ class Head:
     classes: tuple[str, ...] = ()
     label_mean: float = 0.0
     label_std: float = 1.0
+    temperature: float = 1.0
+    """What the outputs are divided by before they become probabilities (temperature scaling,
+    fitted on the validation rows after training: ``calibration``); 1 for a task that is not
+    ``calibrated``, a model trained with ``train.calibrate: false`` and one recorded before."""
 
     @property
     def spec(self) -> Task:
@@ -71,7 +75,10 @@ class Head:
 
     def predict(self, outputs: torch.Tensor) -> np.ndarray:
         """What the registered model returns for ``outputs`` (``Task.predict``): probabilities
-        of 1 [n], class probabilities [n, K], or values in the label's units [n] (float64)."""
+        of 1 [n], class probabilities [n, K], or values in the label's units [n] (float64),
+        the outputs divided by the head's temperature first."""
+        if self.temperature != 1.0:
+            outputs = outputs / self.temperature
         return self.spec.predict(outputs, self.state)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +87,7 @@ class Head:
             "classes": list(self.classes),
             "label_mean": self.label_mean,
             "label_std": self.label_std,
+            "temperature": self.temperature,
         }
 
     @classmethod
@@ -91,6 +99,7 @@ class Head:
             classes=tuple(values.get("classes", ())),
             label_mean=float(values.get("label_mean", 0.0)),
             label_std=float(values.get("label_std", 1.0)),
+            temperature=float(values.get("temperature", 1.0)),
         )
 
 

@@ -4,8 +4,8 @@ Reads top to bottom: take tuned parameters when asked to, detect the processes f
 environment, open the training set, stop early when this run already trained with the same
 settings and data, find the newest checkpoint and the data layout it was written in, fit the
 preprocessing (rank 0) and share it, build the model (sharded or not), optimizer and schedule,
-resume, hand them to the ``Trainer`` with its callbacks, and (rank 0 only) finish the MLflow
-run and record the manifest.
+resume, hand them to the ``Trainer`` with its callbacks, and (rank 0 only) fit the temperature
+of the final model on the validation rows, finish the MLflow run and record the manifest.
 
 The pieces live beside it: ``trainer`` (the loop: steps, validation, checkpoints),
 ``callbacks`` (early stopping, trial pruning, preemption, MLflow logging, progress, system
@@ -13,14 +13,16 @@ metrics, the stall watchdog), ``step`` (one optimisation step, validation), ``di
 (process group, collectives, RNG states), ``layout`` (which rows make each step, on any number
 of processes), ``strategy`` (DDP or FSDP), ``state`` (the training in memory and as a
 checkpoint holds it) and ``checkpoint`` (writing and resuming), ``tuned`` (a tuning trial's
-parameters), ``mlflow_run`` (the MLflow run), ``record`` (rank 0's end: the packaged model and
-the manifest), ``data`` and ``models``.
+parameters), ``calibration`` (the temperature fitted on the validation rows), ``mlflow_run``
+(the MLflow run), ``record`` (rank 0's end: the packaged model and the manifest), ``data`` and
+``models``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import torch
 
@@ -29,6 +31,7 @@ from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.fingerprints import json_sha256
 from pipeline_steps.core.lake import Lake
 from pipeline_steps.core.manifests import (
+    Calibration,
     FeaturesManifest,
     ManifestError,
     TrainManifest,
@@ -39,6 +42,7 @@ from pipeline_steps.core.pushgateway import Pushgateway
 from pipeline_steps.core.setting_spec import runtime_settings
 from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run, record, tuned
+from pipeline_steps.steps.train.calibration import calibrate
 from pipeline_steps.steps.train.callbacks import Callback
 from pipeline_steps.steps.train.callbacks.early_stopping import EarlyStopping
 from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging
@@ -161,6 +165,9 @@ def train(ctx: RunContext) -> TrainManifest | None:
     manifest = None
     if run_id is not None and final_model is not None:  # rank 0
         fit.model = final_model
+        calibrated = _calibration(ctx, final_model, head, table, pre, features.label)
+        if calibrated is not None:  # the packaged model predicts with the fitted temperature
+            config["head"] = replace(head, temperature=calibrated.temperature).to_dict()
         trained = record.Trained(
             fit=fit,
             config_hash=config_hash,
@@ -170,11 +177,37 @@ def train(ctx: RunContext) -> TrainManifest | None:
             model_epoch=model_epoch,
             pruned_at=pruning.pruned_at if pruning else None,
             tuned=tuned_from,
+            calibration=calibrated,
         )
         manifest = record.finish(ctx, features, pre, config, trained)
     if procs.distributed:
         distributed.leave_process_group()
     return manifest
+
+
+def _calibration(
+    ctx: RunContext,
+    model: torch.nn.Module,
+    head: Head,
+    table: TrainingTable,
+    pre: Preprocessor,
+    label: str,
+) -> Calibration | None:
+    """The temperature fitted on the validation rows by rank 0 (``calibration``), logged; None
+    when ``train.calibrate`` is off, the task's outputs are not calibrated (``regression``) or
+    the training is a tuning trial (nothing is packaged)."""
+    cfg = ctx.settings.train
+    if not cfg.calibrate or not head.spec.calibrated or ctx.trial is not None:
+        return None
+    fitted = calibrate(model, head, table, pre, label, cfg.batch_size)
+    log.info(
+        "temperature %.4f fitted on %d validation rows: their log loss %.5f -> %.5f",
+        fitted.temperature,
+        fitted.rows,
+        fitted.val_log_loss_before,
+        fitted.val_log_loss_after,
+    )
+    return fitted
 
 
 def _callbacks(

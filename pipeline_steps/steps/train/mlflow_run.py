@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from pipeline_steps.core.context import RunContext
-from pipeline_steps.core.manifests import FeaturesManifest, LoopPosition, TunedParameters
+from pipeline_steps.core.manifests import (
+    Calibration,
+    FeaturesManifest,
+    LoopPosition,
+    TunedParameters,
+)
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.steps.train.data import Preprocessor
 
@@ -140,6 +145,20 @@ def log_epoch(
     batch = [Metric(k, v, now, epoch) for k, v in metrics.items() if math.isfinite(v)]
     batch += [Metric("train_loss_step", v, now, s) for s, v in step_losses]
     MlflowClient().log_batch(run_id, metrics=batch)
+
+
+def log_calibration(calibration: Calibration) -> None:
+    """The fitted temperature and the validation log loss before and after it, as metrics of
+    the active run (a metric, not a parameter: a resumed run may log it again)."""
+    import mlflow
+
+    mlflow.log_metrics(
+        {
+            "calibration_temperature": calibration.temperature,
+            "val_log_loss_uncalibrated": calibration.val_log_loss_before,
+            "val_log_loss_calibrated": calibration.val_log_loss_after,
+        }
+    )
 
 
 def finish(

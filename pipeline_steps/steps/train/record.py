@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline_steps.core.context import RunContext
 from pipeline_steps.core.manifests import (
+    Calibration,
     FeaturesManifest,
     LoopPosition,
     TrainManifest,
@@ -40,6 +41,8 @@ class Trained:
     pruned_at: int | None
     """The epoch after which a tuning trial's pruner stopped it."""
     tuned: TunedParameters | None
+    calibration: Calibration | None = None
+    """The temperature the packaged model predicts with (``train.calibrate``)."""
 
 
 def finish(
@@ -54,6 +57,8 @@ def finish(
     record the train manifest; returns it."""
     model = trained.fit.model
     if ctx.trial is None:
+        if trained.calibration is not None:
+            mlflow_run.log_calibration(trained.calibration)
         model_uri = mlflow_run.finish(
             ctx, model.cpu(), pre, model_config, features, trained.model_epoch
         )
@@ -66,7 +71,7 @@ def manifest(
     ctx: RunContext, features: FeaturesManifest, trained: Trained, model_uri: str
 ) -> TrainManifest:
     """The train manifest: the model epoch's metrics, the early-stopping outcome, every epoch's
-    metrics and the model's weights hash."""
+    metrics, the model's weights hash and its temperature."""
     fit = trained.fit
     final = next(h for h in fit.history if h["epoch"] == trained.model_epoch)
     return TrainManifest(
@@ -93,4 +98,5 @@ def manifest(
         trial=ctx.trial,
         pruned_at_epoch=trained.pruned_at,
         tuned_from=trained.tuned,
+        calibration=trained.calibration,
     )
