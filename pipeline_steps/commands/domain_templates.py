@@ -104,7 +104,7 @@ def event_time(frame: pd.DataFrame) -> pd.Series:
     values = frame[TIME_COLUMN]
     times = event_times(pa.array(values, from_pandas=True), DATE_FORMAT).to_pandas()
     times = pd.Series(
-        pd.to_datetime(times, utc=True).astype("datetime64[us, UTC]").to_numpy(),
+        pd.to_datetime(times, utc=True).astype("datetime64[us, UTC]").array,
         index=values.index,
     )
     if CLOCK_COLUMN:

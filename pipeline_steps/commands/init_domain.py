@@ -27,7 +27,7 @@ import keyword
 import re
 import textwrap
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -305,13 +305,24 @@ class InitResult:
     def next_commands(self) -> list[str]:
         """The commands that take the new domain from its sample to a first trained model."""
         d, roles = self.draft, self.draft.roles
-        last, before = roles.last_day.isoformat(), sorted(roles.days)[-2:][0].isoformat()
+        covered = roles.first_day + timedelta(days=d.sizes.window_days - 1)
+        if covered > roles.last_day:  # the window reaches past the sample: seed the source
+            last, before = covered.isoformat(), (covered - timedelta(days=1)).isoformat()
+            reach = [
+                f"# the window is {d.sizes.window_days} days ({d.sizes.holdout_days} of them the "
+                f"holdout), longer than the sample: seed the source's days up to {before}, or "
+                "shorten features.window_days and evaluate.holdout_days"
+            ]
+        else:
+            last, before = roles.last_day.isoformat(), sorted(roles.days)[-2:][0].isoformat()
+            reach = []
         return [
             f"export PYTHONPATH={d.folder}${{PYTHONPATH:+:$PYTHONPATH}}",
             f"export TRAINYARD_CONFIG={d.folder}/settings.yaml",
             f"trainyard validate --path {d.sample}"
             + (" --split-by-date" if len(roles.days) > 1 else ""),
-            f"trainyard seed --start {roles.first_day.isoformat()} --end {before}",
+            *reach,
+            f"trainyard seed --start {roles.first_day.isoformat()} --end {before} --keep-going",
             "for step in ingest validate features train evaluate promote; do "
             f"trainyard step $step --run-id {d.name}-first --logical-date {last}; done",
         ]

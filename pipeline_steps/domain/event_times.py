@@ -43,6 +43,8 @@ def event_times(values: pa.Array | pa.ChunkedArray, date_format: str = "") -> pa
     are epoch numbers), or dates for a date column. Raises ``pa.ArrowInvalid`` naming the
     first value ``date_format`` does not read."""
     values = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+    if pa.types.is_null(values.type):  # no value at all (a day whose rows all lack the label)
+        return pa.chunked_array([pa.nulls(len(values), pa.timestamp("us", "UTC"))])
     if date_format in EPOCH_UNITS:
         if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
             raise pa.ArrowInvalid(

@@ -122,6 +122,26 @@ def _trivial(evaluation: EvaluateManifest, task: str) -> tuple[bool, str] | None
     )
 
 
+def _worse_than_trivial(evaluation: EvaluateManifest, task: str) -> str | None:
+    """Why the challenger is worse than the trivial model with confidence on one of the task's
+    trivial metrics (the whole interval on the losing side), or None: a holdout too small to
+    promote on can still show that."""
+    baseline = next((b for b in evaluation.baselines if b.name == "trivial"), None)
+    if baseline is None:
+        return None
+    for metric in task_spec(task).trivial_metrics:
+        interval = baseline.differences.get(metric)
+        if interval is None:
+            continue
+        favourable = best(interval, metric)
+        if favourable < 0 if HIGHER_IS_BETTER[metric] else favourable > 0:  # NaN never is
+            return (
+                f"challenger is worse than the trivial model with confidence: "
+                f"{_name(metric, task)} {interval.describe()}; refused"
+            )
+    return None
+
+
 def _baselines(
     evaluation: EvaluateManifest,
     settings: GateSettings,
@@ -250,6 +270,9 @@ def gate(evaluation: EvaluateManifest, settings: GateSettings, confidence: float
         return Verdict("refuse", [undefined])
     too_small = _too_small(evaluation, settings, task)
     if too_small is not None:
+        losing = _worse_than_trivial(evaluation, task)
+        if losing is not None:  # too few rows to promote on, enough to see it lose
+            return Verdict("refuse", [losing, too_small.replace("; the champion stays", "")])
         return Verdict("undecided", [too_small])
     level = f"{confidence:.0%} confidence"
     reasons: list[str] = []

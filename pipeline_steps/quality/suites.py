@@ -62,6 +62,12 @@ def chance_share(rate: float, rows: float, noise: float) -> float:
     return max(rate, float(binom.isf(tail, count, min(max(rate, 0.0), 1.0))) / count)
 
 
+def floor_share(value: float) -> float:
+    """A least share, kept to 6 decimals by rounding down: a day with exactly the allowed
+    count (7 of 9 values present: 0.777777…) must pass, and 0.777778 would refuse it."""
+    return math.floor(max(0.0, value) * 1e6 + 1e-9) / 1e6
+
+
 def known_min(by_size: dict[str, float], rows: int | None, noise: float) -> float:
     """The least share of a day's values a drafted value set must hold: 1 minus its allowance
     for unseen values (``by_size["allowed"]``), or, when more, the share of unseen values a day
@@ -71,7 +77,7 @@ def known_min(by_size: dict[str, float], rows: int | None, noise: float) -> floa
     allowed = float(by_size["allowed"])
     values = (rows or 0) * float(by_size.get("present", 1.0))
     chance = chance_share(float(by_size["rate"]), max(values, 1.0), noise) if rows else 0.0
-    return round(max(0.0, 1.0 - max(allowed, chance)), 6)
+    return floor_share(1.0 - max(allowed, chance))
 
 
 def size_parameters(suite: ExpectationSuite, rows: int | None, noise: float) -> dict[str, float]:

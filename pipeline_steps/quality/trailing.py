@@ -25,7 +25,13 @@ from pipeline_steps.quality.history import (
     wanted_statistics,
 )
 from pipeline_steps.quality.open_sets import known_values, open_sets
-from pipeline_steps.quality.suites import PRESENT_MIN, UNBOUNDED, chance_share, size_parameters
+from pipeline_steps.quality.suites import (
+    PRESENT_MIN,
+    UNBOUNDED,
+    chance_share,
+    floor_share,
+    size_parameters,
+)
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -164,7 +170,7 @@ def trailing_bounds(
             # value in them (Jeffreys'), as the chance allowance on top is already a tail bound
             rate = settings.null_share_factor * max(share, UNSEEN_MISSING / max(seen, 1))
             missing = max(missing, chance_share(rate, rows, settings.share_noise))
-        bounds[f"{column}{PRESENT_MIN}"] = round(max(0.0, 1.0 - missing), 6)
+        bounds[f"{column}{PRESENT_MIN}"] = floor_share(1.0 - missing)
     return bounds
 
 

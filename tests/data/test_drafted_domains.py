@@ -173,6 +173,19 @@ def test_epoch_seconds_date_the_rows_and_the_key_joins_two_columns(ratings) -> N
     assert unique[0]["kwargs"]["column_list"] == ["userId", "movieId"]
 
 
+def test_a_day_whose_rows_all_lack_the_label_gives_no_entity_row(ratings) -> None:
+    """A day of a window whose rows all lack the label (Minneapolis' use-of-force rows of
+    2016-01-02: an injury not yet recorded) gives no entity row, and no error."""
+    from pipeline_steps.core.settings import FeatureSettings
+
+    module = importlib.import_module("movie_ratings.domain")
+    frame = pd.DataFrame(
+        {"userId": [3, 4], "movieId": [1029, 1030], "timestamp": [975_000_000] * 2}
+    ).assign(rating=None, title="x", year=1999, genres="Drama")
+    rows = module.DOMAIN.entity_rows(frame, FeatureSettings())
+    assert rows.empty and "event_timestamp" in rows.columns
+
+
 def test_a_column_the_label_is_derived_from_is_refused(exports: Path) -> None:
     draft = _draft(exports, "bands", label="band", key="userId,movieId")
     assert draft.roles.task == "ordinal"  # low < mid < high: the values state their order

@@ -102,3 +102,14 @@ def test_a_steady_source_refuses_a_day_of_a_few_rows_despite_its_weekly_rhythm()
     # a source of sessions keeps no lower bound: days of 1 rating are ordinary
     sessions = [(n, {}) for n in (1, 3, 40, 2, 1, 177, 5, 2, 12, 1)]
     assert trailing_bounds(sessions, NOISY, rows=1)["row_count_min"] == 0
+
+
+def test_a_day_with_exactly_the_allowed_missing_count_passes() -> None:
+    """A day of 9 rows that may miss 2 values (a share of 2/9): the least share present is
+    rounded down (0.777777), never up past 7/9 (0.777778 refused such a day of Minneapolis'
+    use-of-force rows, 2 of 9 without a race)."""
+    plain = ValidationSettings()
+    share = (2 / 9 - plain.null_share_floor) / plain.null_share_factor
+    bound = trailing_bounds([(9, {"race": share})] * 14, plain, rows=9)["race_present_min"]
+    assert bound == 0.777777 and bound <= 7 / 9
+    assert known_min({"allowed": 2 / 9, "rate": 0.0}, None, 0.0) <= 7 / 9

@@ -117,6 +117,42 @@ def test_too_few_positives_is_undecided() -> None:
     assert "60 positive rows, fewer than gate.min_positives=100" in verdict.reasons[0]
 
 
+def test_a_holdout_too_small_to_promote_on_still_refuses_a_model_worse_than_trivial() -> None:
+    """Minneapolis' use-of-force injuries, 2016-04-11: 47 positives (50 needed), and the
+    challenger's AUC below the trivial model's with confidence. Too few rows to promote on are
+    enough to see it lose: refused, not undecided."""
+    holdout = HoldoutRef(path="h", sha256="h", rows=88, positives=47)
+    losing = trivial(
+        Interval(estimate=-0.177, low=-0.275, high=-0.075),
+        Interval(estimate=0.02, low=-0.01, high=0.05),
+    )
+    small = evaluation(
+        Interval(estimate=0.0, low=-0.1, high=0.1),
+        Interval(estimate=0.0, low=-0.1, high=0.1),
+        holdout=holdout,
+        baselines=[losing],
+    )
+    verdict = gate(small, GATE, 0.95)
+    assert verdict.outcome == "refuse"
+    assert verdict.reasons[0] == (
+        "challenger is worse than the trivial model with confidence: AUC -0.1770 [-0.2750, "
+        "-0.0750]; refused"
+    )
+    assert "47 positive rows, fewer than gate.min_positives" in verdict.reasons[1]
+    # a log loss above the trivial model's with confidence refuses as well
+    worse = trivial(
+        Interval(estimate=0.01, low=-0.05, high=0.07),
+        Interval(estimate=0.06, low=0.024, high=0.092),
+    )
+    assert gate(replace(small, baselines=[worse]), GATE, 0.95).outcome == "refuse"
+    # an interval that may favour the challenger leaves it undecided
+    unclear = trivial(
+        Interval(estimate=-0.06, low=-0.14, high=0.03),
+        Interval(estimate=0.01, low=-0.02, high=0.04),
+    )
+    assert gate(replace(small, baselines=[unclear]), GATE, 0.95).outcome == "undecided"
+
+
 def _slice(value: str, rows: int, auc: Interval) -> SliceResult:
     return SliceResult(
         column="origin",
