@@ -29,7 +29,8 @@ OPEN_GROWTH = 0.05
 """Least share of a set's values first seen in the second half of the sample's days for the
 set to be open."""
 OPEN_MIN_VALUES = 6
-"""Fewest distinct values an open set has (a few values, such as a fixed vocabulary of four, arriving late are a closed set)."""
+"""Fewest distinct values an open set has: a few values arriving late (a fixed vocabulary of
+four races) are a closed set."""
 KNOWN_VALUES = "_known_values"
 """Suffix of the parameter ``<column>_known_values``: the sample's values and those of the
 trailing validated days."""
