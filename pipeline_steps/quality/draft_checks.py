@@ -52,6 +52,11 @@ CLASS_LEAK_SCORE = 0.99
 PAIR_COLUMNS = 4
 """Most columns a near-perfect combination is searched among for pairs (those with the largest
 drop-out losses)."""
+PAIR_ADVICE = (
+    "a combination that gives the label away unless both are known before the outcome. The gate "
+    "refuses a near-perfect model; move one of them to LEFT_OUT"
+)
+"""What every verdict on a pair of columns advises, whichever check found the pair."""
 CODE_NAME = re.compile(
     r"(precinct|district|ward|zone|region|code|category|type|class|group|sector|division|"
     r"cluster|segment|status|tier)s?$",
@@ -212,9 +217,8 @@ def combination_sources(
                 name,
                 f"kept, review: with {other} it predicts {roles.label} with {measure} "
                 f"{pair:.3f} on sample rows they were not fitted on (a small tree model; all "
-                f"kept columns {everything:.3f}, {without[name]:.3f} without {name}): a "
-                "combination that gives the label away unless both are known before the "
-                "outcome. The gate refuses a near-perfect model; move one of them to LEFT_OUT",
+                f"kept columns {everything:.3f}, {without[name]:.3f} without {name}): "
+                + PAIR_ADVICE,
             )
     for name in [] if found else needed:  # a pair that alone is near perfect explains it
         found.setdefault(
@@ -251,9 +255,7 @@ def _pairs(
                 name,
                 f"kept, review: with {other} it predicts {roles.label} with "
                 f"{_measure(roles.task)} {score:.3f}, each sample row predicted by the other "
-                "rows with its pair of values: a combination "
-                "that gives the label away unless both are known before the outcome. The gate "
-                "refuses a near-perfect model; move one of them to LEFT_OUT",
+                "rows with its pair of values: " + PAIR_ADVICE,
             )
     return found
 
