@@ -309,8 +309,8 @@ evaluate:
 {{ d.sizes.holdout_note | wrap("  # ") }}
   holdout_days: {{ d.sizes.holdout_days }}
 train:
-{{ d.sizes.batch_note | wrap("  # ") }}
-  batch_size: {{ d.sizes.batch_size }}
+{{ d.sizes.steps_note | wrap("  # ") }}
+  min_steps_per_epoch: {{ d.sizes.min_steps_per_epoch }}
 tuning:
   search_space: {{ (d.folder ~ "/tuning.yaml") | tojson }}
 orchestration:
@@ -320,7 +320,7 @@ orchestration:
 TUNING = """\
 # Search space of {{ d.name }}_tuning (setting tuning.search_space), in the format of the
 # shipped examples' tuning.yaml (docs/tuning.md): each key a train setting, drawn from a range
-# or a set. Batch sizes around the drafted train.batch_size ({{ d.sizes.batch_size }}).
+# or a set. Batch sizes around train.batch_size ({{ d.tuning_batch_sizes[1] }}).
 parameters:
   learning_rate: {low: 3.0e-4, high: 3.0e-2, log: true, grid: [1.0e-3, 3.0e-3, 1.0e-2]}
   weight_decay: {low: 1.0e-6, high: 1.0e-2, log: true, grid: [1.0e-5, 1.0e-3]}

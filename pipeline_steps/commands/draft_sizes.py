@@ -1,10 +1,11 @@
-"""How large a drafted domain's holdout and training batches are, from its sample's rate of rows.
+"""How large a drafted domain's holdout and training epochs are, from its sample's rate of rows.
 
 The defaults fit the shipped binary example: 900 rows a day, a one-day holdout of 200 positive ones,
 a month of training rows in batches of 512. A smaller domain needs more holdout days for the gate to
-decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and smaller batches for
-its training set to make enough optimizer steps an epoch; ``init-domain`` drafts both into
-``settings.yaml`` and says why.
+decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and more passes over
+its training set an epoch for enough optimizer steps (``train.min_steps_per_epoch``, not smaller
+batches: batches of 32 trained a worse network than 100 batches of 512 on the same rows);
+``init-domain`` drafts both into ``settings.yaml`` and says why.
 """
 
 from __future__ import annotations
@@ -21,21 +22,18 @@ HOLDOUT_ROOM = 1.5
 days vary."""
 MAX_HOLDOUT_DAYS = 30
 """The longest holdout drafted."""
-STEPS_PER_EPOCH = 50
-"""Optimizer steps an epoch of the drafted training set should make at least."""
-BATCH_RANGE = (32, TrainSettings().batch_size)
-"""The smallest and largest batch drafted (powers of two)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    """``evaluate.holdout_days``, ``features.window_days`` and ``train.batch_size``, with why."""
+    """``evaluate.holdout_days``, ``features.window_days`` and ``train.min_steps_per_epoch``, with
+    why."""
 
     holdout_days: int
     window_days: int
-    batch_size: int
+    min_steps_per_epoch: int
     holdout_note: str
-    batch_note: str
+    steps_note: str
 
 
 def _rarest_judged(
@@ -63,7 +61,7 @@ def _rarest_judged(
 
 
 def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
-    """The holdout, window and batch size for a domain whose sample is ``profile``."""
+    """The holdout, window and epoch length for a domain whose sample is ``profile``."""
     gate, window = GateSettings(), FeatureSettings().window_days
     spanned = (roles.last_day - roles.first_day).days + 1
     label = profile.column(roles.label, "--label")
@@ -103,13 +101,21 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
             f"{per_day * holdout:.0f}), does not hold: until you lower {setting} or lengthen "
             f"the holdout, every decision is undecided and no model is promoted."
         )
+    train = TrainSettings()
     train_rows = label.present / spanned * (window - holdout)
-    smallest, largest = BATCH_RANGE
-    batch = 2 ** math.floor(math.log2(max(train_rows / STEPS_PER_EPOCH, 1)))
-    batch = min(largest, max(smallest, batch))
-    batch_note = (
-        f"About {train_rows:,.0f} training rows in the window at the sample's rate: batches of "
-        f"{batch} make {train_rows / batch:.0f} optimizer steps an epoch (at least "
-        f"{STEPS_PER_EPOCH} wanted, batches of {smallest}..{largest})."
-    )
-    return Sizes(holdout, window, batch, holdout_note, batch_note)
+    one_pass = train_rows * (1 - train.validation_fraction) / train.batch_size
+    floor = train.min_steps_per_epoch
+    if one_pass < floor:
+        steps_note = (
+            f"About {train_rows:,.0f} training rows in the window at the sample's rate: one pass "
+            f"in batches of {train.batch_size} is {one_pass:.0f} optimizer step(s), so each epoch "
+            f"passes over the set again until it has {floor} (a network trained on few steps "
+            "loses to the logistic baseline)."
+        )
+    else:
+        steps_note = (
+            f"About {train_rows:,.0f} training rows in the window at the sample's rate: one pass "
+            f"in batches of {train.batch_size} is {one_pass:.0f} optimizer steps, at least the "
+            f"{floor} an epoch needs."
+        )
+    return Sizes(holdout, window, floor, holdout_note, steps_note)

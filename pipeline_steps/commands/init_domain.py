@@ -37,6 +37,7 @@ from pipeline_steps.commands import domain_templates
 from pipeline_steps.commands.draft_sizes import Sizes, draft_sizes
 from pipeline_steps.core.errors import StepError
 from pipeline_steps.core.lake import Lake
+from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.core.tasks import task_spec
 from pipeline_steps.quality.draft_checks import (
     class_sources,
@@ -255,8 +256,8 @@ class DomainDraft:
 
     @property
     def tuning_batch_sizes(self) -> list[int]:
-        """The batch sizes a trial draws: half, once and twice the drafted one."""
-        size = self.sizes.batch_size
+        """The batch sizes a trial draws: half, once and twice ``train.batch_size``."""
+        size = TrainSettings().batch_size
         return sorted({max(8, size // 2), size, size * 2})
 
     @property
@@ -366,7 +367,8 @@ class InitResult:
                 textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    ")
                 for text in (
                     f"evaluate.holdout_days {d.sizes.holdout_days}: {d.sizes.holdout_note}",
-                    f"train.batch_size {d.sizes.batch_size}: {d.sizes.batch_note}",
+                    f"train.min_steps_per_epoch {d.sizes.min_steps_per_epoch}: "
+                    f"{d.sizes.steps_note}",
                     f"validation.trailing_days {d.row_counts.trailing_days}: "
                     f"{d.row_counts.days_with_rows[0]} of the sample's "
                     f"{d.row_counts.days_with_rows[1]} days have rows",

@@ -304,6 +304,8 @@ class TrainManifest(Manifest):
     calibration: Calibration | None = field(default=None, metadata=OMIT_NONE)
     """The temperature fitted on the validation rows (``train.calibrate``, a task whose
     probabilities are calibrated); None otherwise."""
+    validation: ValidationSplit | None = field(default=None, metadata=OMIT_NONE)
+    """The validation rows early stopping, the best epoch and the temperature were judged on."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -318,6 +320,16 @@ class Calibration:
     val_log_loss_after: float
     """The same with the temperature: never higher (1 is kept when nothing lowers it)."""
     rows: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidationSplit:
+    """The rows a training held back for its validation loss (``train.validation_split``)."""
+
+    by: Literal["days", "rows"]
+    """``days``: every row of ``days``; ``rows``: rows drawn at random from every day."""
+    days: list[str] = field(default_factory=list)
+    rows: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -477,7 +477,7 @@ def test_police_stops_name_their_stop_id_and_review_a_search_decided_at_the_stop
         "kept, review: vehicleSearch alone predicts personSearch with balanced accuracy 0.7"
     )
     assert set(draft.left_out) <= set(draft.decisions)
-    assert (draft.sizes.holdout_days, draft.sizes.batch_size) == (7, 32)
+    assert (draft.sizes.holdout_days, draft.sizes.min_steps_per_epoch) == (7, 100)
     rules = {(r["type"], r["kwargs"].get("column")): r for r in draft.suite["expectations"]}
     assert rules[("expect_column_values_to_be_null", "citationIssued")]["severity"] == "warning"
     latitude = rules[("expect_column_values_to_be_between", "lat")]["kwargs"]

@@ -120,7 +120,7 @@ def test_the_registered_model_holds_the_best_epochs_weights(prepared, monkeypatc
 def test_too_few_row_groups_for_the_ranks_is_a_clear_error(prepared, monkeypatch) -> None:
     ctx = prepared("wide", "features.row_group_rows=100000")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(StepError, match=r"1 row group\(s\), fewer than the 2 training processes"):
+    with pytest.raises(StepError, match=r"1 row group\(s\) to fit, fewer than the 2 training"):
         train(ctx)
 
 
@@ -216,3 +216,29 @@ def test_gradient_clipping_matches_torch(max_norm: float) -> None:
     after = list(ours.parameters())
     changed = any(not torch.equal(p.grad, b) for p, b in zip(after, before, strict=True))
     assert changed == (max_norm < 1)
+
+
+def test_validation_days_and_an_epoch_floor_are_used_and_recorded(prepared) -> None:
+    ctx = prepared(
+        "by-days",
+        "train.validation_split=days",
+        "train.min_steps_per_epoch=60",
+        "train.batch_size=512",
+    )
+    features = ctx.upstream(FeaturesManifest)
+    one_pass = int(features.sets.train.rows * 0.9) // 512
+    assert one_pass < 60  # the window is too small for 60 batches of 512 in one pass
+    manifest = train(ctx)
+    assert manifest is not None and manifest.validation is not None
+    assert manifest.validation.by == "days"
+    assert set(manifest.validation.days) < set(features.train_days)
+    assert len(manifest.validation.days) == max(1, round(0.1 * len(features.train_days)))
+    train_rows = pd.read_parquet(features.sets.train.path, columns=["flight_date", "delayed"])
+    held = train_rows["flight_date"].isin(manifest.validation.days)
+    assert manifest.validation.rows == int(held.sum())
+    calibration = manifest.calibration
+    assert calibration is not None and calibration.rows == manifest.validation.rows
+    assert manifest.steps == 3 * 60  # three epochs of 60 batches each, not of one pass
+    run = mlflow.get_run(manifest.mlflow_run_id)
+    assert run.data.tags["validation_split"] == "days"
+    assert run.data.tags["validation_days"] == ",".join(manifest.validation.days)

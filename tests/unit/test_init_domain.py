@@ -127,9 +127,10 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     assert f"export PYTHONPATH={out}" in printed and "trainyard seed --start 2024-03-01" in printed
     assert "trainyard step $step" in printed
     # 12 labelled rows a day: the gate's 200 holdout rows take 25 days at 1.5 x, of a 75-day
-    # window; the training rows' batches make 50 steps an epoch at least
+    # window; its 600 training rows make one step a pass, so an epoch passes over them again
     assert (settings.evaluate.holdout_days, settings.features.window_days) == (25, 75)
-    assert settings.train.batch_size == 32
+    assert settings.train.batch_size == 512 and settings.train.min_steps_per_epoch == 100
+    assert "train.min_steps_per_epoch 100: About 600 training rows" in printed
     assert "evaluate.holdout_days 25: The sample has 12.0 rows a day" in printed
     # its own names: DAGs, assets, experiments, model, lake folder; its own search space
     assert settings.domain.name == "shop_orders"
@@ -142,7 +143,7 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     from pipeline_steps.tuning.space import load_space
 
     shared = {p.name: p for p in load_space(settings.tuning.search_space).shared}
-    assert shared["batch_size"].choices == (16, 32, 64)
+    assert shared["batch_size"].choices == (256, 512, 1024)
 
 
 def test_every_rule_says_why_with_the_sample_figure(shop) -> None:
@@ -412,7 +413,7 @@ def test_a_column_always_missing_in_the_sample_that_fills_later_only_warns(tmp_p
     ]
 
 
-def test_a_binary_holdout_is_sized_by_its_positive_rows_and_batches_by_the_window(
+def test_a_binary_holdout_is_sized_by_its_positive_rows_and_epochs_by_the_window(
     tmp_path,
 ) -> None:
     from pipeline_steps.commands.draft_sizes import draft_sizes
@@ -425,7 +426,10 @@ def test_a_binary_holdout_is_sized_by_its_positive_rows_and_batches_by_the_windo
     assert roles.positive == 1
     # 102 returns a day: 50 (gate.min_positives) x 1.5 fit in one day
     assert (sizes.holdout_days, sizes.window_days) == (1, 30)
-    assert sizes.batch_size == 128  # 408 x 29 rows / 50 steps = 237: 128, a power of two
+    # 408 x 29 rows, 90 % of them fitting, in batches of 512: 21 steps a pass, 100 an epoch
+    assert sizes.min_steps_per_epoch == 100
+    assert "one pass in batches of 512 is 21 optimizer step(s)" in sizes.steps_note
+    assert "until it has 100" in sizes.steps_note
     assert "102.0 positive (1) rows a day" in sizes.holdout_note
 
 

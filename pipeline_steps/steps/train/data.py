@@ -1,7 +1,8 @@
 """The training data path: the frozen training set streamed by row groups, as whole-batch tensors.
 
-- ``TrainingTable``: the parquet file's row groups; each row is a fitting or a validation row by a
-  mask seeded per row group, so every rank agrees on the split without reading the data.
+- ``TrainingTable``: the parquet file's row groups; each row is a fitting or a validation row:
+  the rows of a seeded share of the days, or a mask seeded per row group, so every rank agrees on
+  the split.
 - ``Preprocessor``: vocabularies (index 0 is the out-of-vocabulary bucket) and normalisation
   statistics, fitted in one streaming pass over the fitting rows only, saved with the model.
 - ``epoch_batches``: per epoch, the row groups in a seeded order dealt to ranks round-robin; each
@@ -223,35 +224,84 @@ def tensor_set(rows: pd.DataFrame | pa.Table, pre: Preprocessor, label: str) -> 
 
 @dataclass(frozen=True)
 class TrainingTable:
-    """A frozen training set read by row groups, its rows split into fitting and validation."""
+    """A frozen training set read by row groups, its rows split into fitting and validation.
+
+    With a ``day_column`` (``train.validation_split: days``), the validation rows are whole days:
+    a seeded ``validation_fraction`` of the set's days (at least one, never all), so the
+    validation loss, early stopping and the temperature see days the model did not fit, as the
+    holdout is. Rows of one day share its weather, its mood and its label rate; rows drawn at
+    random from every day reward learning those days by heart. A set of one day, or
+    ``day_column`` None (``rows``), draws the validation rows at random, seeded per row group."""
 
     path: str
     filesystem: Any
     columns: list[str]
     seed: int
     validation_fraction: float
+    day_column: str | None = None
     group_rows: list[int] = field(init=False)
     strings: list[str] = field(init=False)  # read dictionary-encoded
+    validation_days: tuple[str, ...] = field(init=False)
+    """The days whose rows are the validation rows; empty when they are drawn at random."""
+    _day_masks: list[np.ndarray] = field(init=False, repr=False)  # packed bits, per row group
 
     def __post_init__(self) -> None:
         with self.filesystem.open(self.path, "rb") as fh:
-            metadata = pq.ParquetFile(fh).metadata
-        sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+            parquet = pq.ParquetFile(fh)
+            metadata = parquet.metadata
+            sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+            schema = metadata.schema.to_arrow_schema()
+            days = (
+                [
+                    parquet.read_row_group(g, columns=[self.day_column]).column(0).cast(pa.string())
+                    for g in range(len(sizes))
+                ]
+                if self.day_column is not None and self.day_column in schema.names
+                else []
+            )
         object.__setattr__(self, "group_rows", sizes)
-        schema = metadata.schema.to_arrow_schema()
         strings = [
             c
             for c in self.columns
             if c in schema.names and pa.types.is_string(schema.field(c).type)
         ]
         object.__setattr__(self, "strings", strings)
+        chosen = self._choose_days(days)
+        held = pa.array(chosen, pa.string())
+        masks = [
+            np.packbits(pc.is_in(column, value_set=held).fill_null(False).to_numpy())
+            for column in days
+        ]
+        object.__setattr__(self, "validation_days", tuple(chosen))
+        object.__setattr__(self, "_day_masks", masks if chosen else [])
+
+    def _choose_days(self, days: list[pa.ChunkedArray]) -> list[str]:
+        """A seeded ``validation_fraction`` of the distinct ``days`` (at least one, never all);
+        none when there are fewer than two."""
+        distinct = sorted({d for column in days for d in pc.unique(column).to_pylist() if d})
+        if len(distinct) < 2:
+            return []
+        count = min(max(1, round(self.validation_fraction * len(distinct))), len(distinct) - 1)
+        picked = np.random.default_rng([self.seed, len(distinct)]).choice(
+            len(distinct), count, replace=False
+        )
+        return sorted(distinct[int(i)] for i in picked)
+
+    @property
+    def split(self) -> str:
+        """How the validation rows were chosen: ``days`` (whole days) or ``rows`` (at random)."""
+        return "days" if self.validation_days else "rows"
 
     @property
     def rows(self) -> int:
         return sum(self.group_rows)
 
     def is_validation(self, group: int) -> np.ndarray:
-        """The validation rows of one row group: seeded by (seed, group), known without reading."""
+        """The validation rows of one row group: the rows of the validation days, or rows drawn
+        seeded by (seed, group), known without reading the rows again."""
+        if self.validation_days:
+            bits = np.unpackbits(self._day_masks[group], count=self.group_rows[group])
+            return bits.astype(bool)
         draws = np.random.default_rng([self.seed, group]).random(self.group_rows[group])
         return draws < self.validation_fraction
 
@@ -274,20 +324,32 @@ class TrainingTable:
         for rows, is_validation in self.reads(groups, per_read):
             yield rows.filter(pa.array(is_validation if validation else ~is_validation))
 
-    def epoch_groups(self, epoch: int, rank: int, world_size: int) -> list[int]:
-        """This rank's row groups for an epoch: a seeded permutation dealt round-robin."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.group_rows))
-        return [int(g) for g in order[rank::world_size]]
+    @cached_property
+    def fitting_groups(self) -> list[int]:
+        """The row groups that hold fitting rows (a group of validation days alone holds none)."""
+        return [g for g, n in enumerate(self.fit_rows) if n]
 
-    def steps_per_epoch(self, epoch: int, batch_size: int, world_size: int) -> int:
-        """Batches per rank this epoch: the most rows any rank was dealt, in whole batches.
-        A rank dealt fewer rows tops up from the start of its own shard, as PyTorch's
-        ``DistributedSampler`` pads, so every rank sees about ``rows / world_size`` rows."""
+    def epoch_groups(self, epoch: int, rank: int, world_size: int) -> list[int]:
+        """This rank's row groups for an epoch: a seeded permutation of those holding fitting
+        rows, dealt round-robin."""
+        groups = self.fitting_groups
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(groups))
+        return [groups[int(i)] for i in order[rank::world_size]]
+
+    def steps_per_epoch(
+        self, epoch: int, batch_size: int, world_size: int, min_steps: int = 0
+    ) -> int:
+        """Batches per rank this epoch: the most rows any rank was dealt, in whole batches, or
+        ``min_steps`` when that is more (and the set fills one batch at all). A rank dealt fewer
+        rows tops up from the start of its own shard, as PyTorch's ``DistributedSampler`` pads,
+        so every rank sees about ``rows / world_size`` rows; below ``min_steps`` every rank
+        passes over its shard again, shuffled anew, until it has them."""
         per_rank = [
             sum(self.fit_rows[g] for g in self.epoch_groups(epoch, r, world_size))
             for r in range(world_size)
         ]
-        return max(per_rank) // batch_size
+        whole = max(per_rank) // batch_size
+        return max(whole, min_steps) if whole else 0
 
 
 def epoch_batches(
@@ -301,12 +363,14 @@ def epoch_batches(
     world_size: int = 1,
     shuffle_buffer: int = 65_536,
     skip: int = 0,
+    min_steps: int = 0,
     prefetch_buffers: int = 2,
     workers: int = 2,
     pin_memory: bool = False,
 ) -> Iterator[TensorSet]:
     """One rank's batches of one epoch, from batch ``skip`` on (the earlier ones are drawn and
-    dropped, so a resumed epoch continues exactly where it stopped).
+    dropped, so a resumed epoch continues exactly where it stopped); at least ``min_steps`` of
+    them (``train.min_steps_per_epoch``), passing over the shard again where it holds fewer.
 
     Background threads work ahead of the caller: one reads the row groups and draws each
     buffer's permutation (in order, so the result does not depend on timing), ``workers``
@@ -314,7 +378,7 @@ def epoch_batches(
     ``pin_memory`` so every batch cut from them copies to the GPU without blocking. Up to
     ``prefetch_buffers`` buffers wait ready; the caller only slices them into batches.
     """
-    steps = table.steps_per_epoch(epoch, batch_size, world_size)
+    steps = table.steps_per_epoch(epoch, batch_size, world_size, min_steps)
     rng = torch.Generator().manual_seed(int(table.seed) * 1_000_003 + epoch * 101 + rank)
     groups = table.epoch_groups(epoch, rank, world_size)
     # A shuffle buffer is one read of whole row groups (fixed costs are per read).

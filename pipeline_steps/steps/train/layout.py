@@ -105,6 +105,7 @@ def epoch_steps(
             world_size=layout.world_size,
             shuffle_buffer=cfg.shuffle_buffer,
             skip=skip,
+            min_steps=cfg.min_steps_per_epoch,
             prefetch_buffers=cfg.prefetch,
             workers=cfg.data_workers,
             pin_memory=processes.use_cuda,

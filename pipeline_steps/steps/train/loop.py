@@ -35,6 +35,7 @@ from pipeline_steps.core.manifests import (
     FeaturesManifest,
     ManifestError,
     TrainManifest,
+    ValidationSplit,
     load_manifest,
 )
 from pipeline_steps.core.models import BatchShape
@@ -88,7 +89,7 @@ def train(ctx: RunContext) -> TrainManifest | None:
     procs = distributed.detect(cfg.device)
 
     # -- data: the frozen set, streamed by row groups --------------------------------------------
-    table = _training_table(lake, features, cfg)
+    table = _training_table(lake, features, cfg, ctx.domain.date_column)
     # Same settings and data as a finished run of this run id: nothing to do.
     config_hash = _config_hash(ctx, features, table)
     done = _already_trained(ctx, config_hash)
@@ -178,6 +179,11 @@ def train(ctx: RunContext) -> TrainManifest | None:
             pruned_at=pruning.pruned_at if pruning else None,
             tuned=tuned_from,
             calibration=calibrated,
+            validation=ValidationSplit(
+                by="days" if table.validation_days else "rows",
+                days=list(table.validation_days),
+                rows=table.rows - sum(table.fit_rows),
+            ),
         )
         manifest = record.finish(ctx, features, pre, config, trained)
     if procs.distributed:
@@ -281,24 +287,36 @@ def _final_model(
     return plain
 
 
-def _training_table(lake: Lake, features: FeaturesManifest, cfg: TrainSettings) -> TrainingTable:
-    """The frozen training set, by row groups; ``StepError`` when it is missing or empty."""
+def _training_table(
+    lake: Lake, features: FeaturesManifest, cfg: TrainSettings, day_column: str
+) -> TrainingTable:
+    """The frozen training set, by row groups, its validation rows chosen by
+    ``train.validation_split`` (the days of ``day_column``, or rows); ``StepError`` when it is
+    missing or empty."""
     path = features.sets.train.path
     if not lake.fs.exists(path):
         raise StepError(f"training set {path} does not exist; run the features step first")
     columns = [*features.feature_columns, features.label]
-    table = TrainingTable(path, lake.fs, columns, cfg.seed, cfg.validation_fraction)
+    by_day = day_column if cfg.validation_split == "days" else None
+    table = TrainingTable(path, lake.fs, columns, cfg.seed, cfg.validation_fraction, by_day)
     if table.rows == 0:
         raise StepError(f"training set {path} has no rows")
+    if by_day is not None and not table.validation_days:
+        log.info(
+            "validation rows drawn at random: the training set holds one day of %s, so "
+            "train.validation_split: days cannot hold a day out",
+            by_day,
+        )
     return table
 
 
 def _check_layout(table: TrainingTable, layout: Layout, world_size: int) -> None:
     """``StepError`` when the set has fewer row groups than the layout's processes, or
     ``world_size`` processes cannot share a step."""
-    if len(table.group_rows) < layout.world_size:
+    if len(table.fitting_groups) < layout.world_size:
         raise StepError(
-            f"training set {table.path} has {len(table.group_rows)} row group(s), fewer than the "
+            f"training set {table.path} has {len(table.fitting_groups)} row group(s) to fit, "
+            "fewer than the "
             f"{layout.world_size} training processes; lower features.row_group_rows or the "
             "process count"
         )
@@ -346,7 +364,7 @@ def _micro_batches(table: TrainingTable, cfg: TrainSettings, layout: Layout) -> 
     """Each epoch's batches per layout rank, whole accumulation groups only; ``StepError`` when
     the first epoch has too few rows per process for one optimizer step."""
     micro_batches = [
-        table.steps_per_epoch(e, cfg.batch_size, layout.world_size)
+        table.steps_per_epoch(e, cfg.batch_size, layout.world_size, cfg.min_steps_per_epoch)
         // cfg.grad_accumulation
         * cfg.grad_accumulation
         for e in range(cfg.epochs)

@@ -22,6 +22,7 @@ from pipeline_steps.core.manifests import (
     FeaturesManifest,
     LoopPosition,
     TunedParameters,
+    ValidationSplit,
 )
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.steps.train.data import Preprocessor
@@ -145,6 +146,20 @@ def log_epoch(
     batch = [Metric(k, v, now, epoch) for k, v in metrics.items() if math.isfinite(v)]
     batch += [Metric("train_loss_step", v, now, s) for s, v in step_losses]
     MlflowClient().log_batch(run_id, metrics=batch)
+
+
+def log_validation(split: ValidationSplit) -> None:
+    """How the validation rows were chosen, as tags of the active run (``validation_split``,
+    ``validation_days``, ``validation_rows``)."""
+    import mlflow
+
+    mlflow.set_tags(
+        {
+            "validation_split": split.by,
+            "validation_days": ",".join(split.days),
+            "validation_rows": str(split.rows),
+        }
+    )
 
 
 def log_calibration(calibration: Calibration) -> None:

@@ -19,6 +19,7 @@ from pipeline_steps.core.manifests import (
     LoopPosition,
     TrainManifest,
     TunedParameters,
+    ValidationSplit,
 )
 from pipeline_steps.core.provenance import model_fingerprint
 from pipeline_steps.steps.train import mlflow_run
@@ -43,6 +44,8 @@ class Trained:
     tuned: TunedParameters | None
     calibration: Calibration | None = None
     """The temperature the packaged model predicts with (``train.calibrate``)."""
+    validation: ValidationSplit | None = None
+    """The validation rows it was judged on."""
 
 
 def finish(
@@ -59,6 +62,8 @@ def finish(
     if ctx.trial is None:
         if trained.calibration is not None:
             mlflow_run.log_calibration(trained.calibration)
+        if trained.validation is not None:
+            mlflow_run.log_validation(trained.validation)
         model_uri = mlflow_run.finish(
             ctx, model.cpu(), pre, model_config, features, trained.model_epoch
         )
@@ -99,4 +104,5 @@ def manifest(
         pruned_at_epoch=trained.pruned_at,
         tuned_from=trained.tuned,
         calibration=trained.calibration,
+        validation=trained.validation,
     )
