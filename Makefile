@@ -53,7 +53,7 @@ airflow-db: $(STAMP) ## prepare the Airflow home under .trainyard/ (SQLite metad
 	@$(BIN)/python -m pipeline_steps.services.gpu_pool >> $(TRAINYARD_HOME)/airflow-db.log 2>&1 || \
 		{ tail -20 $(TRAINYARD_HOME)/airflow-db.log; exit 1; }
 
-demo: airflow-db ## run the training DAG for 2013-06-01 and 2013-06-02 and print what happened
+demo: airflow-db ## run the training DAG for 2013-06-02 and 2013-06-03 and print what happened
 	@scripts/demo.sh
 
 demo-hotel-rates: airflow-db ## run the second example (hotel rates, a regression) for 2017-05-01 and 02

@@ -84,14 +84,20 @@ def run_day(settings: Any, day: date, tag: str) -> dict[str, Any] | None:
 
 
 def summarise(rows: list[dict[str, Any]], minutes: float, overrides: list[str]) -> dict[str, Any]:
+    import numpy as np
+
     differences = [r["difference"] for r in rows]
     rows_in_all = sum(r["rows"] for r in rows)
+    # The mean difference's interval over days (days resampled: a day's rows move together).
+    resampled = np.random.default_rng(0).choice(differences, (10_000, len(differences)))
+    low, high = np.quantile(resampled.mean(axis=1), [0.025, 0.975])
     return {
         "days": len(rows),
         "minutes": round(minutes, 1),
         "settings": overrides,
         "median_difference": round(statistics.median(differences), 4),
         "mean_difference": round(statistics.fmean(differences), 4),
+        "mean_difference_95": [round(float(low), 4), round(float(high), 4)],
         "network_better_days": sum(d < 0 for d in differences),
         "pooled_challenger": round(sum(r["challenger"] * r["rows"] for r in rows) / rows_in_all, 4),
         "pooled_linear": round(sum(r["linear"] * r["rows"] for r in rows) / rows_in_all, 4),
