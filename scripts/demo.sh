@@ -31,10 +31,11 @@ trainyard report --logical-date "$FIRST"
 trainyard report --logical-date "$SECOND"
 cat <<MSG
 What to open next:
-  make airflow   Airflow UI on http://localhost:8080: trigger flight_delay_training for 2013-06-04
-                 and follow its task logs and XComs (these runs' logs: $LOGS/dag-<date>.log);
-                 a challenger that passes the gate is staged: trigger flight_delay_drift_monitor
-                 for 2013-06-05..07 and its release step decides on those shadow days
+  make airflow   Airflow UI on http://localhost:8080: trigger flight_delay_training for 2013-06-04,
+                 then 06-05, and follow their task logs and XComs (these runs' logs:
+                 $LOGS/dag-<date>.log); a challenger that passes the gate is staged (06-05's
+                 is): trigger flight_delay_drift_monitor for 2013-06-06..08 and its release step
+                 decides on those shadow days
                  (docs/champion.md, the release path)
   make mlflow    MLflow UI on http://localhost:5000 (experiment flight_delay_training,
                  registered model flight_delay with its champion and challenger aliases; each
