@@ -131,6 +131,7 @@ def test_the_version_page_says_why_and_the_challenger_alias_marks_the_candidate(
         "Trigger: cli",
         "",
         "Reasons:",
+        "- the logistic regression baseline was not scored on this holdout; not held to it",
         "- no champion yet; challenger AUC 0.7000 >= floor 0.6",
     ]
     assert first.tags["trainyard.moved_from"] == "none" and first.tags["trainyard.moved_at"]
