@@ -137,6 +137,6 @@ def test_the_settings_line_lists_what_the_settings_file_changed(make_settings) -
         assert derived not in described
     # the tests' own three, besides the flights example's settings file
     tests = describe_settings(make_settings().to_dict())
-    assert tests.startswith("8 changed from the defaults: domain.module='flight_delay.domain'")
+    assert tests.startswith("9 changed from the defaults: domain.module='flight_delay.domain'")
     for change in ("features.window_days=4", "train.epochs=2", "validation.data_docs=False"):
         assert change in tests
