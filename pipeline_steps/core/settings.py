@@ -807,8 +807,8 @@ class TrainSettings:
         a set of one day falls back to ``rows``), so the validation loss, early stopping and the
         temperature are judged on days the model did not fit, as the holdout is: for rows that
         come in clusters (incidents, sessions, a day's weather), whose random validation rows
-        share their cluster with fitting rows and flatter the model. On the flights example it
-        did not beat ``rows`` over 20 holdout days (docs/benchmarks.md). Recorded in
+        share their cluster with fitting rows and flatter the model. On the shipped binary example
+        it did not beat ``rows`` over 20 holdout days (docs/benchmarks.md). Recorded in
         ``train.json`` (``validation``) and as tags of the MLflow run.""",
         choices=("rows", "days"),
     )

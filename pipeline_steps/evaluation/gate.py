@@ -154,7 +154,8 @@ def _baselines(
     beyond the metric's margin (``_surely_worse``; RMSE's and MAE's margin a fraction of the
     baseline's value). Not the champion's non-inferiority: a baseline is no incumbent to
     protect, and a network that ties a linear model within noise cannot prove itself within a
-    margin on one holdout (the flights example would be refused on 12 of 20 ordinary days);
+    margin on one holdout (a shipped example would be refused on 12 of 20 ordinary days,
+    docs/benchmarks.md);
     one that is worse with confidence is refused. A baseline the evaluation did not score is
     named and not held to; a metric without an interval refuses, as it does against the
     champion."""
