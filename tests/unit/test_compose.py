@@ -407,3 +407,28 @@ def test_prometheus_scrapes_what_the_profile_scrapes_on_the_compose_network() ->
         "8125",
     )
     assert "--expose-prometheus" in services["mlflow"]["command"]
+
+
+@pytest.mark.parametrize("deployment", ["compose", "profile"])
+def test_mlflow_checks_a_password_once_a_minute_not_on_every_request(
+    deployment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's basic auth verifies a scrypt hash (a tenth of a second of CPU) per request
+    unless its credential cache is on; a training run makes hundreds of requests. Both
+    deployments' auth configs turn it on, as MLflow itself reads them."""
+    from mlflow.server.auth.config import read_auth_config
+
+    from pipeline_steps.services.processes import write_mlflow_auth_config
+    from pipeline_steps.services.profile import load_profile
+
+    if deployment == "compose":
+        path = ROOT / "containers/mlflow-auth.ini"
+    else:
+        profile = load_profile({"TRAINYARD_PROD_HOME": str(tmp_path)})
+        write_mlflow_auth_config(profile)
+        path = profile.mlflow_auth_config
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(path))
+    monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", "not-used-here-1")
+    config = read_auth_config()
+    assert config.auth_cache_ttl_seconds == 60, path
+    assert config.default_permission == "READ", path
