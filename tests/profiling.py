@@ -5,7 +5,9 @@ Beside each module's wall seconds, its CPU seconds: the test process's own and t
 processes it started and waited for (steps, ranks, services it stopped). On a machine with
 fewer cores than workers, wall seconds grow with whatever else runs; CPU seconds say what a
 module costs the suite. Containers' CPU is not counted (the engine's processes are not the
-test's children).
+test's children), nor that of processes nobody waits for (a Spark worker's executors): the
+session's line ``machine`` is every core's busy time while the suite ran, every process
+included, which is what the run's wall time on so many cores comes from.
 
 A test's time is its set-up, call and tear-down, so a session fixture's cost lands on the first
 test that asks for it, where it is paid. Each test counts in one tier, its heaviest marker:
@@ -17,6 +19,7 @@ difference to the session's wall time is collection and the terminal's own work.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from collections import defaultdict
@@ -31,6 +34,8 @@ TIERS = ("containers", "services", "spark", "gpu", "slow")
 CPU_KEY = "cpu_s"
 """The user property by which a test report carries its phase's CPU seconds."""
 _PHASE_CPU = pytest.StashKey[float]()
+PROC_STAT = Path("/proc/stat")
+"""Linux's counters of the time every core spent in each state since the machine started."""
 
 
 def cpu_seconds() -> float:
@@ -39,6 +44,20 @@ def cpu_seconds() -> float:
         resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def machine_cpu_seconds(stat: Path = PROC_STAT) -> float | None:
+    """Busy CPU seconds of the whole machine since it started, every process counted (user,
+    nice, system, irq and softirq time of all cores, from ``/proc/stat``); ``None`` where the
+    file is missing or not of that form."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    except (OSError, ValueError):
+        return None
+    if fields[0] != "cpu":
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,6 +84,7 @@ class Profile:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.machine_started = machine_cpu_seconds()
         self.tiers: dict[str, str] = {}
         self.seconds: dict[str, float] = defaultdict(float)
         self.cpu: dict[str, float] = defaultdict(float)
@@ -79,8 +99,9 @@ class Profile:
             self.outcomes[report.nodeid] = report.outcome
 
     def table(self) -> dict[str, Any]:
-        """``{"wall_s", "modules": {path: row}, "tiers": {tier: row}}``; a row holds
-        ``tests``, ``seconds`` (wall) and ``cpu_s``."""
+        """``{"wall_s", "machine_cpu_s", "modules": {path: row}, "tiers": {tier: row}}``; a
+        row holds ``tests``, ``seconds`` (wall) and ``cpu_s``; ``machine_cpu_s`` is the
+        machine's busy CPU seconds since the session started (``None`` off Linux)."""
 
         def row() -> dict[str, float]:
             return {"tests": 0, "seconds": 0.0, CPU_KEY: 0.0}
@@ -94,8 +115,11 @@ class Profile:
                 counted["tests"] += 1
                 counted["seconds"] += seconds
                 counted[CPU_KEY] += self.cpu.get(nodeid, 0.0)
+        now, then = machine_cpu_seconds(), self.machine_started
+        machine = None if now is None or then is None else now - then
         return {
             "wall_s": time.monotonic() - self.started,
+            "machine_cpu_s": machine,
             "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]["seconds"])),
             "tiers": {t: tiers[t] for t in (*TIERS, "fast") if t in tiers},
         }
@@ -111,6 +135,12 @@ class Profile:
         cpu = sum(row[CPU_KEY] for row in table["tiers"].values())
         write(f"{'tests':<12} {len(self.seconds):>5} tests {total:>9.1f} s {cpu:>9.1f} cpu")
         write(f"{'session':<12} {'':>11} {table['wall_s']:>9.1f} s (collection included)")
+        if (machine := table["machine_cpu_s"]) is not None:
+            cores = machine / max(table["wall_s"], 1e-9)
+            write(
+                f"{'machine':<12} {'':>11} {'':>11} {machine:>9.1f} cpu, {cores:.2f} cores busy "
+                "on average (every process: containers, executors no test waits for)"
+            )
         terminalreporter.section("wall and CPU seconds per module")
         for module, row in table["modules"].items():
             write(f"{row['seconds']:>9.1f} s {row[CPU_KEY]:>9.1f} cpu {row['tests']:>5}  {module}")
@@ -131,8 +161,10 @@ def save(table: dict[str, Any], path: Path) -> Path:
         return {"tests": row["tests"], **{k: round(row[k], 1) for k in ("seconds", CPU_KEY)}}
 
     modules.update({m: rounded(r) for m, r in table["modules"].items()})
+    machine = table.get("machine_cpu_s")
     merged = {
         "wall_s": round(table["wall_s"], 1),
+        **({"machine_cpu_s": round(machine, 1)} if machine is not None else {}),
         "tiers": {t: rounded(r) for t, r in table["tiers"].items()},
         "modules": dict(sorted(modules.items(), key=lambda kv: -kv[1]["seconds"])),
     }

@@ -47,3 +47,23 @@ def test_cpu_seconds_per_module_count_children(
     assert 1.0 <= burning["cpu_s"] < burning["seconds"] + 0.5  # 0.4 + 0.6 burnt, 0.5 asleep
     assert burning["seconds"] >= 1.5
     assert idle["cpu_s"] < 0.2
+    # the whole machine was busy at least as long as the tests' own processes
+    written = json.loads(out.read_text())
+    assert written["machine_cpu_s"] >= burning["cpu_s"] + idle["cpu_s"] - 0.05
+    result.stdout.fnmatch_lines(["machine * cpu, * cores busy on average*"])
+
+
+def test_machine_cpu_is_every_core_s_busy_time(tmp_path: Path) -> None:
+    """User, nice, system, irq and softirq ticks of the ``cpu`` line; idle and iowait left
+    out; no figure from a file that is missing or of another form."""
+    import os
+
+    from tests.profiling import machine_cpu_seconds
+
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    stat.write_text(f"cpu  {3 * hz} {hz} {2 * hz} 9999 77 {hz} {hz} 0 0 0\ncpu0 1 2 3\n")
+    assert machine_cpu_seconds(stat) == 8.0
+    stat.write_text("intr 1 2 3\n")
+    assert machine_cpu_seconds(stat) is None
+    assert machine_cpu_seconds(tmp_path / "missing") is None
