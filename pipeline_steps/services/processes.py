@@ -334,8 +334,8 @@ def write_mlflow_auth_config(profile: Profile) -> None:
         f"database_uri = {profile.database_url('mlflow_auth')}\n"
         f"admin_username = {profile['MLFLOW_ADMIN_USER']}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-        # A password is checked (PBKDF2) once a minute per worker, not on every request: a
-        # changed password takes up to a minute to reach every worker.
+        # A password is checked (scrypt, a tenth of a second of CPU) once a minute per worker,
+        # not on every request: a changed password takes up to a minute to reach every worker.
         "auth_cache_ttl_seconds = 60\n",
     )
 
