@@ -43,24 +43,27 @@ def csv_options(schema: pa.Schema | None) -> pcsv.ConvertOptions:
     )
 
 
-_CSV_COLUMN = re.compile(r"In CSV column #(\d+): (.*)")
+_CSV_COLUMN = re.compile(r"In CSV column #(\d+): (?:Row #(\d+): )?(.*)")
+"""pyarrow's conversion error: the column's index, the file's line where the reader knows it
+(the serial reader does: one thread, as ``OMP_NUM_THREADS=1`` gives it), the reason."""
 _DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes"}
 
 
 def describe_read_error(exc: Exception, header: list[str], schema: pa.Schema | None = None) -> str:
     """One line for a file that cannot be read, naming the column where the reader says which
-    (pyarrow gives only its index), with the type ``schema`` gives it (integer columns are read
-    as wider types, see ``open_file``), and the likely cause of a decimal comma."""
+    (pyarrow gives only its index) and the line where it says which, with the type ``schema``
+    gives it (integer columns are read as wider types, see ``open_file``), and the likely cause
+    of a decimal comma."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     found = _CSV_COLUMN.search(line)
     if found and int(found.group(1)) < len(header):
         name = header[int(found.group(1))]
-        reason = found.group(2)
+        where, reason = found.group(2), found.group(3)
         if schema is not None and name in schema.names:
             typed = f"CSV conversion error to {schema.field(name).type}:"
             reason = re.sub(r"^CSV conversion error to .+?:", typed, reason)
-        line = f"column {name!r}: {reason}"
+        line = f"column {name!r}{f', line {where}' if where else ''}: {reason}"
         if re.search(r"invalid value '-?\d+,\d+'", line):
             line += " (a decimal comma? numbers must use a decimal point)"
     if re.search(r"Expected \d+ columns, got \d+", line):

@@ -225,3 +225,33 @@ def test_a_domain_without_a_source_of_its_own_says_to_use_a_file_or_sql(make_set
         make_settings().ingest, source="file", path="/data/{dataset}/{date}.csv"
     )
     assert open_source(settings, domain).name == "file"
+
+
+@pytest.mark.parametrize("use_threads", [False, True])
+def test_a_conversion_error_names_the_column_and_the_line_where_the_reader_knows_it(
+    tmp_path: Path, use_threads: bool
+) -> None:
+    """pyarrow's serial reader (one thread) says the line, its parallel one only the column:
+    either way the message names the column, and the line when there is one."""
+    from pipeline_steps.domain.sources import describe_read_error
+
+    lines = ["year,temp", *(f"2013,{n}.5" for n in range(40_000))]
+    lines[30_000] = '2013,"66,92"'
+    (tmp_path / "day.csv").write_text("\n".join(lines) + "\n")
+    options = pcsv.ReadOptions(block_size=1 << 14, use_threads=use_threads)
+    types = pcsv.ConvertOptions(column_types={"temp": pa.float64()})
+    threads = pa.cpu_count()
+    pa.set_cpu_count(2)  # the suite's processes have one (tests/conftest.py)
+    try:
+        with pytest.raises(pa.ArrowInvalid) as raised:
+            pcsv.open_csv(
+                tmp_path / "day.csv", read_options=options, convert_options=types
+            ).read_all()
+    finally:
+        pa.set_cpu_count(threads)
+    said = describe_read_error(raised.value, ["year", "temp"])
+    where = "" if use_threads else ", line 30001"
+    assert said == (
+        f"column 'temp'{where}: CSV conversion error to double: invalid value '66,92' "
+        "(a decimal comma? numbers must use a decimal point)"
+    )
