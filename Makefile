@@ -107,9 +107,12 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080 (DAGS=, DOMAINS=)
-	@$(BIN)/python scripts/airflow_login.py
-	$(BIN)/airflow standalone
+# `make airflow PORT=8090`: the API server (the UI, the REST API and the tasks' Execution API)
+PORT ?= 8080
+airflow: airflow-db ## start Airflow (standalone) on the demo home: http://localhost:8080 (PORT=, DAGS=, DOMAINS=)
+	@# the environment `trainyard airflow-env` prints, which any airflow command can be given
+	@eval "$$($(BIN)/trainyard airflow-env --port $(PORT))" && \
+		$(BIN)/python scripts/airflow_login.py && exec $(BIN)/airflow standalone
 
 # One worker: one person's UI over a SQLite file, and no uvicorn supervisor to kill it while it
 # starts on a busy machine (MLflow's default is 4 workers, each pinged within 5 s).

@@ -26,7 +26,8 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(passwords) + "\n")
     print(
-        f"Airflow UI: http://localhost:8080  user admin, password {passwords['admin']}\n"
+        f"Airflow UI: http://localhost:{os.environ.get('AIRFLOW__API__PORT', '8080')}  user "
+        f"admin, password {passwords['admin']}\n"
         f"            (kept in {path})"
     )
 

@@ -19,10 +19,9 @@ if [[ "${1:-}" != "--rebuild" ]] && docker image inspect "$IMAGE" > /dev/null 2>
   exit 0
 fi
 
-if [[ "$(id -u)" != 0 ]]; then
-  echo "building $IMAGE needs root (debootstrap, chroot): sudo $0" >&2
-  exit 1
-fi
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"  # root for debootstrap and chroot
 MIRROR="$(debian_mirror)"
 apt_proxy
 root="$(mktemp -d)"

@@ -7,7 +7,7 @@
 # Debian archive keyring); then `dockerd` started in the background. Compose comes from the Debian
 # archive apt uses here (scripts/debian-mirror.sh; MIRROR overrides it), through apt's proxy.
 #
-#   sudo scripts/container-engine.sh && docker compose version
+#   scripts/container-engine.sh && docker compose version
 set -euo pipefail
 
 # shellcheck source=scripts/debian-mirror.sh
@@ -20,10 +20,9 @@ if ready && command -v debootstrap > /dev/null; then
   echo "engine $(docker version --format '{{.Server.Version}}'), $(docker compose version)"
   exit 0
 fi
-if [[ "$(id -u)" != 0 ]]; then
-  echo "no Docker engine with Compose v2 answers; run this as root to install and start one" >&2
-  exit 1
-fi
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"  # root for apt-get
 
 missing=()
 command -v dockerd > /dev/null || missing+=(docker.io)

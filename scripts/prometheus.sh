@@ -4,7 +4,7 @@
 # do when both commands are there; otherwise, as root, apt-get installs them (neither is started
 # as a service: the profile starts its own).
 #
-#   sudo scripts/prometheus.sh && prometheus --version
+#   scripts/prometheus.sh && prometheus --version
 set -euo pipefail
 
 if command -v prometheus > /dev/null && command -v prometheus-pushgateway > /dev/null \
@@ -12,10 +12,9 @@ if command -v prometheus > /dev/null && command -v prometheus-pushgateway > /dev
   echo "$(prometheus --version 2>&1 | head -1)"
   exit 0
 fi
-if [[ "$(id -u)" != 0 ]]; then
-  echo "no prometheus, prometheus-pushgateway or promtool; run this as root to install them" >&2
-  exit 1
-fi
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
+as_root "$0" "$@"  # root for apt-get
 echo "==> apt-get install prometheus prometheus-pushgateway"
 apt-get update -q > /dev/null
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \

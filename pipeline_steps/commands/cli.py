@@ -271,6 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
     draft.add_argument("--out", help="folder to write (default: ./NAME)")
     draft.add_argument("--force", action="store_true", help="replace a folder with files in it")
 
+    env = sub.add_parser(
+        "airflow-env",
+        help="print the exports the Airflow CLI needs to see the deployment's DAGs on the "
+        'embedded default: eval "$(trainyard airflow-env)", then any airflow command',
+    )
+    env.add_argument("--port", type=int, help="the API server's port (default 8080)")
+    env.add_argument("--dags", help="the DAG folder (default: the project's dags/)")
+    env.add_argument(
+        "--domains",
+        help="a folder of domains' settings files, or of domain folders as init-domain writes "
+        "them (orchestration.domains_dir)",
+    )
     sub.add_parser(
         "domains",
         help="list the deployment's domains (TRAINYARD_CONFIG, the examples, "
@@ -513,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.command == "domains":
             print(describe_domains(), flush=True)
+            return 0
+        elif args.command == "airflow-env":
+            from pipeline_steps.services.airflow_env import airflow_environment, shell_exports
+
+            env = airflow_environment(port=args.port, dags=args.dags, domains=args.domains)
+            print(shell_exports(env), flush=True)
             return 0
         elif args.command == "seed":
             summary = seed(args.start, args.end, args.config, args.set, args.keep_going)

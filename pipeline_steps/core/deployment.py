@@ -14,6 +14,7 @@ Settings only: DAG parsing imports this.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,39 @@ class DomainFile:
         """Its DAGs' ids, one per :data:`DAG_KINDS`."""
         return [f"{self.name}_{kind}" for kind in DAG_KINDS]
 
+    @property
+    def owned(self) -> dict[str, tuple[str, str]]:
+        """What the domain's runs write and no other domain may, by the setting naming it:
+        ``{setting: (kind, value)}`` for its registered model, its experiments (one namespace:
+        MLflow's) and its lake folder."""
+        s = self.settings
+        return {
+            "mlflow.registered_model": ("model", s.mlflow.registered_model),
+            "mlflow.experiment": ("experiment", s.mlflow.experiment),
+            "mlflow.monitoring_experiment": ("experiment", s.mlflow.monitoring_experiment),
+            "tuning.experiment": ("experiment", s.tuning.experiment),
+            "lake.root": ("lake folder", posixpath.normpath(s.lake_root)),
+        }
+
+    def claim_of_another(self, owners: dict[tuple[str, str], str]) -> str | None:
+        """Why this domain may not run beside the domains of ``owners`` (``{(kind, value):
+        who}``): the first thing it would write that one of them owns; None when it names only
+        its own."""
+        for setting, (kind, value) in self.owned.items():
+            for (owned_kind, owned), who in owners.items():
+                # a lake folder is another's when it is, holds or lies in that one's
+                nested = kind == "lake folder" and (
+                    value.startswith(f"{owned}/") or owned.startswith(f"{value}/")
+                )
+                if owned_kind == kind and (owned == value or nested):
+                    what = f"{value!r}, which overlaps {owned!r}," if nested else repr(value)
+                    return (
+                        f"{setting}: the {kind} {what} belongs to {who}; a domain writes only "
+                        "its own registered model, experiments and lake folder (name another, "
+                        "or leave the setting empty for the one its domain.name gives)"
+                    )
+        return None
+
 
 def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """The settings of the domain of file ``path`` (None: the default domain); a refusal names
@@ -74,7 +108,9 @@ def domain_settings_files(
     ``*.yaml`` of ``orchestration.domains_dir`` and ``settings.yaml`` of its subfolders (a
     domain folder as ``trainyard init-domain`` writes it), sorted by path.
 
-    A file the settings loader refuses, or one naming a domain an earlier one named, raises
+    A file the settings loader refuses, one naming a domain an earlier one named, or one whose
+    registered model, experiments or lake folder an earlier one owns (:attr:`DomainFile.owned`:
+    a team cannot write another team's model by naming it) raises
     ``SettingsError`` naming it; with ``refused``, its message goes there instead and the
     other domains are returned (one team's bad file does not take the others' DAGs down). The
     default domain's own settings always raise."""
@@ -95,6 +131,7 @@ def domain_settings_files(
             [*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*/settings.yaml")]
         )
     seen: dict[str, Path | None] = {base.domain.name: None} if found else {}
+    owners = {key: "the default domain" for d in found for key in d.owned.values()}
     config = environ.get("TRAINYARD_CONFIG")
     default_file = Path(config).resolve() if config else None
     for path in dict.fromkeys(p.resolve() for p in paths):
@@ -113,11 +150,15 @@ def domain_settings_files(
                     f"{path}: domain.name {domain.name!r} is also the name of {other}; each "
                     "domain needs its own (it names the DAGs, assets and lake folder)"
                 )
+            claimed = domain.claim_of_another(owners)
+            if claimed is not None:
+                raise SettingsError(f"{path}: {claimed}")
         except SettingsError as exc:
             if refused is None:
                 raise
             refused.append(str(exc))
             continue
         seen[domain.name] = path
+        owners |= {key: f"domain {domain.name!r} ({path})" for key in domain.owned.values()}
         found.append(domain)
     return found

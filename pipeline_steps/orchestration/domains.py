@@ -74,6 +74,9 @@ def _common(settings: Settings, kind: str, doc: str) -> dict[str, Any]:
         "doc_md": doc.format(name=settings.domain.name, team=settings.domain.team or "none"),
         "tags": tags(settings, kind),
         "default_args": default_args(settings),
+        # the DAGs reach Airflow as the module's globals (``build_dags``' result), a domain's
+        # all or none: one built before another of its domain failed is not registered either
+        "auto_register": False,
     }
 
 
@@ -302,8 +305,9 @@ def _dags_of(domain: DomainFile, wanted: str | None = None) -> dict[str, DAG]:
 
 def all_dags() -> dict[str, DAG]:
     """Every DAG of every domain of the deployment (:func:`domain_settings_files`). A domain
-    whose settings file is refused is left out, its reason logged as an error by the DAG
-    processor (``trainyard domains`` shows it too): the other domains' DAGs keep running."""
+    whose settings file is refused, or whose DAGs fail to build, is left out, its reason logged
+    as an error by the DAG processor (``trainyard domains`` shows a refused file too): the other
+    domains' DAGs keep running."""
     import logging
 
     from airflow.sdk import get_parsing_context
@@ -314,7 +318,11 @@ def all_dags() -> dict[str, DAG]:
     dags: dict[str, DAG] = {}
     refused: list[str] = []
     for domain in domain_settings_files(refused=refused):
-        dags |= _dags_of(domain, wanted)
+        try:
+            dags |= _dags_of(domain, wanted)
+        except Exception as exc:  # a domain's form, Params or package: its DAGs alone left out
+            where = domain.config or "the default domain (TRAINYARD_CONFIG)"
+            refused.append(f"{where}: its DAGs could not be built: {type(exc).__name__}: {exc}")
     for reason in refused:
         logging.getLogger(__name__).error("domain left out: %s", reason)
     return dags

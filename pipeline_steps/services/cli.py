@@ -37,7 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also drop the profile's databases, Redis databases and home (.env included)",
     )
     sub.add_parser("status", help="which processes run")
-    sub.add_parser("init", help="write the profile's .env (generated secrets, mode 0600) only")
+    sub.add_parser(
+        "init",
+        help="write the profile's .env (generated secrets, every team's MLflow password; mode "
+        "0600) only",
+    )
     sub.add_parser(
         "env", help="print `export` lines for a shell that runs steps against the profile"
     )
@@ -72,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.purge:
                 print("databases, Redis databases and the profile's home removed")
         elif args.action == "init":
-            print(f"{load_profile().env_file} (mode 0600)")
+            profile, teams = lifecycle.team_passwords(load_profile())
+            print(f"{profile.env_file} (mode 0600)")
+            if teams:
+                made = ", ".join(teams)
+                print(f"MLflow passwords of teams {made} (services up makes their users)")
         elif args.action == "prometheus-config":
             from pipeline_steps.services import prometheus
 

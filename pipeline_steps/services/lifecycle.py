@@ -136,11 +136,10 @@ def prepare_mlflow_user(profile: Profile) -> None:
         raise proc.ServiceError(f"MLflow refused to set the password of user {user}: HTTP {status}")
 
 
-def prepare_team_users(profile: Profile, teams: list[str] | None = None) -> Profile:
-    """Each team's own MLflow user (``team-<team>``, :mod:`pipeline_steps.core.team_credentials`)
-    for the teams of the deployment's domains (or ``teams``), its password generated into
-    ``.env`` (``MLFLOW_TEAM_<TEAM>_PASSWORD``) when missing and set by the admin; the profile
-    with those passwords, which the Airflow workers' environment then holds."""
+def team_passwords(profile: Profile, teams: list[str] | None = None) -> tuple[Profile, list[str]]:
+    """Each team's MLflow password (``MLFLOW_TEAM_<TEAM>_PASSWORD``) for the teams of the
+    deployment's domains (or ``teams``), generated into ``.env`` when missing; the profile with
+    them, and the teams. What ``services init`` writes, with no service running."""
     if teams is None:
         environ = proc.environment(profile, "airflow-scheduler")
         found = domain_settings_files(environ, refused=[])
@@ -154,6 +153,15 @@ def prepare_team_users(profile: Profile, teams: list[str] | None = None) -> Prof
         values = {**profile.values, **missing}
         write_env_file(profile.env_file, values)
         profile = replace(profile, values=values)
+    return profile, teams
+
+
+def prepare_team_users(profile: Profile, teams: list[str] | None = None) -> Profile:
+    """Each team's own MLflow user (``team-<team>``, :mod:`pipeline_steps.core.team_credentials`)
+    for the teams of the deployment's domains (or ``teams``), with its password of ``.env``
+    (:func:`team_passwords`) set by the admin; the profile with those passwords, which the
+    Airflow workers' environment then holds."""
+    profile, teams = team_passwords(profile, teams)
     admin = (profile["MLFLOW_ADMIN_USER"], profile["MLFLOW_ADMIN_PASSWORD"])
     for team in teams:
         user, password = team_user(team), profile[password_variable(team)]

@@ -197,3 +197,96 @@ def test_a_task_s_process_builds_its_own_dag_alone(monkeypatch) -> None:
     bag = _bag(monkeypatch, **{_AIRFLOW_PARSING_CONTEXT_DAG_ID: "hotel_rate_tuning"})
     assert bag.import_errors == {}
     assert bag.dag_ids == ["hotel_rate_tuning"]
+
+
+def test_a_file_naming_another_domain_s_model_experiment_or_lake_is_refused(
+    monkeypatch, tmp_path, caplog
+) -> None:
+    """A team's file cannot claim what another domain writes: the hotel example's registered
+    model, the flights example's training experiment, or a lake folder another domain's
+    settings already give it. Each such file is left out, naming the setting and the owner;
+    the owners' DAGs and a file naming its own keep loading."""
+    folder = tmp_path / "domains"
+    _domain_file(folder, "room_demand")
+    claims = {
+        "takes_model": "mlflow:\n  registered_model: hotel_rate\n",
+        "takes_experiment": "mlflow:\n  monitoring_experiment: flight_delay_training\n",
+        "takes_tuning": "tuning:\n  experiment: room_demand_tuning\n",
+    }
+    for name, claim in claims.items():
+        _domain_file(folder, name).write_text((folder / f"{name}.yaml").read_text() + claim)
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(folder))
+    assert bag.import_errors == {}
+    assert {"flight_delay_training", "hotel_rate_training", "room_demand_training"} <= set(
+        bag.dag_ids
+    )
+    assert not any(dag_id.startswith("takes_") for dag_id in bag.dag_ids)
+    logged = caplog.text
+    hotel = ROOT / "examples" / "hotel_rates" / "settings.yaml"
+    assert (
+        f"{folder / 'takes_model.yaml'}: mlflow.registered_model: the model 'hotel_rate' "
+        f"belongs to domain 'hotel_rate' ({hotel})"
+    ) in logged
+    assert (
+        f"{folder / 'takes_experiment.yaml'}: mlflow.monitoring_experiment: the experiment "
+        "'flight_delay_training' belongs to the default domain"
+    ) in logged
+    assert f"{folder / 'takes_tuning.yaml'}: tuning.experiment: the experiment" in logged
+
+    import os
+
+    env = {**os.environ, "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(folder)}
+    command = [sys.executable, "-m", "pipeline_steps.commands.cli", "domains"]
+    listed = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert listed.returncode == 2  # naming the first file refused, by path
+    assert f"{folder / 'takes_experiment.yaml'}: mlflow.monitoring_experiment" in listed.stderr
+
+
+def test_a_lake_folder_inside_another_domain_s_is_refused(tmp_path) -> None:
+    """Domain ``a`` with the lake root ``lakes`` writes ``lakes/a``; ``room_demand`` with the
+    root ``lakes/a`` would write inside it: the later file is refused, the first kept."""
+    import os
+
+    from pipeline_steps.core.deployment import domain_settings_files
+
+    folder = tmp_path / "domains"
+    outer = _domain_file(folder, "a")
+    outer.write_text(outer.read_text() + f"lake:\n  root: {tmp_path}/lakes\n")
+    inner = _domain_file(folder, "room_demand")
+    inner.write_text(inner.read_text() + f"lake:\n  root: {tmp_path}/lakes/a/\n")
+    environ = {**os.environ, "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(folder)}
+    refused: list[str] = []
+    names = [domain.name for domain in domain_settings_files(environ, refused)]
+    assert "a" in names and "room_demand" not in names
+    assert refused == [
+        f"{inner}: lake.root: the lake folder '{tmp_path}/lakes/a/room_demand', which overlaps "
+        f"'{tmp_path}/lakes/a', belongs to domain 'a' ({outer}); a domain writes only its own "
+        "registered model, experiments and lake folder (name another, or leave the setting "
+        "empty for the one its domain.name gives)"
+    ]
+
+
+def test_a_domain_whose_dags_fail_to_build_leaves_the_others_running(
+    monkeypatch, tmp_path, caplog
+) -> None:
+    """Whatever breaks while one domain's DAGs are built (its form, its Params, its package)
+    leaves that domain out, naming its file, and every other domain's DAGs load."""
+    from pipeline_steps.orchestration import domains
+
+    path = _domain_file(tmp_path / "domains", "room_demand")
+    built = domains.BUILDERS["tuning"]
+
+    def tuning(settings, config=None):
+        if settings.domain.name == "room_demand":
+            raise ValueError("the study's Param has no default")
+        return built(settings, config)
+
+    monkeypatch.setitem(domains.BUILDERS, "tuning", tuning)
+    bag = _bag(monkeypatch, TRAINYARD_ORCHESTRATION__DOMAINS_DIR=str(tmp_path / "domains"))
+    assert bag.import_errors == {}
+    assert not any(dag_id.startswith("room_demand") for dag_id in bag.dag_ids)
+    expected = {f"{d}_{k}" for d in ("flight_delay", "hotel_rate") for k in KINDS}
+    assert set(bag.dag_ids) == expected
+    assert (
+        f"{path}: its DAGs could not be built: ValueError: the study's Param has no default"
+    ) in caplog.text

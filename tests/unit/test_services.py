@@ -196,3 +196,32 @@ def test_workers_get_their_own_tmp_where_they_can(
         sc.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(argv, 0)
     )
     assert sc.can_isolate() is True
+
+
+def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``services init`` alone (nothing started) already holds the password of each team of
+    the deployment's domains: the hotel example's ``revenue`` and a domains folder's
+    ``pricing``; a second init changes none."""
+    from pipeline_steps.services.cli import main
+    from pipeline_steps.services.profile import read_env_file
+    from tests.conftest import ROOT
+
+    domains = tmp_path / "domains"
+    domains.mkdir()
+    hotel = ROOT / "examples" / "hotel_rates"
+    (domains / "rooms.yaml").write_text(
+        "domain:\n  module: hotel_rates.domain\n  name: rooms\n  team: pricing\n"
+        f"features:\n  feature_repo: {hotel}/feature_repo\n  project: hotel_rates\n"
+        f"validation:\n  expectations_dir: {hotel}/expectations\n"
+    )
+    monkeypatch.setenv("TRAINYARD_PROD_HOME", str(tmp_path / "prod"))
+    monkeypatch.setenv("TRAINYARD_ORCHESTRATION__DOMAINS_DIR", str(domains))
+    assert main(["init"]) == 0
+    assert "MLflow passwords of teams pricing, revenue" in capsys.readouterr().out
+    first = read_env_file(tmp_path / "prod" / ".env")
+    assert len(first["MLFLOW_TEAM_PRICING_PASSWORD"]) >= 24
+    assert len(first["MLFLOW_TEAM_REVENUE_PASSWORD"]) >= 24
+    assert main(["init"]) == 0
+    assert read_env_file(tmp_path / "prod" / ".env") == first
