@@ -7,7 +7,8 @@ Each value is the environment's own when set (``TRAINYARD_HOME``, ``TRAINYARD_CO
 folder, a domains folder), else the embedded default's:
 
 - ``TRAINYARD_HOME`` (``./.trainyard``) and ``AIRFLOW_HOME`` (``$TRAINYARD_HOME/airflow``);
-- ``TRAINYARD_CONFIG``: the default domain (the flights example's settings file);
+- ``TRAINYARD_CONFIG``, the default domain, when set (unset, the shipped examples are the
+  domains, as ``orchestration.example_domains`` gives them);
 - the DAG folder (the project's ``dags/``), the domains folder (``--domains``: a folder of
   settings files or of domain folders, each of the latter put on ``PYTHONPATH``, as
   ``trainyard init-domain`` writes them);
@@ -24,12 +25,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline_steps.core.deployment import EXAMPLES
 from pipeline_steps.core.settings import PROJECT_ROOT, SettingsError
 
 DEFAULT_PORT = 8080
-DEFAULT_CONFIG = EXAMPLES / "flight_delay" / "settings.yaml"
-"""The default domain when ``TRAINYARD_CONFIG`` is unset: the flights example, as ``make``'s."""
 DOMAINS_DIR = "TRAINYARD_ORCHESTRATION__DOMAINS_DIR"
 
 
@@ -53,7 +51,6 @@ def airflow_environment(
     env = {
         "TRAINYARD_HOME": str(home),
         "AIRFLOW_HOME": environ.get("AIRFLOW_HOME") or str(home / "airflow"),
-        "TRAINYARD_CONFIG": environ.get("TRAINYARD_CONFIG") or str(DEFAULT_CONFIG),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dag_folder),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": environ.get("AIRFLOW__CORE__EXECUTOR") or "LocalExecutor",
@@ -63,6 +60,8 @@ def airflow_environment(
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
     }
+    if environ.get("TRAINYARD_CONFIG"):
+        env["TRAINYARD_CONFIG"] = environ["TRAINYARD_CONFIG"]
     domain_folder = domains or environ.get(DOMAINS_DIR)
     paths = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if domain_folder:

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# Imported with the module, not in a test: Airflow configures the process's logging on its first
+# import, which would drop the handler caplog added for the test that came first.
+from airflow.dag_processing.dagbag import DagBag
+
 from tests.conftest import ROOT
 
 KINDS = ("training", "drift_monitor", "tuning", "serving")
@@ -27,8 +31,6 @@ validation:
 
 
 def _bag(monkeypatch: pytest.MonkeyPatch, **environ: str) -> object:
-    from airflow.dag_processing.dagbag import DagBag
-
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
     return DagBag(dag_folder=str(ROOT / "dags"))

@@ -23,7 +23,6 @@ def test_the_embedded_default_from_a_bare_environment(tmp_path, monkeypatch) -> 
     assert env == {
         "TRAINYARD_HOME": str(tmp_path / ".trainyard"),
         "AIRFLOW_HOME": str(tmp_path / ".trainyard" / "airflow"),
-        "TRAINYARD_CONFIG": str(ROOT / "examples" / "flight_delay" / "settings.yaml"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
