@@ -81,7 +81,7 @@ def without_retired(document: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
-def _home(environ: Mapping[str, str]) -> Path:
+def trainyard_home(environ: Mapping[str, str]) -> Path:
     """Where the embedded default keeps its state: ``TRAINYARD_HOME``, else ``./.trainyard``."""
     return Path(environ.get("TRAINYARD_HOME", Path.cwd() / ".trainyard")).resolve()
 
@@ -1988,7 +1988,7 @@ def _set_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _resolve_defaults(settings: Settings, environ: Mapping[str, str]) -> Settings:
-    home = _home(environ)
+    home = trainyard_home(environ)
     lake_root = settings.lake.root or str(home / "lake")
     if "://" not in lake_root:
         lake_root = str(Path(lake_root).expanduser().resolve())

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline_steps.core.settings import PROJECT_ROOT, SettingsError
+from pipeline_steps.core.settings import PROJECT_ROOT, SettingsError, trainyard_home
 
 DEFAULT_PORT = 8080
 DOMAINS_DIR = "TRAINYARD_ORCHESTRATION__DOMAINS_DIR"
@@ -41,10 +41,14 @@ def airflow_environment(
     """The variables, in the order they are printed. ``SettingsError`` for a port out of
     range or a DAG or domains folder that is not one."""
     environ = os.environ if environ is None else environ
-    port = port if port is not None else int(environ.get("AIRFLOW__API__PORT", DEFAULT_PORT))
+    if port is None:
+        given = environ.get("AIRFLOW__API__PORT", str(DEFAULT_PORT))
+        if not given.isdigit():
+            raise SettingsError(f"AIRFLOW__API__PORT {given!r}: a TCP port is 1 to 65535")
+        port = int(given)
     if not 1 <= port <= 65535:
         raise SettingsError(f"--port {port}: a TCP port is 1 to 65535")
-    home = Path(environ.get("TRAINYARD_HOME") or Path.cwd() / ".trainyard").resolve()
+    home = trainyard_home(environ)
     dag_folder = _folder(
         "--dags", dags or environ.get("AIRFLOW__CORE__DAGS_FOLDER") or PROJECT_ROOT / "dags"
     )

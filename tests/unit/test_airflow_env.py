@@ -67,6 +67,12 @@ def test_a_bad_option_is_named(options, message) -> None:
         airflow_environment({}, **options)
 
 
+def test_a_port_the_environment_gives_is_checked_too() -> None:
+    assert airflow_environment({"AIRFLOW__API__PORT": "8094"})["AIRFLOW__API__PORT"] == "8094"
+    with pytest.raises(SettingsError, match="AIRFLOW__API__PORT 'http': a TCP port is 1 to 65535"):
+        airflow_environment({"AIRFLOW__API__PORT": "http"})
+
+
 def test_a_shell_evaluating_the_exports_runs_airflow_on_them(tmp_path) -> None:
     """What a user types: the printed exports evaluated by bash, then a command that reads
     them (here Airflow's own ``config get-value``, which builds no DAG)."""
