@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import sys
 
 from pipeline_steps.services import lifecycle
@@ -106,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, pid in lifecycle.status().items():
                 print(f"{name:24} {'running, pid ' + str(pid) if pid else 'stopped'}")
         else:
-            profile = load_profile()
-            for key, value in profile.airflow_env().items():
-                print(f"export {key}={shlex.quote(value)}")
+            from pipeline_steps.services.airflow_env import shell_exports
+
+            print(shell_exports(load_profile().airflow_env()))
     except ServiceError as exc:
         print(f"trainyard services {args.action}: {exc}", file=sys.stderr)
         return 1

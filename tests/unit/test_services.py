@@ -1,6 +1,7 @@
 """The production profile's settings and secrets (no process started here; the integration test
 tests/integration/test_production_profile.py starts them)."""
 
+import os
 import stat
 from pathlib import Path
 
@@ -225,3 +226,27 @@ def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
     assert len(first["MLFLOW_TEAM_REVENUE_PASSWORD"]) >= 24
     assert main(["init"]) == 0
     assert read_env_file(tmp_path / "prod" / ".env") == first
+
+
+def test_services_env_prints_the_profile_s_exports_a_shell_reads_back(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import json
+    import subprocess
+
+    from pipeline_steps.services.cli import main
+
+    monkeypatch.setenv("TRAINYARD_PROD_HOME", str(tmp_path / "prod home"))
+    assert main(["env"]) == 0
+    printed = capsys.readouterr().out
+    expected = load_profile({**os.environ}).airflow_env()
+    code = 'eval "$EXPORTS"; python3 -c "import json, os; print(json.dumps(dict(os.environ)))"'
+    read = subprocess.run(
+        ["bash", "-c", code],
+        env={"EXPORTS": printed, "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    environ = json.loads(read.stdout)
+    assert {key: environ[key] for key in expected} == expected
