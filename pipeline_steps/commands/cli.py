@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a folder of domains' settings files, or of domain folders as init-domain writes "
         "them (orchestration.domains_dir)",
     )
+    from pipeline_steps.commands.job_commands import add_parsers
+
+    add_parsers(sub)
     sub.add_parser(
         "domains",
         help="list the deployment's domains (TRAINYARD_CONFIG, the examples, "
@@ -526,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "domains":
             print(describe_domains(), flush=True)
             return 0
+        elif args.command in ("submit", "jobs", "cancel"):
+            from pipeline_steps.commands.job_commands import run as job_command
+
+            return job_command(args)
         elif args.command == "airflow-env":
             from pipeline_steps.services.airflow_env import airflow_environment, shell_exports
 

@@ -13,13 +13,22 @@ Settings only: DAG parsing imports this.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_steps.core.settings import PROJECT_ROOT, Settings, SettingsError, load_settings
+import yaml
+
+from pipeline_steps.core.settings import (
+    PROJECT_ROOT,
+    Settings,
+    SettingsError,
+    TeamQuota,
+    load_settings,
+)
 
 EXAMPLES = PROJECT_ROOT / "examples"
 """The shipped examples, a folder each with its ``settings.yaml``
@@ -89,6 +98,28 @@ class DomainFile:
         return None
 
 
+def team_quota(settings: Settings) -> TeamQuota | None:
+    """The quota of the domain's team in ``orchestration.quotas``; None without a team or a
+    quota for it."""
+    return settings.orchestration.quotas.get(settings.domain.team)
+
+
+def under_deployment(domain: Settings, deployment: Settings) -> Settings:
+    """A domain's settings under the deployment's quotas: ``orchestration.quotas`` as the
+    deployment sets them, and its team's GPU pool the size of the team's GPU quota."""
+    orch = dataclasses.replace(domain.orchestration, quotas=deployment.orchestration.quotas)
+    quota = orch.quotas.get(domain.domain.team)
+    if quota is not None and quota.gpus:
+        orch = dataclasses.replace(orch, gpu_pool_slots=quota.gpus)
+    return dataclasses.replace(domain, orchestration=orch)
+
+
+def _sets_quotas(path: Path) -> bool:
+    """Whether the settings file ``path`` sets ``orchestration.quotas`` (the deployment's)."""
+    document = yaml.safe_load(path.read_text()) or {}
+    return "quotas" in (document.get("orchestration") or {})
+
+
 def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """The settings of the domain of file ``path`` (None: the default domain); a refusal names
     the file."""
@@ -110,14 +141,16 @@ def domain_settings_files(
 
     A file the settings loader refuses, one naming a domain an earlier one named, or one whose
     registered model, experiments or lake folder an earlier one owns (:attr:`DomainFile.owned`:
-    a team cannot write another team's model by naming it) raises
+    a team cannot write another team's model by naming it), or that sets its team's quota
+    (``orchestration.quotas``, the deployment's: each domain runs under the default settings'
+    quotas, :func:`under_deployment`) raises
     ``SettingsError`` naming it; with ``refused``, its message goes there instead and the
     other domains are returned (one team's bad file does not take the others' DAGs down). The
     default domain's own settings always raise."""
     environ = os.environ if environ is None else environ
     base = load_domain_settings(None, environ)
     # Without a domain module the defaults are only the deployment's settings, no domain.
-    found = [DomainFile(None, base)] if base.domain.module else []
+    found = [DomainFile(None, under_deployment(base, base))] if base.domain.module else []
     orch = base.orchestration
     paths = sorted(EXAMPLES.glob("*/settings.yaml")) if orch.example_domains else []
     if orch.domains_dir:
@@ -144,6 +177,12 @@ def domain_settings_files(
                     f"{path}: domain.module is not set: a domain's settings file names the module "
                     "holding its DOMAIN (e.g. domain.module: my_team.domain)"
                 )
+            if _sets_quotas(path):
+                raise SettingsError(
+                    f"{path}: orchestration.quotas is the deployment's: a domain's file may not "
+                    "set its team's quota (set it in the default settings, TRAINYARD_CONFIG)"
+                )
+            domain = DomainFile(path, under_deployment(domain.settings, base))
             if domain.name in seen:
                 other = seen[domain.name] or "the default domain"
                 raise SettingsError(

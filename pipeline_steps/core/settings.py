@@ -200,6 +200,35 @@ class MlflowSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TeamQuota:
+    """What one team's jobs may hold at once (``orchestration.quotas.<team>``)."""
+
+    runs: int = setting(
+        2,
+        doc="""The team's trainings running at once: the size of its pool ``train-<team>``, which
+        the train task of each of its CPU jobs takes a slot of; a job submitted beyond it waits
+        in the team's queue, highest priority first.""",
+        minimum=1,
+    )
+    gpus: int = setting(
+        0,
+        doc="""GPUs the team's jobs hold at once: the size of its GPU pool; a job asking for more
+        than this alone is refused.""",
+        minimum=0,
+    )
+    nodes: int = setting(
+        1,
+        doc="""Most nodes one job of the team may ask for.""",
+        minimum=1,
+    )
+    queued: int = setting(
+        50,
+        doc="""Most jobs of the team waiting at once; a job submitted beyond it is refused.""",
+        minimum=0,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class OrchestrationSettings:
     runtime: Literal["local", "kubernetes"] = setting(
         "local",
@@ -294,15 +323,25 @@ class OrchestrationSettings:
     train_priority: int = setting(
         10,
         doc="""Priority weight (rule ``absolute``) of the train task: scheduled and drift-triggered
-        training goes before tuning trials waiting for the same GPU slots.""",
+        training goes before tuning trials waiting for the same GPU slots. A job submitted with
+        a priority (the trigger form, ``trainyard submit --priority``) gives every task of its
+        run that weight: among the jobs waiting for a team's slots, the highest goes first.""",
         minimum=1,
         maximum=2**31 - 1,
+        form=FormEntry("Priority", "Resources", param="priority"),
     )
     tuning_priority: int = setting(
         1,
         doc="""Priority weight (rule ``absolute``) of each tuning trial.""",
         minimum=1,
         maximum=2**31 - 1,
+    )
+    quotas: dict[str, TeamQuota] = setting(
+        default_factory=dict,
+        doc="""Each team's quota, ``{team: {runs, gpus, nodes, queued}}`` (:class:`TeamQuota`):
+        the deployment's, read from the default settings (``TRAINYARD_CONFIG``) or the
+        environment; a domain's own file may not set it. ``trainyard submit`` refuses a job
+        beyond it, naming the limit; a team without one has no limit but its pools.""",
     )
 
     def __post_init__(self) -> None:
@@ -1780,6 +1819,11 @@ def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
             return value
         choices = ", ".join(repr(a) for a in args)
         raise SettingsError(f"setting {name} must be one of {choices}, got {value!r}")
+    if origin is dict and args[1] is TeamQuota:
+        quotas = (yaml.safe_load(value) or {}) if isinstance(value, str) else value
+        if not isinstance(quotas, dict):
+            raise SettingsError(f"setting {name} expects a mapping of teams, got {value!r}")
+        return team_quotas(quotas, name)
     try:
         if annotation is bool:
             if isinstance(value, bool):
@@ -1819,6 +1863,22 @@ def coerce_setting(value: Any, annotation: Any, name: str) -> Any:
     else:
         return value
     raise SettingsError(f"setting {name} expects {annotation}, got {value!r}")
+
+
+def team_quotas(value: Mapping[Any, Any], name: str) -> dict[str, TeamQuota]:
+    """``{team: TeamQuota}`` from a mapping of each team to its limits; ``SettingsError``
+    names the team or the limit refused."""
+    quotas = {}
+    for team, limits in value.items():
+        where = f"{name}.{team}"
+        if not _TEAM_NAME.fullmatch(str(team)):
+            raise SettingsError(f"{where}: {team!r} is no team name (see domain.team)")
+        if not isinstance(limits, Mapping):
+            raise SettingsError(f"{where} expects a mapping of runs, gpus, nodes, queued")
+        quota = build_section(TeamQuota, limits, where)
+        check_declared(quota, where, SettingsError)
+        quotas[str(team)] = quota
+    return quotas
 
 
 def build_section(cls: type, values: Mapping[str, Any], section: str) -> Any:

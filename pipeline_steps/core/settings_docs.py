@@ -26,7 +26,7 @@ from typing import Any
 from pipeline_steps.core.models import BUILTIN_MODELS, Hyperparameter
 from pipeline_steps.core.models import resolve as resolve_model
 from pipeline_steps.core.setting_spec import Declared, declared
-from pipeline_steps.core.settings import PROJECT_ROOT, Settings
+from pipeline_steps.core.settings import PROJECT_ROOT, Settings, TeamQuota
 
 PAGE = PROJECT_ROOT / "docs" / "configuration.md"
 _HEADING = re.compile(r"^## `(\w+)`$")
@@ -110,6 +110,11 @@ def table(section: str, cls: type) -> list[str]:
     lines += [f"| `{d.name}` | {shown(d.default)} | {meaning(d)} |" for d in declared(cls)]
     if section == "train":
         lines += hyperparameter_rows()
+    if section == "orchestration":  # each team's quota, one row per limit
+        lines += [
+            f"| `quotas.<team>.{d.name}` | {shown(d.default)} | {meaning(d)} |"
+            for d in declared(TeamQuota)
+        ]
     return lines
 
 

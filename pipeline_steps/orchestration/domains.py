@@ -39,6 +39,7 @@ from pipeline_steps.core.deployment import (
     DomainFile,
     domain_settings_files,
     load_domain_settings,
+    under_deployment,
 )
 from pipeline_steps.core.settings import Settings
 from pipeline_steps.core.step_registry import RELEASE, steps_of
@@ -288,7 +289,8 @@ def build_dags(settings_file: str | Path | None = None) -> dict[str, DAG]:
     steps load ``TRAINYARD_CONFIG`` as the DAG does). Raises ``SettingsError`` naming the file
     and the refused setting."""
     path = Path(settings_file).resolve() if settings_file is not None else None
-    domain = DomainFile(path, load_domain_settings(path))
+    deployment = load_domain_settings(None)
+    domain = DomainFile(path, under_deployment(load_domain_settings(path), deployment))
     return _dags_of(domain)
 
 

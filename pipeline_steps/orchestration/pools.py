@@ -25,12 +25,25 @@ def step_gpus(settings: Settings, nodes: int) -> int:
     return settings.train.nproc_per_node if settings.train.device == "cuda" else 0
 
 
-def gpu_task_args(settings: Settings, gpus: int, priority: int) -> dict[str, Any]:
+def train_pool(settings: Settings) -> str:
+    """The pool of the team's trainings, ``train-<team>``, sized by its quota's ``runs``
+    (``orchestration.quotas``); empty for a domain whose team has no quota."""
+    team = settings.domain.team
+    return f"train-{team}" if team and team in settings.orchestration.quotas else ""
+
+
+def gpu_task_args(
+    settings: Settings, gpus: int, priority: int, training: bool = False
+) -> dict[str, Any]:
     """The operator arguments of a task holding ``gpus`` GPUs at ``priority``: the GPU pool with
-    one slot per GPU (Airflow's default pool when it holds none, or no pool is set). Raises
-    ``SettingsError`` when the task needs more slots than the pool has: it would never start."""
+    one slot per GPU (Airflow's default pool when it holds none, or no pool is set). A
+    ``training`` without GPUs takes a slot of its team's training pool (:func:`train_pool`)
+    when the team has a quota. Raises ``SettingsError`` when the task needs more slots than the
+    pool has: it would never start."""
     orch = settings.orchestration
     args: dict[str, Any] = {"priority_weight": priority, "weight_rule": "absolute"}
+    if gpus == 0 and training and train_pool(settings):
+        return args | {"pool": train_pool(settings), "pool_slots": 1}
     if not orch.gpu_pool or gpus == 0:
         return args
     if gpus > orch.gpu_pool_slots:

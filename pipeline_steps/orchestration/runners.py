@@ -393,7 +393,9 @@ def step_task(
     task_args = retry_args(settings)
     if spec.distributed:  # the GPUs' holder: the pool's slots, at training's priority
         gpus = step_gpus(settings, settings.kubernetes.train_nodes)
-        task_args |= gpu_task_args(settings, gpus, settings.orchestration.train_priority)
+        task_args |= gpu_task_args(
+            settings, gpus, settings.orchestration.train_priority, training=True
+        )
     if settings.orchestration.runtime == "kubernetes":
         if spec.distributed and settings.kubernetes.train_nodes > 1:
             return multi_node_training(settings, run_args, **task_args)

@@ -64,6 +64,12 @@ class AirflowApi:
     def get(self, path: str) -> Any:
         return self._send("GET", path)
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._send("POST", path, body)
+
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self._send("PATCH", path, body)
+
     def unpause(self, dag_id: str) -> None:
         self._send("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 

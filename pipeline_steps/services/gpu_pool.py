@@ -3,7 +3,9 @@
 For every domain (:mod:`pipeline_steps.core.deployment`): ``orchestration.gpu_pool`` with
 ``orchestration.gpu_pool_slots`` slots (the train task and the tuning trials take one slot per
 GPU, :mod:`pipeline_steps.orchestration.pools`) and, with ``domain.team``, the team's pool
-``orchestration.pool`` with ``pool_slots`` slots (every other task of the team's DAGs). A task
+``orchestration.pool`` with ``pool_slots`` slots (every other task of the team's DAGs), and for
+a team with a quota (``orchestration.quotas``) its training pool ``train-<team>`` of ``runs``
+slots, which the train task of each CPU job takes one of. A task
 of a pool that does not exist is never scheduled. ``make airflow-db`` (``python -m
 pipeline_steps.services.gpu_pool``) and ``trainyard services up`` call :func:`ensure_pools`
 after ``airflow db migrate``: one ``airflow pools import`` of them all; docker-compose's
@@ -30,9 +32,11 @@ from pathlib import Path
 
 from pipeline_steps.core.deployment import domain_settings_files
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.orchestration.pools import train_pool
 
 POOL_DESCRIPTION = "GPUs of trainyard's training and tuning (orchestration.gpu_pool_slots)"
 TEAM_POOL_DESCRIPTION = "Tasks of team {team}'s trainyard DAGs (orchestration.pool_slots)"
+TRAIN_POOL_DESCRIPTION = "Trainings of team {team} at once (orchestration.quotas.{team}.runs)"
 
 
 def multi_team(environ: Mapping[str, str]) -> bool:
@@ -82,6 +86,11 @@ def domain_pools(settings: Settings, teams: bool = False) -> list[Pool]:
     if orch.pool:
         description = TEAM_POOL_DESCRIPTION.format(team=team or orch.pool)
         pools.append(Pool(orch.pool, orch.pool_slots, description, owner(orch.pool)))
+    trainings = train_pool(settings)
+    if trainings:
+        runs = orch.quotas[team].runs
+        description = TRAIN_POOL_DESCRIPTION.format(team=team)
+        pools.append(Pool(trainings, runs, description, owner(trainings)))
     return pools
 
 

@@ -1,0 +1,45 @@
+"""trainyard's Airflow cluster policy: a submitted job's priority orders all of its tasks.
+
+A training run submitted with a priority (the trigger form's ``priority``, ``trainyard submit
+--priority``) carries it in its conf. Airflow's scheduler starts the waiting task of highest
+``priority_weight`` first in each pool, whatever DAG it belongs to, so giving every task of the
+run that weight puts the whole job ahead of lower ones waiting for the same slots (the team's
+training pool, its GPU pool, its worker pool). Runs without it (the cron, a drift event, a
+backfill) keep their tasks' own weights (``orchestration.train_priority`` for training).
+
+Airflow loads the hook through the ``airflow.policy`` entry point of the installed package,
+in the scheduler, where task instances are created: it reads only the run it is given (no
+database access, as the hook must).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.policies import hookimpl
+
+PRIORITY = "priority"
+"""The conf key (the training form's Param) of a job's priority."""
+TRAINING_SUFFIX = "_training"
+"""The DAGs whose runs are jobs: each domain's ``<name>_training``."""
+
+
+def job_priority(dag_id: str, conf: Any) -> int | None:
+    """The priority a run of ``dag_id`` with ``conf`` was submitted with; None for a run of
+    another DAG, or one without a whole positive number of it."""
+    if not dag_id.endswith(TRAINING_SUFFIX) or not isinstance(conf, dict):
+        return None
+    value = conf.get(PRIORITY)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
+@hookimpl
+def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
+    """Give each task of a submitted job its priority (see the module's doc)."""
+    if dag_run is None:
+        return
+    priority = job_priority(str(dag_run.dag_id), getattr(dag_run, "conf", None))
+    if priority is not None:
+        task_instance.priority_weight = priority

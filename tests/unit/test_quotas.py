@@ -1,0 +1,233 @@
+"""Team quotas: the deployment's ``orchestration.quotas``, the pools they size, the refusal of a
+domain's file setting its own, the cluster policy giving a job's tasks its priority, and
+``submit``'s checks against the quota."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline_steps.commands.jobs import (
+    JobRefused,
+    Resources,
+    check_quota,
+    job_conf,
+    job_resources,
+)
+from pipeline_steps.core.deployment import DomainFile, domain_settings_files, team_quota
+from pipeline_steps.core.settings import SettingsError, TeamQuota, load_settings
+from pipeline_steps.orchestration.policy import job_priority, task_instance_mutation_hook
+from pipeline_steps.orchestration.pools import gpu_task_args, train_pool
+from pipeline_steps.services.gpu_pool import domain_pools
+from tests.conftest import ROOT
+
+HOTEL = ROOT / "examples" / "hotel_rates" / "settings.yaml"
+QUOTAS = "{revenue: {runs: 3, gpus: 4, nodes: 2, queued: 5}}"
+
+
+def _deployment(tmp_path: Path, **env: str) -> dict[str, str]:
+    domains = tmp_path / "domains"
+    domains.mkdir(exist_ok=True)
+    return {
+        "TRAINYARD_HOME": str(tmp_path / "home"),
+        "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(domains),
+        **env,
+    }
+
+
+def test_quotas_are_read_per_team_and_a_bad_one_is_named() -> None:
+    settings = load_settings(overrides=[f"orchestration.quotas={QUOTAS}"], environ={})
+    assert settings.orchestration.quotas == {
+        "revenue": TeamQuota(runs=3, gpus=4, nodes=2, queued=5)
+    }
+    with pytest.raises(SettingsError, match=r"orchestration\.quotas\.revenue\.runs must be at"):
+        load_settings(overrides=["orchestration.quotas={revenue: {runs: 0}}"], environ={})
+    with pytest.raises(SettingsError, match=r"orchestration\.quotas\.revenue\.slots"):
+        load_settings(overrides=["orchestration.quotas={revenue: {slots: 2}}"], environ={})
+    with pytest.raises(SettingsError, match="'Revenue' is no team name"):
+        load_settings(overrides=["orchestration.quotas={Revenue: {runs: 2}}"], environ={})
+
+
+def test_every_domain_runs_under_the_deployments_quotas(tmp_path: Path) -> None:
+    environ = _deployment(tmp_path, TRAINYARD_ORCHESTRATION__QUOTAS=QUOTAS)
+    hotel = next(d for d in domain_settings_files(environ) if d.name == "hotel_rate")
+    assert team_quota(hotel.settings) == TeamQuota(runs=3, gpus=4, nodes=2, queued=5)
+    # the team's GPU pool is its GPU quota; its CPU trainings take the training pool
+    assert hotel.settings.orchestration.gpu_pool_slots == 4
+    assert train_pool(hotel.settings) == "train-revenue"
+    assert gpu_task_args(hotel.settings, 0, 10, training=True) == {
+        "priority_weight": 10,
+        "weight_rule": "absolute",
+        "pool": "train-revenue",
+        "pool_slots": 1,
+    }
+    assert "pool" not in gpu_task_args(hotel.settings, 0, 1)  # a tuning trial: no such pool
+    pools = {p.name: p.slots for p in domain_pools(hotel.settings)}
+    assert pools == {"gpu-revenue": 4, "team-revenue": 16, "train-revenue": 3}
+
+
+def test_a_domain_file_setting_its_own_quota_is_refused(tmp_path: Path) -> None:
+    environ = _deployment(tmp_path)
+    own = Path(environ["TRAINYARD_ORCHESTRATION__DOMAINS_DIR"]) / "greedy.yaml"
+    own.write_text(
+        "domain: {module: hotel_rates.domain, name: greedy_rate, team: revenue}\n"
+        "orchestration:\n  quotas: {revenue: {runs: 99}}\n"
+    )
+    refused: list[str] = []
+    names = [d.name for d in domain_settings_files(environ, refused=refused)]
+    assert "greedy_rate" not in names and "hotel_rate" in names
+    assert len(refused) == 1 and "orchestration.quotas is the deployment's" in refused[0]
+    assert str(own) in refused[0]
+
+
+def test_the_policy_gives_each_task_of_a_job_its_priority() -> None:
+    run = SimpleNamespace(dag_id="hotel_rate_training", conf={"priority": 40})
+    ti = SimpleNamespace(priority_weight=3)
+    task_instance_mutation_hook(ti, run)
+    assert ti.priority_weight == 40
+    # a scheduled run, another DAG, a value that is no priority: the task keeps its own
+    for dag_id, conf in [
+        ("hotel_rate_training", {}),
+        ("hotel_rate_tuning", {"priority": 40}),
+        ("hotel_rate_training", {"priority": True}),
+        ("hotel_rate_training", {"priority": 0}),
+    ]:
+        assert job_priority(dag_id, conf) is None
+    untouched = SimpleNamespace(priority_weight=3)
+    task_instance_mutation_hook(untouched, None)
+    assert untouched.priority_weight == 3
+
+
+def _hotel(tmp_path: Path, quotas: str = QUOTAS) -> DomainFile:
+    environ = _deployment(tmp_path, TRAINYARD_ORCHESTRATION__QUOTAS=quotas)
+    return next(d for d in domain_settings_files(environ) if d.name == "hotel_rate")
+
+
+def test_a_job_beyond_the_quota_is_refused_naming_the_limit(tmp_path: Path) -> None:
+    hotel = _hotel(tmp_path)
+    check_quota(hotel, Resources(2, 2, 4, "8Gi"), waiting=4)  # within every limit
+    with pytest.raises(JobRefused, match=r"holds 8 GPU\(s\).*quotas\.revenue\.gpus is 4"):
+        check_quota(hotel, Resources(2, 2, 8, "8Gi"), waiting=0)
+    with pytest.raises(JobRefused, match=r"3 node\(s\).*quotas\.revenue\.nodes is 2"):
+        check_quota(hotel, Resources(1, 3, 0, ""), waiting=0)
+    with pytest.raises(JobRefused, match=r"5 job\(s\) waiting.*quotas\.revenue\.queued is 5"):
+        check_quota(hotel, Resources(1, 1, 0, ""), waiting=5)
+
+
+def test_a_jobs_resources_and_form_values_are_checked_before_it_is_sent(tmp_path: Path) -> None:
+    hotel = _hotel(tmp_path)
+    assert job_resources(hotel.settings, 2) == Resources(2, 1, 0, "")
+    assert job_conf(hotel, {"priority": "30", "epochs": "2", "skip_promotion": "true"}) == {
+        "priority": 30,
+        "epochs": 2,
+        "skip_promotion": True,
+    }
+    with pytest.raises(JobRefused, match=r"epochs \(train\.epochs\) = '0' is refused"):
+        job_conf(hotel, {"epochs": "0"})
+    with pytest.raises(JobRefused, match="'gpus' is no field of the training form"):
+        job_conf(hotel, {"gpus": "2"})
+    with pytest.raises(JobRefused, match="model"):
+        job_conf(hotel, {"model": "no_such_model"})
+    # fields that only fail together: the settings loader, as the run's first task
+    with pytest.raises(JobRefused, match="force"):
+        job_conf(hotel, {"force_promotion": "true"})
+
+
+class _Airflow:
+    """What ``team_jobs`` and ``cancel`` ask of Airflow's REST API, answered from lists."""
+
+    def __init__(self, runs: list[dict], trains: list[dict], done: list[dict]) -> None:
+        self.runs, self.trains, self.done = runs, trains, done
+        self.patched: list[tuple[str, dict]] = []
+
+    def post(self, path: str, body: dict) -> dict:
+        if path.endswith("/dagRuns/list"):
+            return {"dag_runs": self.runs, "total_entries": len(self.runs)}
+        return {"task_instances": self.trains, "total_entries": len(self.trains)}
+
+    def get(self, path: str) -> dict:
+        return {"dag_runs": self.done}
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        from pipeline_steps.services.airflow_api import AirflowApiError
+
+        found = [r for r in self.runs if r["dag_run_id"] == run_id and r["dag_id"] == dag_id]
+        if not found:
+            raise AirflowApiError("not found", 404)
+        return found[0]
+
+    def patch(self, path: str, body: dict) -> None:
+        self.patched.append((path, body))
+
+
+def _run(run_id: str, day: str, queued: str, priority: int | None = None) -> dict:
+    conf = {} if priority is None else {"priority": priority}
+    return {
+        "dag_id": "hotel_rate_training",
+        "dag_run_id": run_id,
+        "logical_date": f"{day}T10:00:00Z",
+        "queued_at": f"2026-12-02T{queued}Z",
+        "state": "running",
+        "conf": conf,
+    }
+
+
+def test_the_queue_lists_jobs_in_the_order_they_start_with_estimated_times(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    from pipeline_steps.commands.jobs import cancel, team_jobs
+
+    hotel = _hotel(tmp_path, "{revenue: {runs: 1, queued: 5}}")
+    api = _Airflow(
+        runs=[
+            _run("a", "2017-05-01", "10:00:00", 10),
+            _run("b", "2017-05-03", "10:01:00", 50),
+            _run("c", "2017-05-02", "10:02:00"),
+            _run("d", "2017-05-02", "10:03:00", 50),
+        ],
+        # a's training started ten minutes ago; the others wait for the team's one slot
+        trains=[
+            {
+                "dag_id": "hotel_rate_training",
+                "dag_run_id": "a",
+                "state": "running",
+                "start_date": "2026-12-02T10:05:00Z",
+            },
+            {
+                "dag_id": "hotel_rate_training",
+                "dag_run_id": "b",
+                "state": "scheduled",
+                "start_date": None,
+            },
+        ],
+        # the domain's runs take 30 minutes (median)
+        done=[
+            {"start_date": "2026-12-01T10:00:00Z", "end_date": f"2026-12-01T10:{m}:00Z"}
+            for m in ("20", "30", "40")
+        ],
+    )
+    now = datetime(2026, 12, 2, 10, 15, tzinfo=UTC)
+    jobs = {j.run_id: j for j in team_jobs(api, [hotel], now)}
+    assert jobs["a"].state == "running" and jobs["a"].ends_in_s == 20 * 60
+    # the highest priority first, then the earlier day, then the earlier submission
+    order = sorted((j for j in jobs.values() if j.state == "waiting"), key=lambda j: j.position)
+    assert [j.run_id for j in order] == ["d", "b", "c"]
+    assert jobs["c"].priority == hotel.settings.orchestration.train_priority
+    assert [(j.starts_in_s, j.ends_in_s) for j in order] == [
+        (20 * 60, 50 * 60),
+        (50 * 60, 80 * 60),
+        (80 * 60, 110 * 60),
+    ]
+    assert "cancelled job c of hotel_rate_training" in cancel(api, [hotel], "c")
+    assert api.patched == [
+        (
+            "/api/v2/dags/hotel_rate_training/dagRuns/c",
+            {"state": "failed", "note": "cancelled with trainyard cancel"},
+        )
+    ]
+    with pytest.raises(JobRefused, match="no job 'z'"):
+        cancel(api, [hotel], "z")
