@@ -101,8 +101,7 @@ def _submitted(api: Any, args: argparse.Namespace) -> str:
             f"submitted job {run['dag_run_id']} of {run['dag_id']} (team {team})",
             f"  day {args.day}; {changed}",
             f"  holds {run['resources']}",
-            f"  {run['waiting_before']} job(s) of the team waiting before it was submitted; "
-            "trainyard jobs shows its place",
+            f"  {run['waiting']} run(s) of the team were waiting; trainyard jobs shows its place",
         ]
     )
 
@@ -124,6 +123,7 @@ def _listed(api: Any, team: str | None) -> str:
         "TEAM",
         "DOMAIN",
         "JOB",
+        "KIND",
         "DAY",
         "STATE",
         "PRIORITY",
@@ -140,6 +140,7 @@ def _listed(api: Any, team: str | None) -> str:
                 job.team or "-",
                 job.domain,
                 job.run_id,
+                job.kind,
                 job.day,
                 job.state,
                 str(job.priority),

@@ -40,6 +40,11 @@ TRAIN_TASK = "train"
 RECENT_RUNS = 10
 """Successful runs of a DAG whose median duration estimates a job of it."""
 CANCEL_NOTE = "cancelled with trainyard cancel"
+JOB_PREFIX = "job__"
+"""How the run id of a submitted job starts."""
+SUBMITTED = "job"
+KINDS = {"scheduled": "cron", "asset_triggered": "drift", "backfill": "backfill"}
+"""What a training run that was not submitted is, by Airflow's run type (else ``manual``)."""
 
 
 class JobRefused(ValueError):
@@ -170,19 +175,21 @@ def submit(
     resources = job_resources(domain.settings, processes)
     team = domain.settings.domain.team
     queue = team_jobs(api, [domain, *_team_mates(domain)], now)
-    waiting = sum(1 for job in queue if job.state == "waiting")
+    # the queue shows every run waiting for the team's slots; its limit counts the jobs
+    waiting = sum(1 for job in queue if job.state == "waiting" and job.kind == SUBMITTED)
     check_quota(domain, resources, waiting)
     now = now or datetime.now(UTC)
     # one run per logical date of a DAG: the day, at the time of day it was submitted
     logical = f"{day}T{now.strftime('%H:%M:%S.%f')}Z"
-    run_id = f"job__{team or domain.name}__{day}__{now.strftime('%Y%m%dT%H%M%S%f')}"
+    run_id = f"{JOB_PREFIX}{team or domain.name}__{day}__{now.strftime('%Y%m%dT%H%M%S%f')}"
     body = {"logical_date": logical, "dag_run_id": run_id, "conf": conf}
     dag_id = f"{domain.name}_training"
     try:
         run = dict(api.post(f"/api/v2/dags/{dag_id}/dagRuns", body))
     except AirflowApiError as exc:
         raise JobRefused(f"Airflow refused the job: {exc}") from exc
-    return run | {"resources": resources.words(), "waiting_before": waiting}
+    ahead = sum(1 for job in queue if job.state == "waiting")
+    return run | {"resources": resources.words(), "waiting": ahead}
 
 
 def _team_mates(domain: DomainFile) -> list[DomainFile]:
@@ -208,6 +215,9 @@ class Job:
     day: str
     state: str
     """``running`` (its training started) or ``waiting``."""
+    kind: str
+    """``job`` (submitted), ``manual`` (the trigger form), ``cron``, ``drift`` or
+    ``backfill``: every training run takes the team's slots."""
     priority: int
     queued_at: datetime
     started_at: datetime | None
@@ -256,6 +266,7 @@ def team_jobs(
                 run_id=run["dag_run_id"],
                 day=str(run.get("logical_date") or "")[:10],
                 state="running" if key in started else "waiting",
+                kind=_kind(run),
                 priority=_priority(run, domain.settings),
                 queued_at=_time(str(run.get("queued_at") or run.get("run_after"))),
                 started_at=started.get(key),
@@ -263,6 +274,12 @@ def team_jobs(
         )
     typical = {dag: _typical_s(api, dag) for dag in {j.dag_id for j in jobs}}
     return _in_queue(jobs, domains, typical, now, _live_etas(domains))
+
+
+def _kind(run: Mapping[str, Any]) -> str:
+    if str(run["dag_run_id"]).startswith(JOB_PREFIX):
+        return SUBMITTED
+    return KINDS.get(str(run.get("run_type")), "manual")
 
 
 def _priority(run: Mapping[str, Any], settings: Settings) -> int:
@@ -406,7 +423,7 @@ def cancel(api: AirflowApi, domains: Sequence[DomainFile], run_id: str) -> str:
         api.patch(
             f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed", "note": CANCEL_NOTE}
         )
-        return f"cancelled job {run_id} of {dag_id} (was {run['state']}; the run is marked failed)"
+        return f"cancelled job {run_id} of {dag_id}: its {run['state']} run is marked failed"
     raise JobRefused(
         f"no job {run_id!r} in the training DAGs of {', '.join(d.name for d in domains)}"
     )

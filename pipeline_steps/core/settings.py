@@ -1666,6 +1666,15 @@ class KubernetesSettings:
         pod and training Job, so Kueue admits them within the team's quota. Empty: ``domain.team``
         (a LocalQueue named after the team), else no label.""",
     )
+    priority_classes: dict[str, str] = setting(
+        default_factory=dict,
+        doc="""Kueue WorkloadPriorityClasses by the lowest job priority each takes, e.g. ``{high:
+        "50", normal: "1"}``: each step pod and training Job of a training run is labelled
+        ``kueue.x-k8s.io/priority-class`` with the class of its job's priority (the form's
+        Priority, ``trainyard submit --priority``; ``orchestration.train_priority`` for a run
+        without one), so Kueue orders and preempts the team's workloads by it. The lowest floor
+        is 1. Empty: no label (Kueue's default priority).""",
+    )
     mlflow_secret: str = setting(
         "",
         doc="""Secret of the namespace whose keys ``MLFLOW_TRACKING_USERNAME`` and
@@ -1703,6 +1712,23 @@ class KubernetesSettings:
                 f"digits, '-', '_' or '.', starting and ending alphanumeric), got "
                 f"{self.queue_name!r}"
             )
+        for name, lowest in self.priority_classes.items():
+            if not _LABEL_VALUE.fullmatch(name) or not lowest.isdigit() or int(lowest) < 1:
+                raise SettingsError(
+                    f"kubernetes.priority_classes: {name!r}: {lowest!r} must map a Kueue "
+                    "WorkloadPriorityClass name to the lowest job priority it takes (a whole "
+                    'number of at least 1), e.g. {high: "50", normal: "1"}'
+                )
+        if self.priority_classes and min(int(v) for v in self.priority_classes.values()) != 1:
+            raise SettingsError(
+                "kubernetes.priority_classes must give every priority a class: the lowest "
+                f"floor must be 1, got {self.priority_classes}"
+            )
+
+    @property
+    def priority_class_floors(self) -> list[tuple[int, str]]:
+        """``(lowest priority, class)`` of ``priority_classes``, the highest first."""
+        return sorted(((int(v), k) for k, v in self.priority_classes.items()), reverse=True)
 
     @property
     def min_nodes(self) -> int:

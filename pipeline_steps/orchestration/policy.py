@@ -9,7 +9,10 @@ backfill) keep their tasks' own weights (``orchestration.train_priority`` for tr
 
 Airflow loads the hook through the ``airflow.policy`` entry point of the installed package,
 in the scheduler, where task instances are created: it reads only the run it is given (no
-database access, as the hook must).
+database access, as the hook must). Airflow marks its mutation hook as present only when an
+``airflow_local_settings`` module defines one, and skips a hook it believes absent when it
+creates a run's task instances; loading this module marks it present (:func:`_mark_present`),
+so a deployment's own ``airflow_local_settings`` stays free for its own policies.
 """
 
 from __future__ import annotations
@@ -43,3 +46,13 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
     priority = job_priority(str(dag_run.dag_id), getattr(dag_run, "conf", None))
     if priority is not None:
         task_instance.priority_weight = priority
+
+
+def _mark_present() -> None:
+    """Tell Airflow a task instance mutation hook is registered (see the module's doc)."""
+    import airflow.settings
+
+    airflow.settings.task_instance_mutation_hook.is_noop = False  # type: ignore[attr-defined]
+
+
+_mark_present()

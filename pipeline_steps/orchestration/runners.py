@@ -56,6 +56,20 @@ RUN_ID = "{{ run_id }}"
 LOGICAL_DATE = "{{ ds }}"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """The label by which Kueue admits a pod or Job through a team's LocalQueue."""
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+"""The label naming the WorkloadPriorityClass Kueue gives a pod or Job."""
+
+
+def priority_class_template(settings: Settings) -> str:
+    """The Jinja template of a run's Kueue priority class (``kubernetes.priority_classes``):
+    the class of the highest floor at or below the job's priority (the training form's
+    ``priority``; ``orchestration.train_priority`` where the DAG has no such field)."""
+    default = settings.orchestration.train_priority
+    floors = settings.kubernetes.priority_class_floors
+    choice = f"'{floors[-1][1]}'"  # the class of floor 1
+    for floor, name in reversed(floors[:-1]):
+        choice = f"'{name}' if p >= {floor} else {choice}"
+    return f"{{% set p = params.priority | default({default}) | int %}}{{{{ {choice} }}}}"
 
 
 DEFAULT_RUN_ARGS = ("--run-id", RUN_ID, "--logical-date", LOGICAL_DATE)
@@ -258,6 +272,8 @@ def pod_arguments(
     labels = {"app.kubernetes.io/name": "trainyard", "trainyard/step": spec.name}
     if cfg.queue_name:
         labels[QUEUE_LABEL] = cfg.queue_name
+    if cfg.priority_classes:
+        labels[PRIORITY_CLASS_LABEL] = priority_class_template(settings)
     spot = bool(cfg.spot_node_selector or cfg.spot_tolerations)
     return {
         "namespace": cfg.namespace,

@@ -3,11 +3,11 @@ Airflow (API server, dag-processor, scheduler) parsing the real DAG files.
 
 The teams' pools do not exist, so the scheduler creates the runs and their task instances but
 starts none: every job waits, which is what a team's queue looks like while its slots are
-taken. The hotel example's team ``revenue`` has a quota of one running and two waiting jobs.
-What is checked: the jobs reach Airflow with the form's values, the quota refuses a third
-waiting job and a bad value before anything is triggered, the scheduler gives every task of a
-job its priority (the cluster policy), ``jobs`` lists them in the order they would start, and
-``cancel`` stops one.
+taken. The hotel example's team ``revenue`` has a quota of one running and two waiting jobs;
+the cron's run of the newest day waits with them. What is checked: the jobs reach Airflow with
+the form's values, the quota refuses a third waiting job and a bad value before anything is
+triggered, the scheduler gives every task of a job its priority (the cluster policy), ``jobs``
+lists them in the order they would start, and ``cancel`` stops one.
 """
 
 from __future__ import annotations
@@ -134,6 +134,15 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_logs(airflow)}") from None
 
+    # the cron's run of the newest day comes first: it waits for the team's slots as jobs do
+    cron = wait_until(
+        "the cron's training run",
+        lambda: _query(
+            db, "SELECT run_id FROM dag_run WHERE dag_id = ? AND run_type = 'scheduled'", DAG
+        ),
+        timeout_s=120,
+    )[0][0]
+
     # a value the form refuses: nothing reaches Airflow
     bad = _trainyard(airflow, "submit", DOMAIN, "--day", "2017-05-02", "--epochs", "0")
     assert bad.returncode == 2, bad.stdout + bad.stderr
@@ -142,6 +151,7 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
     high = _trainyard(
         airflow, "submit", DOMAIN, "--day", "2017-05-02", "--priority", "30", "--epochs", "1"
     )
+    print(high.stdout)
     assert high.returncode == 0, high.stdout + high.stderr + _logs(airflow)
     low = _trainyard(airflow, "submit", DOMAIN, "--day", "2017-05-01", "--priority", "5")
     assert low.returncode == 0, low.stdout + low.stderr
@@ -153,13 +163,14 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
 
     # the queue is full: two of the team's jobs wait
     wait_until(
-        "the scheduler to create both jobs' task instances",
+        "the scheduler to create the task instances of both jobs and the cron's run",
         lambda: (
-            len(_query(db, "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = ?", DAG)) == 2
+            len(_query(db, "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = ?", DAG)) == 3
         ),
         timeout_s=120,
     )
     third = _trainyard(airflow, "submit", DOMAIN, "--day", "2017-05-03")
+    print(third.stderr.splitlines()[-1])
     assert third.returncode == 2, third.stdout + third.stderr
     assert "orchestration.quotas.revenue.queued is 2" in third.stderr, third.stderr
 
@@ -168,22 +179,27 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
         _query(
             db,
             "SELECT run_id, group_concat(DISTINCT priority_weight) FROM task_instance "
-            "WHERE dag_id = ? GROUP BY run_id",
+            "WHERE dag_id = ? AND run_id != ? GROUP BY run_id",
             DAG,
+            cron,
         )
     )
     assert weights == {high_id: "30", low_id: "5"}, weights
 
     listed = _trainyard(airflow, "jobs", "--team", "revenue")
+    print(listed.stdout)
     assert listed.returncode == 0, listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines()]
-    assert rows[0][:3] == ["TEAM", "DOMAIN", "JOB"], listed.stdout
-    assert [(r[2], r[4], r[5], r[6]) for r in rows[1:]] == [
-        (high_id, "waiting", "30", "1"),
-        (low_id, "waiting", "5", "2"),
+    assert rows[0][:4] == ["TEAM", "DOMAIN", "JOB", "KIND"], listed.stdout
+    # the order the scheduler starts them in: the highest priority first
+    assert [(r[2], r[3], r[5], r[6], r[7]) for r in rows[1:]] == [
+        (high_id, "job", "waiting", "30", "1"),
+        (cron, "cron", "waiting", "10", "2"),
+        (low_id, "job", "waiting", "5", "3"),
     ], listed.stdout
 
     cancelled = _trainyard(airflow, "cancel", low_id)
+    print(cancelled.stdout)
     assert cancelled.returncode == 0, cancelled.stderr
     assert f"cancelled job {low_id} of {DAG}" in cancelled.stdout
     assert _query(db, "SELECT state FROM dag_run WHERE run_id = ?", low_id) == [("failed",)]

@@ -231,3 +231,29 @@ def test_the_queue_lists_jobs_in_the_order_they_start_with_estimated_times(
     ]
     with pytest.raises(JobRefused, match="no job 'z'"):
         cancel(api, [hotel], "z")
+
+
+def test_a_jobs_pods_carry_the_kueue_priority_class_of_its_priority() -> None:
+    import jinja2
+
+    from pipeline_steps.orchestration.runners import PRIORITY_CLASS_LABEL, pod_arguments
+
+    classes = '{high: "50", normal: "5", low: "1"}'
+    settings = load_settings(
+        overrides=["orchestration.runtime=kubernetes", f"kubernetes.priority_classes={classes}"],
+        environ={},
+    )
+    label = pod_arguments("train", settings)["labels"][PRIORITY_CLASS_LABEL]
+    render = jinja2.Environment().from_string(label).render
+    assert [render(params=p) for p in ({"priority": 70}, {"priority": 9}, {"priority": 2})] == [
+        "high",
+        "normal",
+        "low",
+    ]
+    assert render(params={}) == "normal"  # a run without one: orchestration.train_priority
+    no_classes = load_settings(overrides=["orchestration.runtime=kubernetes"], environ={})
+    assert PRIORITY_CLASS_LABEL not in pod_arguments("train", no_classes)["labels"]
+    with pytest.raises(SettingsError, match="the lowest floor must be 1"):
+        load_settings(overrides=['kubernetes.priority_classes={high: "50"}'], environ={})
+    with pytest.raises(SettingsError, match=r"'high': 'x' must map"):
+        load_settings(overrides=['kubernetes.priority_classes={high: "x"}'], environ={})
