@@ -105,19 +105,31 @@ def team_quota(settings: Settings) -> TeamQuota | None:
 
 
 def under_deployment(domain: Settings, deployment: Settings) -> Settings:
-    """A domain's settings under the deployment's quotas: ``orchestration.quotas`` as the
-    deployment sets them, and its team's GPU pool the size of the team's GPU quota."""
-    orch = dataclasses.replace(domain.orchestration, quotas=deployment.orchestration.quotas)
+    """A domain's settings under the deployment's: ``orchestration.quotas`` and
+    ``team_queues`` as the deployment sets them, and its team's GPU pool the size of the team's
+    GPU quota."""
+    orch = dataclasses.replace(
+        domain.orchestration,
+        quotas=deployment.orchestration.quotas,
+        team_queues=deployment.orchestration.team_queues,
+    )
     quota = orch.quotas.get(domain.domain.team)
     if quota is not None and quota.gpus:
         orch = dataclasses.replace(orch, gpu_pool_slots=quota.gpus)
     return dataclasses.replace(domain, orchestration=orch)
 
 
-def _sets_quotas(path: Path) -> bool:
-    """Whether the settings file ``path`` sets ``orchestration.quotas`` (the deployment's)."""
+DEPLOYMENT_SETTINGS = ("quotas", "team_queues")
+"""Settings of ``orchestration`` that are the deployment's alone: the teams' quotas and where
+their tasks run. A domain's file may not set them; each domain runs under the default
+settings' (:func:`under_deployment`)."""
+
+
+def _deployment_settings_set(path: Path) -> list[str]:
+    """The deployment's settings (:data:`DEPLOYMENT_SETTINGS`) the settings file ``path`` sets."""
     document = yaml.safe_load(path.read_text()) or {}
-    return "quotas" in (document.get("orchestration") or {})
+    section = document.get("orchestration") or {}
+    return [f"orchestration.{key}" for key in DEPLOYMENT_SETTINGS if key in section]
 
 
 def load_domain_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -177,10 +189,12 @@ def domain_settings_files(
                     f"{path}: domain.module is not set: a domain's settings file names the module "
                     "holding its DOMAIN (e.g. domain.module: my_team.domain)"
                 )
-            if _sets_quotas(path):
+            taken = _deployment_settings_set(path)
+            if taken:
                 raise SettingsError(
-                    f"{path}: orchestration.quotas is the deployment's: a domain's file may not "
-                    "set its team's quota (set it in the default settings, TRAINYARD_CONFIG)"
+                    f"{path}: {', '.join(taken)} is the deployment's: a domain's file may not set "
+                    "its team's quota or where its tasks run (set it in the default settings, "
+                    "TRAINYARD_CONFIG)"
                 )
             domain = DomainFile(path, under_deployment(domain.settings, base))
             if domain.name in seen:

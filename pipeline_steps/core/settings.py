@@ -336,6 +336,14 @@ class OrchestrationSettings:
         minimum=1,
         maximum=2**31 - 1,
     )
+    team_queues: bool = setting(
+        False,
+        doc="""Whether each team's tasks go to a Celery queue of their own, ``team-<team>``, taken
+        only by workers holding that team's credentials alone (the production profile starts
+        one per team, ``airflow-worker-<team>``; docs/teams.md for compose and Kubernetes);
+        the deployment's, like ``quotas``: a domain's own file may not set it. Off: every task
+        goes to Airflow's default queue (the LocalExecutor ignores queues).""",
+    )
     quotas: dict[str, TeamQuota] = setting(
         default_factory=dict,
         doc="""Each team's quota, ``{team: {runs, gpus, nodes, queued}}`` (:class:`TeamQuota`):

@@ -8,6 +8,9 @@ experiments and registered model are the team's, and another team's user is refu
 writing them. The deployment keeps the team's password in ``MLFLOW_TEAM_<TEAM>_PASSWORD`` (the
 team's name upper-cased, ``-`` as ``_``) in the environment of Airflow's workers; where it is
 absent, the team's steps write as the deployment's one user (``MLFLOW_TRACKING_USERNAME``).
+With ``orchestration.team_queues`` the team's tasks go to its Celery queue, ``team-<team>``,
+whose workers hold its password alone (the production profile's ``airflow-worker-<team>``):
+the shared worker and another team's hold none of it.
 On Kubernetes the team's pods take its login from a Secret, ``trainyard-mlflow-<team>``
 (``kubernetes.mlflow_secret``).
 
@@ -32,6 +35,12 @@ def team_secret(team: str) -> str:
     """The Kubernetes Secret holding the team's MLflow login (``kubernetes.mlflow_secret``);
     empty for no team."""
     return f"trainyard-mlflow-{team}" if team else ""
+
+
+def team_queue(team: str) -> str:
+    """The Celery queue of the team's tasks (``orchestration.team_queues``), taken by the
+    workers holding its credentials alone."""
+    return f"team-{team}"
 
 
 def password_variable(team: str) -> str:

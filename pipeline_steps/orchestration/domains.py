@@ -63,9 +63,15 @@ def tags(settings: Settings, kind: str) -> list[str]:
 
 def default_args(settings: Settings) -> dict[str, Any]:
     """Arguments of every task of the domain's DAGs: the team's pool, if any (the GPU tasks
-    take the GPU pool instead)."""
-    pool = settings.orchestration.pool
-    return {"pool": pool} if pool else {}
+    take the GPU pool instead), and with ``orchestration.team_queues`` the team's Celery queue
+    (:func:`pipeline_steps.core.team_credentials.team_queue`)."""
+    from pipeline_steps.core.team_credentials import team_queue
+
+    orch, team = settings.orchestration, settings.domain.team
+    args: dict[str, Any] = {"pool": orch.pool} if orch.pool else {}
+    if orch.team_queues and team:
+        args["queue"] = team_queue(team)
+    return args
 
 
 def _common(settings: Settings, kind: str, doc: str) -> dict[str, Any]:

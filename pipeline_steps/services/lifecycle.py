@@ -17,7 +17,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from pipeline_steps.core.deployment import domain_settings_files
 from pipeline_steps.core.team_credentials import password_variable, team_user
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.gpu_pool import ensure_pools
@@ -141,9 +140,7 @@ def team_passwords(profile: Profile, teams: list[str] | None = None) -> tuple[Pr
     deployment's domains (or ``teams``), generated into ``.env`` when missing; the profile with
     them, and the teams. What ``services init`` writes, with no service running."""
     if teams is None:
-        environ = proc.environment(profile, "airflow-scheduler")
-        found = domain_settings_files(environ, refused=[])
-        teams = sorted({d.settings.domain.team for d in found if d.settings.domain.team})
+        teams = proc.deployment_teams(profile)
     missing = {
         password_variable(team): secrets.token_urlsafe(24)
         for team in teams
@@ -159,8 +156,8 @@ def team_passwords(profile: Profile, teams: list[str] | None = None) -> tuple[Pr
 def prepare_team_users(profile: Profile, teams: list[str] | None = None) -> Profile:
     """Each team's own MLflow user (``team-<team>``, :mod:`pipeline_steps.core.team_credentials`)
     for the teams of the deployment's domains (or ``teams``), with its password of ``.env``
-    (:func:`team_passwords`) set by the admin; the profile with those passwords, which the
-    Airflow workers' environment then holds."""
+    (:func:`team_passwords`) set by the admin; the profile with those passwords, which each
+    team's worker (``airflow-worker-<team>``) then holds, its own alone."""
     profile, teams = team_passwords(profile, teams)
     admin = (profile["MLFLOW_ADMIN_USER"], profile["MLFLOW_ADMIN_PASSWORD"])
     for team in teams:
@@ -268,7 +265,8 @@ def up(given: Profile | None = None, spark_workers: int | None = None) -> Profil
     start_monitoring(profile)
     if proc.running_pid(profile, "airflow-apiserver") is None:
         migrate_airflow(profile)
-    for name in AIRFLOW:
+    workers = proc.team_workers(profile)
+    for name in (*AIRFLOW, *workers):
         proc.start(profile, name)
     proc.wait_for(
         profile,
@@ -287,12 +285,13 @@ def up(given: Profile | None = None, spark_workers: int | None = None) -> Profil
             partial(proc.airflow_healthy, profile, component),
             what=f"Airflow's {component} healthy",
         )
-    proc.wait_for(
-        profile,
-        "airflow-worker",
-        partial(proc.worker_ready, profile),
-        what="the Celery worker ready",
-    )
+    for name in ("airflow-worker", *workers):
+        proc.wait_for(
+            profile,
+            name,
+            partial(proc.worker_ready, profile, name),
+            what=f"the Celery worker {name} ready",
+        )
     return profile
 
 
@@ -301,12 +300,19 @@ def down(profile: Profile | None = None, purge: bool = False) -> list[str]:
     profile = profile or load_profile()
     # the workers first: their tasks end while MLflow and S3 still answer; the monitoring last,
     # so that it takes everyone's last metrics
-    stopped = proc.stop(profile, list(AIRFLOW[::-1]))
+    stopped = proc.stop(profile, [*started_team_workers(profile), *AIRFLOW[::-1]])
     stopped += proc.stop(profile, ["mlflow", *SPARK_PROCESSES[::-1], "s3"])
     stopped += proc.stop(profile, ["prometheus", "statsd-exporter", "pushgateway"])
     if purge:
         _purge(profile)
     return stopped
+
+
+def started_team_workers(profile: Profile) -> list[str]:
+    """The teams' workers that have a pid file: those of the teams of the deployment when it
+    was started (a team since removed included)."""
+    folder = proc.pid_file(profile, "x").parent
+    return sorted(p.stem for p in folder.glob(f"{proc.TEAM_WORKER}*.pid"))
 
 
 def _purge(profile: Profile) -> None:
@@ -334,7 +340,11 @@ def _purge(profile: Profile) -> None:
 
 def status(profile: Profile | None = None) -> dict[str, int | None]:
     profile = profile or load_profile()
-    names = [*PROCESSES, *SPARK_PROCESSES[: 1 + profile.spark_workers]]
+    names = [
+        *PROCESSES,
+        *started_team_workers(profile),
+        *SPARK_PROCESSES[: 1 + profile.spark_workers],
+    ]
     return {name: proc.running_pid(profile, name) for name in names}
 
 

@@ -21,6 +21,7 @@ from base64 import b64encode
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from pipeline_steps.core.team_credentials import password_variable, team_queue, team_user
 from pipeline_steps.services import prometheus, spark_cluster
 from pipeline_steps.services.profile import Profile, write_private
 from pipeline_steps.services.readiness import START_LIMIT_S, Seen, Watched, wait_until_ready
@@ -28,6 +29,10 @@ from pipeline_steps.services.readiness import ServiceError as ServiceError
 
 log = logging.getLogger(__name__)
 BIN = Path(sys.executable).parent
+TEAM_WORKER = "airflow-worker-"
+"""How the name of a team's Celery worker starts (``airflow-worker-<team>``)."""
+DEFAULT_QUEUE = "default"
+"""Airflow's default queue (``[operators] default_queue``): the shared worker's."""
 MLFLOW_WORKER_HEALTHCHECK_S = 120
 """How long MLflow's uvicorn supervisor waits for a worker to answer its ping before killing it
 (uvicorn's default is 5 s). A worker spends its first seconds importing MLflow (5 s of CPU on
@@ -100,12 +105,17 @@ def command(profile: Profile, name: str) -> list[str]:
             f"127.0.0.1:{profile['PROMETHEUS_PORT']}",
         )
     airflow = str(BIN / "airflow")
+    if name.startswith(TEAM_WORKER):
+        team = name.removeprefix(TEAM_WORKER)
+        queue = ["--queues", team_queue(team), "--celery-hostname", f"{team}@%h"]
+        return [airflow, "celery", "worker", *queue]
     return {
         "airflow-apiserver": [airflow, "api-server"],
         "airflow-scheduler": [airflow, "scheduler"],
         "airflow-dag-processor": [airflow, "dag-processor"],
         "airflow-triggerer": [airflow, "triggerer"],
-        "airflow-worker": [airflow, "celery", "worker"],
+        # the shared worker: the tasks of the domains without a team
+        "airflow-worker": [airflow, "celery", "worker", "--queues", DEFAULT_QUEUE],
     }[name]
 
 
@@ -130,11 +140,39 @@ def environment(profile: Profile, name: str) -> dict[str, str]:
             "MLFLOW_AUTH_ADMIN_PASSWORD": profile["MLFLOW_ADMIN_PASSWORD"],
         }
     # each component's metrics told apart (Prometheus' `instance` label)
-    return {
+    env = {
         **base,
         **profile.airflow_env(),
         "OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id={name}",
     }
+    if name.startswith(TEAM_WORKER):
+        # the team's MLflow login, as its password and as the worker's own: neither another
+        # team's nor the deployment's user
+        team = name.removeprefix(TEAM_WORKER)
+        variable = password_variable(team)
+        password = profile.values.get(variable, "")
+        port = int(profile["AIRFLOW_WORKER_LOG_PORT"]) + 1 + deployment_teams(profile).index(team)
+        env |= {
+            variable: password,
+            "MLFLOW_TRACKING_USERNAME": team_user(team),
+            "MLFLOW_TRACKING_PASSWORD": password,
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port),
+        }
+    return env
+
+
+def deployment_teams(profile: Profile) -> list[str]:
+    """The teams of the deployment's domains (``domain.team``), sorted."""
+    from pipeline_steps.core.deployment import domain_settings_files
+
+    found = domain_settings_files(environment(profile, "airflow-scheduler"), refused=[])
+    return sorted({d.settings.domain.team for d in found if d.settings.domain.team})
+
+
+def team_workers(profile: Profile) -> list[str]:
+    """The Celery worker of each team of the deployment, ``airflow-worker-<team>``: it takes
+    the team's queue alone and holds the team's MLflow password alone."""
+    return [f"{TEAM_WORKER}{team}" for team in deployment_teams(profile)]
 
 
 def spark_worker_dir(profile: Profile, number: int) -> str:
@@ -307,9 +345,9 @@ def airflow_healthy(profile: Profile, *components: str) -> Seen:
     return Seen(all(s == "healthy" for s in states.values()), f"Airflow's health: {states}")
 
 
-def worker_ready(profile: Profile) -> Seen:
+def worker_ready(profile: Profile, name: str = "airflow-worker") -> Seen:
     """Ready when the Celery worker's log says it is (``celery@host ready.``)."""
-    text = log_file(profile, "airflow-worker").read_text(errors="replace")
+    text = log_file(profile, name).read_text(errors="replace")
     return Seen(" ready." in text, "the worker's log has no ' ready.' line yet")
 
 

@@ -274,8 +274,6 @@ class Profile:
             "TRAINYARD_MLFLOW__TRACKING_URI": self.mlflow_url,
             "MLFLOW_TRACKING_USERNAME": self["MLFLOW_TRACKING_USERNAME"],
             "MLFLOW_TRACKING_PASSWORD": self["MLFLOW_TRACKING_PASSWORD"],
-            # each team's MLflow password: its domains' steps write as the team's user
-            **{k: v for k, v in self.values.items() if TEAM_PASSWORD.fullmatch(k)},
             # Artifacts come through the server: moto answers some of the ranged requests of a
             # presigned multipart download with 500.
             "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
@@ -323,6 +321,8 @@ class Profile:
             "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
             "AIRFLOW__METRICS__STATSD_PORT": self["STATSD_PORT"],
             "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+            # each team's tasks on its own workers (airflow-worker-<team>), with its password
+            "TRAINYARD_ORCHESTRATION__TEAM_QUEUES": "true",
         }
 
     def mlflow_env(self) -> dict[str, str]:

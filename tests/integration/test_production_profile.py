@@ -341,29 +341,40 @@ def test_no_secret_in_logs_lake_or_mlflow(production: Profile) -> None:
 
 
 def test_a_team_cannot_write_another_team_s_model(production: Profile, monkeypatch) -> None:
-    """Each team's steps write to MLflow as the team's user (``team-<team>``): a model one
-    team registered is read by every user and written by its team alone, another team's user
-    refused with HTTP 403 (MLflow's basic auth, ``default_permission = READ``)."""
+    """Each team's steps write to MLflow as the team's user (``team-<team>``), on a worker of
+    its own holding its password alone: a model another team registered is read by every user
+    and written by its team alone. A task on the hotel example's team worker (``revenue``),
+    whose settings file named that model, is refused with HTTP 403 (MLflow's basic auth,
+    ``default_permission = READ``); the shared worker holds no team's password."""
     from mlflow.exceptions import MlflowException
 
     from pipeline_steps.core.team_credentials import password_variable, team_environment
 
-    profile = lifecycle.prepare_team_users(production, ["alpha", "beta"])
-    # the passwords are the profile's (.env), and the Airflow workers' environment holds them
-    for team in ("alpha", "beta"):
-        assert password_variable(team) in load_profile().values
-        assert password_variable(team) in proc.environment(profile, "airflow-worker")
+    profile = lifecycle.prepare_team_users(production, ["alpha", "revenue"])
+    assert password_variable("alpha") in load_profile().values
+    # the worker of team revenue is running, on its queue, with its own password alone
+    assert proc.running_pid(profile, "airflow-worker-revenue") is not None
+    assert proc.worker_ready(profile, "airflow-worker-revenue").ready
+    revenue_worker = proc.environment(profile, "airflow-worker-revenue")
+    held = sorted(k for k in revenue_worker if k.startswith("MLFLOW_TEAM_"))
+    assert held == [password_variable("revenue")], held
+    assert revenue_worker["MLFLOW_TRACKING_USERNAME"] == "team-revenue"
+    assert profile["MLFLOW_TRACKING_PASSWORD"] not in revenue_worker.values()
+    shared = proc.environment(profile, "airflow-worker")
+    assert not [k for k in shared if k.startswith("MLFLOW_TEAM_")]
 
-    def client_of(team: str) -> Any:
-        for key, value in team_environment(team, profile.values).items():
+    def client_as(team: str, environ: dict[str, str]) -> Any:
+        for key, value in team_environment(team, environ).items():
             monkeypatch.setenv(key, value)
         return _mlflow(profile)
 
-    client_of("alpha").create_registered_model("alpha_demand")
-    beta = client_of("beta")
-    assert beta.get_registered_model("alpha_demand").name == "alpha_demand"
+    client_as("alpha", profile.values).create_registered_model("alpha_demand")
+    # what a revenue task's step sees: the revenue worker's environment
+    revenue = client_as("revenue", revenue_worker)
+    assert revenue.get_registered_model("alpha_demand").name == "alpha_demand"
     with pytest.raises(MlflowException) as refused:
-        beta.set_registered_model_tag("alpha_demand", "owner", "beta")
+        revenue.set_registered_model_tag("alpha_demand", "owner", "revenue")
     assert refused.value.get_http_status_code() == 403, refused.value
-    client_of("alpha").set_registered_model_tag("alpha_demand", "owner", "alpha")
+    assert team_environment("alpha", revenue_worker) == {}  # alpha's login is not there
+    client_as("alpha", profile.values).set_registered_model_tag("alpha_demand", "owner", "alpha")
     assert _mlflow(profile).get_registered_model("alpha_demand").tags == {"owner": "alpha"}

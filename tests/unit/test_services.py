@@ -228,6 +228,60 @@ def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
     assert read_env_file(tmp_path / "prod" / ".env") == first
 
 
+def test_each_team_has_a_worker_of_its_own_holding_its_password_alone(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With two teams (the hotel example's ``revenue``, a domains folder's ``pricing``) the
+    profile runs a Celery worker per team on the team's queue, each holding that team's MLflow
+    password and no other's; the shared worker (the default queue) and the other Airflow
+    processes hold none; each domain's tasks go to its team's queue."""
+    from pipeline_steps.core.deployment import domain_settings_files
+    from pipeline_steps.orchestration.domains import default_args
+    from pipeline_steps.services import processes
+    from pipeline_steps.services.cli import main
+    from pipeline_steps.services.profile import load_profile
+    from tests.conftest import ROOT
+
+    domains = tmp_path / "domains"
+    domains.mkdir()
+    hotel = ROOT / "examples" / "hotel_rates"
+    (domains / "rooms.yaml").write_text(
+        "domain:\n  module: hotel_rates.domain\n  name: rooms\n  team: pricing\n"
+        f"features:\n  feature_repo: {hotel}/feature_repo\n  project: hotel_rates\n"
+        f"validation:\n  expectations_dir: {hotel}/expectations\n"
+    )
+    monkeypatch.setenv("TRAINYARD_PROD_HOME", str(tmp_path / "prod"))
+    monkeypatch.setenv("TRAINYARD_ORCHESTRATION__DOMAINS_DIR", str(domains))
+    assert main(["init"]) == 0
+    profile = load_profile()
+    workers = processes.team_workers(profile)
+    assert workers == ["airflow-worker-pricing", "airflow-worker-revenue"]
+    command = processes.command(profile, "airflow-worker-revenue")
+    assert command[-4:] == ["--queues", "team-revenue", "--celery-hostname", "revenue@%h"]
+    assert processes.command(profile, "airflow-worker")[-2:] == ["--queues", "default"]
+    ports = set()
+    for name, own in (("airflow-worker-pricing", "PRICING"), ("airflow-worker-revenue", "REVENUE")):
+        env = processes.environment(profile, name)
+        held = sorted(k for k in env if k.startswith("MLFLOW_TEAM_"))
+        assert held == [f"MLFLOW_TEAM_{own}_PASSWORD"], (name, held)
+        assert env[held[0]] == profile[held[0]] == env["MLFLOW_TRACKING_PASSWORD"]
+        assert env["MLFLOW_TRACKING_USERNAME"] == f"team-{own.lower()}"
+        assert profile["MLFLOW_TRACKING_PASSWORD"] not in env.values()  # not the deployment's
+        ports.add(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
+    for name in ("airflow-worker", "airflow-scheduler", "airflow-apiserver"):
+        env = processes.environment(profile, name)
+        assert not [k for k in env if k.startswith("MLFLOW_TEAM_")], name
+        ports.add(env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"])
+    assert len(ports) == 3  # the shared worker's and one more per team: no two on one port
+    # the DAGs the profile's scheduler parses send each team's tasks to its queue
+    scheduler = processes.environment(profile, "airflow-scheduler")
+    queues = {
+        d.name: default_args(d.settings).get("queue")
+        for d in domain_settings_files(scheduler, refused=[])
+    }
+    assert queues == {"flight_delay": None, "hotel_rate": "team-revenue", "rooms": "team-pricing"}
+
+
 def test_services_env_prints_the_profile_s_exports_a_shell_reads_back(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
