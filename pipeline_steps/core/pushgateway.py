@@ -106,6 +106,35 @@ class Pushgateway:
             return False
         return True
 
+    def delete(self, job: str, grouping: Mapping[str, str]) -> None:
+        """Remove the group (``DELETE``): its gauges are gone from the next scrape, and an
+        alert on them resolves; ``PushError`` when refused or unanswered."""
+        request = urllib.request.Request(
+            self.url.rstrip("/") + group_path(job, grouping), method="DELETE"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+                answer.read()
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            raise PushError(f"Pushgateway {self.url} did not remove {job}: {exc}") from exc
+
+
+TRAIN_JOB = "trainyard_train"
+"""The job of a training's gauges; each run's group is ``{domain, run_id}``."""
+
+
+def forget_training(url: str, domain: str, run: str) -> bool:
+    """Remove the gauges of the training of ``run`` (:data:`TRAIN_JOB`) from the Pushgateway at
+    ``url`` once its task has ended, so that the alerts on them (a stall, a silence) clear
+    whether the run succeeded, failed for good or was abandoned; a failure is logged, never
+    raised. Whether it was removed."""
+    try:
+        Pushgateway(url).delete(TRAIN_JOB, {"domain": domain, "run_id": run})
+    except PushError as exc:
+        log.warning("%s (monitoring.pushgateway_url): its alerts stay until it is removed", exc)
+        return False
+    return True
+
 
 def _b64(value: str) -> str:
     return urlsafe_b64encode(value.encode()).decode() or "="

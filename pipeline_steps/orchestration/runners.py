@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -97,16 +98,33 @@ class LocalStepOperator(BaseOperator):
     template_fields = ("argv",)
     ui_color = "#e8f4ea"
 
-    def __init__(self, *, step: str, argv: list[str], team: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        step: str,
+        argv: list[str],
+        team: str = "",
+        gauges: TrainingGauges | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.step = step
         self.argv = argv
         self.team = team
         """The domain's team: the step writes to MLflow as the team's user when the deployment
         holds its password (:mod:`pipeline_steps.core.team_credentials`)."""
+        self.gauges = gauges
+        """Where a training's gauges go, removed when the task ends (None: no training)."""
         self._process: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            return self._run(context)
+        finally:
+            if self.gauges is not None:
+                self.gauges.forget(context)
+
+    def _run(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
         argv = local_argv(self.argv)
@@ -141,6 +159,30 @@ class LocalStepOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class TrainingGauges:
+    """The Pushgateway group of a training task's run (``monitoring.pushgateway_url``, the
+    domain), removed when the task ends, however it ends: a stall or silence alert on it
+    clears even when no retry follows (a retry pushes a new one)."""
+
+    url: str
+    domain: str
+
+    def forget(self, context: Any) -> None:
+        from pipeline_steps.core.pushgateway import forget_training
+
+        run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
+        if run_id:
+            forget_training(self.url, self.domain, str(run_id))
+
+
+def training_gauges(settings: Settings, step: Step) -> TrainingGauges | None:
+    """The gauges a task of ``step`` leaves on the Pushgateway: a training's, when the
+    settings name a Pushgateway."""
+    url = settings.monitoring.pushgateway_url
+    return TrainingGauges(url, settings.domain.name) if url and step.distributed else None
 
 
 def retry_args(settings: Settings) -> dict[str, Any]:
@@ -317,6 +359,7 @@ def kubernetes_step(
     pod = pod_arguments(step, settings, run_args)
     return StepPodOperator(
         step=step.name,
+        gauges=training_gauges(settings, step),
         task_id=step.task_id,
         name=f"trainyard-{step.task_id}",
         xcom_sidecar_container_security_context=pod["container_security_context"],
@@ -418,6 +461,7 @@ def step_task(
         return kubernetes_step(spec, settings, run_args, **task_args)
     argv = step_argv(spec, settings, run_args)
     team = settings.domain.team
+    gauges = training_gauges(settings, spec)
     return LocalStepOperator(
-        task_id=spec.task_id, step=spec.name, argv=argv, team=team, **task_args
+        task_id=spec.task_id, step=spec.name, argv=argv, team=team, gauges=gauges, **task_args
     )

@@ -15,9 +15,19 @@ class StepPodOperator(KubernetesPodOperator):
     failure line as the container's termination message) fails the task at once; any other
     (a preempted pod, a refused connection) is retried."""
 
-    def __init__(self, *, step: str, **kwargs: Any) -> None:
+    def __init__(self, *, step: str, gauges: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.step = step
+        self.gauges = gauges
+        """A training's Pushgateway group (``runners.TrainingGauges``), removed when the task
+        ends; None for another step."""
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        finally:
+            if self.gauges is not None:
+                self.gauges.forget(context)
 
     def cleanup(self, pod: Any, remote_pod: Any, *args: Any, **kwargs: Any) -> None:
         try:

@@ -104,12 +104,20 @@ def test_compose_profile_trains_a_demo_date_through_the_rest_api(
         decision = by_run[run_id].tags.get("trainyard.decision")
         assert decision in ("promoted", "staged", "rejected", "undecided"), by_run[run_id].tags
 
-    # Prometheus scraped what the run left: the training's gauges (through the Pushgateway),
+    # Prometheus scraped what the run left: the training's gauges (through the Pushgateway,
+    # removed by its task when it ended, so that no alert on them outlives the run),
     # its tasks' outcomes (Airflow's StatsD, through the statsd-exporter), MLflow's requests
     prometheus = f"http://127.0.0.1:{values['PROMETHEUS_PORT']}"
     wanted = {
         "every target up": 'count(up{job=~"pushgateway|airflow|mlflow"} == 1) == 3',
-        "the training ended": f'trainyard_train_running{{run_id="{run_id}"}} == 0',
+        # the training pushed its gauges, and its task removed them when it ended
+        "the training's gauges pushed and removed": (
+            'sum(pushgateway_http_requests_total{handler="push",code=~"2.."}) > 0 and '
+            'sum(pushgateway_http_requests_total{handler="delete",code=~"2.."}) > 0'
+        ),
+        "no gauge of the ended training left": (
+            f'absent(trainyard_train_running{{run_id="{run_id}"}})'
+        ),
         "its training task succeeded": (
             f'airflow_ti_finish{{dag_id="{DAG}",task_id="train",state="success"}}'
         ),

@@ -145,16 +145,21 @@ def _query(profile: Profile, expr: str) -> list[dict[str, Any]]:
 
 
 def _assert_prometheus_watched(profile: Profile, run_ids: list[str]) -> None:
-    """What Prometheus holds after the runs: every scrape target up, each run's training at
-    100%, its tasks' outcomes and the DAG runs' durations from Airflow, MLflow's requests."""
+    """What Prometheus holds after the runs: every scrape target up, each run's training
+    gauges pushed and removed when its task ended, its tasks' outcomes and the DAG runs'
+    durations from Airflow, MLflow's requests."""
     wanted = {
         "every target up": 'min(up{job=~"pushgateway|airflow|mlflow"}) == 1',
         "three targets": 'count(up{job=~"pushgateway|airflow|mlflow"}) == 3',
+        # each training pushed its gauges and its task removed them when it ended: no stall
+        # or silence alert outlives a run
+        "the trainings' gauges pushed and removed": (
+            'sum(pushgateway_http_requests_total{handler="push",code=~"2.."}) > 0 and '
+            'sum(pushgateway_http_requests_total{handler="delete",code=~"2.."}) '
+            f">= {len(run_ids)}"
+        ),
         **{
-            f"{run_id} trained, and ended": (  # 1 unless it stopped early
-                f'trainyard_train_progress_ratio{{run_id="{run_id}"}} > 0.5 '
-                f'and trainyard_train_running{{run_id="{run_id}"}} == 0'
-            )
+            f"no gauge of {run_id} left": f'absent(trainyard_train_running{{run_id="{run_id}"}})'
             for run_id in run_ids
         },
         "trainings' tasks succeeded": (

@@ -116,3 +116,45 @@ def test_the_prometheus_configuration_scrapes_the_pushgateway_and_loads_the_rule
     jobs = yaml.safe_load(capsys.readouterr().out)["scrape_configs"]
     assert [j["job_name"] for j in jobs] == ["pushgateway", "airflow"]
     assert jobs[1]["static_configs"] == [{"targets": ["statsd-exporter:9102"]}]
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("ends", ["succeeds", "fails"])
+def test_a_training_task_removes_its_runs_gauges_however_it_ends(
+    gateway: str, tmp_path: Path, ends: str
+) -> None:
+    """The task of a training removes its run's group when it ends, so a stall or silence
+    alert on it clears whether a retry follows or not; other runs' groups stay."""
+    import sys
+
+    from pipeline_steps.core.pushgateway import TRAIN_JOB
+    from pipeline_steps.orchestration.runners import LocalStepOperator, TrainingGauges
+
+    run = "manual__2013-06-03T00:00:00+00:00"
+    pushed = Pushgateway(gateway)
+    stalled = {
+        "trainyard_train_stalled": Gauge(1, "stalled"),
+        "trainyard_train_running": Gauge(1, "r"),
+    }
+    pushed.push(TRAIN_JOB, {"domain": "d", "run_id": run}, stalled)
+    pushed.push(TRAIN_JOB, {"domain": "d", "run_id": "other"}, stalled)
+    script = tmp_path / "step.py"
+    script.write_text(
+        'import sys; print(\'{"step": "train"}\')'
+        if ends == "succeeds"
+        else "import sys; print('trainyard step train failed (transient): stalled', "
+        "file=sys.stderr); sys.exit(75)"
+    )
+    task = LocalStepOperator(
+        task_id="train",
+        step="train",
+        argv=[sys.executable, str(script)],
+        gauges=TrainingGauges(gateway, "d"),
+    )
+    if ends == "succeeds":
+        assert task.execute(context={"run_id": run}) == {"step": "train"}
+    else:
+        with pytest.raises(Exception, match="stalled"):
+            task.execute(context={"run_id": run})
+    left = [g["labels"]["run_id"] for g in _groups(gateway) if g["labels"].get("job") == TRAIN_JOB]
+    assert left == ["other"]

@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 import time
 
-from pipeline_steps.core.pushgateway import Gauge, Pushgateway
+from pipeline_steps.core.pushgateway import TRAIN_JOB, Gauge, Pushgateway
 from pipeline_steps.steps.train.callbacks import Callback, Loop, StepEnd
 from pipeline_steps.steps.train.callbacks.progress import Progress
 
-JOB = "trainyard_train"
+JOB = TRAIN_JOB
 
 
 class PushedGauges(Callback):
