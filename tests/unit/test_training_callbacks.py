@@ -310,3 +310,24 @@ def test_the_pushed_stall_limit_follows_the_watchdog_s() -> None:
     pushed.on_step_end(loop, _step(3))
     pushed.on_validation_start(loop)
     assert limit() == 1800
+
+
+def test_a_stall_a_peer_sees_is_recorded_in_rank_0s_mlflow_run(tmp_path: Path, monkeypatch) -> None:
+    """When a rank other than 0 sees the stall (rank 0 frozen, a peer's watchdog first), that
+    rank records it in the training's MLflow run: the tag naming the rank, its stacks, the run
+    failed."""
+    import mlflow
+
+    from pipeline_steps.steps.train.callbacks.mlflow_logging import StallRecord
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    experiment = client.create_experiment("stalls", artifact_location=str(tmp_path / "artifacts"))
+    run = client.create_run(experiment).info.run_id
+    StallRecord(run, 1).stalled("stalled: no optimizer step ended for 10 s", "Thread main ...")
+    found = client.get_run(run)
+    assert found.info.status == "FAILED"
+    assert (
+        found.data.tags["trainyard.stalled"] == "rank 1: stalled: no optimizer step ended for 10 s"
+    )
+    assert [a.path for a in client.list_artifacts(run, "stalls")] == ["stalls/rank-1.txt"]

@@ -46,7 +46,7 @@ from pipeline_steps.steps.train import checkpoint, distributed, mlflow_run, reco
 from pipeline_steps.steps.train.calibration import calibrate
 from pipeline_steps.steps.train.callbacks import Callback
 from pipeline_steps.steps.train.callbacks.early_stopping import EarlyStopping
-from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging
+from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging, StallRecord
 from pipeline_steps.steps.train.callbacks.preemption import Preemption
 from pipeline_steps.steps.train.callbacks.progress import Progress
 from pipeline_steps.steps.train.callbacks.pushed_gauges import PushedGauges
@@ -232,14 +232,16 @@ def _callbacks(
     pushed = _pushed_gauges(ctx, progress) if procs.master else None
     if pushed is not None:
         found.append(pushed)
-    system_run = _system_metrics_run(procs, run_id) if cfg.system_metrics_s else None
-    if system_run is not None and procs.local_rank == 0:
-        found.append(
-            SystemMetrics(system_run, int(os.environ.get("GROUP_RANK", "0")), cfg.system_metrics_s)
-        )
+    # rank 0's MLflow run on every rank: each node samples its system into it, and the rank
+    # whose watchdog sees a stall records it there
+    shared_run = distributed.broadcast(run_id, procs)
+    if cfg.system_metrics_s and shared_run is not None and procs.local_rank == 0:
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        found.append(SystemMetrics(shared_run, node, cfg.system_metrics_s))
     if cfg.stall_timeout_s:  # before preemption: a stop's checkpoint gets the allowance
         stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
-        hooks = [c.stalled for c in (pushed, mlflow) if c is not None]
+        others = StallRecord(shared_run, procs.rank) if shared_run and not procs.master else None
+        hooks = [c.stalled for c in (pushed, mlflow, others) if c is not None]
         found.append(Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks))
     found.append(Preemption(procs, cfg.preemption_grace_s))
     return found
@@ -261,15 +263,6 @@ def _pushed_gauges(ctx: RunContext, progress: Progress) -> PushedGauges | None:
         stall_allowance_s=train.stall_allowance_s,
         progress=progress,
     )
-
-
-def _system_metrics_run(procs: Processes, run_id: str | None) -> str | None:
-    """The MLflow run every node samples its system into: rank 0's, sent to the other nodes
-    (a collective, when the training spans several nodes)."""
-    nodes = procs.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", procs.world_size))
-    if nodes > 1:
-        return distributed.broadcast(run_id, procs)
-    return run_id
 
 
 def _final_model(

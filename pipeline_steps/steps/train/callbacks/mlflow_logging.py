@@ -169,11 +169,31 @@ class MlflowLogging(Callback):
         self.sender.close()
 
     def stalled(self, reason: str, stacks: str) -> None:
-        """The watchdog's hook: the stacks as an artifact, the reason as a tag, the run ended
-        as failed (the retry starts a new attempt of the same run)."""
-        from mlflow.tracking import MlflowClient
+        """The watchdog's hook: see :func:`record_stall`."""
+        record_stall(self.run_id, 0, reason, stacks)
 
-        client = MlflowClient()
-        client.log_text(self.run_id, f"{reason}\n\n{stacks}", "stalls/rank-0.txt")
-        client.set_tag(self.run_id, "trainyard.stalled", reason[:5000])
-        client.set_terminated(self.run_id, status="FAILED")
+
+def record_stall(run_id: str, rank: int, reason: str, stacks: str) -> None:
+    """A stall as the rank that saw it records it in the training's MLflow run: its stacks as
+    the artifact ``stalls/rank-<rank>.txt``, the reason as the tag ``trainyard.stalled``
+    (naming the rank unless it is 0), the run ended as failed (the retry starts a new attempt
+    of the same run). Whichever rank's watchdog fires first records it: a frozen rank 0 is
+    often stopped by torchrun when a waiting peer's watchdog exits before its own."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    said = reason if rank == 0 else f"rank {rank}: {reason}"
+    client.log_text(run_id, f"{said}\n\n{stacks}", f"stalls/rank-{rank}.txt")
+    client.set_tag(run_id, "trainyard.stalled", said[:5000])
+    client.set_terminated(run_id, status="FAILED")
+
+
+class StallRecord(Callback):
+    """A rank other than 0: records a stall its watchdog saw in rank 0's MLflow run
+    (:func:`record_stall`); it logs nothing else."""
+
+    def __init__(self, run_id: str, rank: int) -> None:
+        self.run_id, self.rank = run_id, rank
+
+    def stalled(self, reason: str, stacks: str) -> None:
+        record_stall(self.run_id, self.rank, reason, stacks)

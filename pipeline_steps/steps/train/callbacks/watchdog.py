@@ -5,8 +5,9 @@ instead of the task hanging until its timeout.
 Each rank runs its own watchdog thread. A step must end within ``train.stall_timeout_s`` of
 the previous one; the first step after a start, and validation with the epoch's checkpoint,
 get ``train.stall_allowance_s``. Past that, the rank writes its stacks to the log (the Airflow
-task log) and to ``<run>/stalls/`` in the lake, the callbacks' ``stalled`` hooks run (rank 0
-ends its MLflow run as failed, with the reason and the stacks), and the process exits with the
+task log) and to ``<run>/stalls/`` in the lake, the callbacks' ``stalled`` hooks run (the rank
+that saw it ends rank 0's MLflow run as failed, with the reason and the stacks; the Pushgateway
+hears of it from rank 0), and the process exits with the
 transient code (75), as a preempted training does. A rank blocked outside any collective (a
 hung reader, a deadlock) is caught by its own watchdog; its peers, waiting for it in the next
 collective, are caught by theirs. A collective that times out (``train.collective_timeout_s``)
