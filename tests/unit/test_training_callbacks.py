@@ -216,6 +216,52 @@ def test_the_watchdog_names_the_frame_a_stalled_step_waits_in(tmp_path: Path) ->
     watchdog.on_train_end(loop, None)
 
 
+def test_sigterm_on_a_rank_that_is_itself_stalling_stops_it_at_once(tmp_path: Path) -> None:
+    """torchrun stops the ranks with SIGTERM when a waiting peer's watchdog exits: a rank that
+    has made no step for half its limit is the frozen one and reaches no boundary, so it
+    records the stall and exits at once instead of waiting out the grace; a rank stepping
+    normally takes SIGTERM as a preemption."""
+    import signal
+
+    from pipeline_steps.steps.train.callbacks.preemption import Preemption
+    from pipeline_steps.steps.train.distributed import Processes
+
+    now = [0.0]
+    codes: list[int] = []
+    hooked: list[str] = []
+    lake = Lake(str(tmp_path / "lake"))
+    watchdog = Watchdog(
+        timeout_s=100,
+        allowance_s=1000,
+        record=StackRecord(lake, "run/stalls", rank=0),
+        hooks=[lambda reason, stacks: hooked.append(reason)],
+        exit=codes.append,
+        clock=lambda: now[0],
+    )
+    loop = _loop()
+    watchdog.on_train_start(loop)
+    watchdog.on_step_end(loop, _step(1))
+    processes = Processes(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    preemption = Preemption(processes, grace_s=60, watchdog=watchdog)
+    try:
+        now[0] = 10.0  # a step under way: a preemption, stopped at the next boundary
+        assert not watchdog.stalling()
+        preemption._on_signal(signal.SIGTERM, None)
+        assert preemption.signalled_at is not None and codes == []
+        preemption.close(failed=False)
+
+        preemption = Preemption(processes, grace_s=60, watchdog=watchdog)
+        now[0] = 60.0  # no step for 60 s of a 100 s limit: this rank is stalling
+        assert watchdog.stalling()
+        preemption._on_signal(signal.SIGTERM, None)
+        assert codes == [EXIT_TRANSIENT] and preemption.signalled_at is None
+        assert hooked[0].startswith("stalled: no optimizer step ended for 60 s, waiting for step")
+        assert "when SIGTERM came" in hooked[0]
+    finally:
+        preemption.close(failed=False)
+        watchdog.on_train_end(loop, None)
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [

@@ -238,12 +238,14 @@ def _callbacks(
     if cfg.system_metrics_s and shared_run is not None and procs.local_rank == 0:
         node = int(os.environ.get("GROUP_RANK", "0"))
         found.append(SystemMetrics(shared_run, node, cfg.system_metrics_s))
+    watchdog = None
     if cfg.stall_timeout_s:  # before preemption: a stop's checkpoint gets the allowance
         stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
         others = StallRecord(shared_run, procs.rank) if shared_run and not procs.master else None
         hooks = [c.stalled for c in (pushed, mlflow, others) if c is not None]
-        found.append(Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks))
-    found.append(Preemption(procs, cfg.preemption_grace_s))
+        watchdog = Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks)
+        found.append(watchdog)
+    found.append(Preemption(procs, cfg.preemption_grace_s, watchdog))
     return found
 
 

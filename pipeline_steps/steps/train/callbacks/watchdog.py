@@ -97,7 +97,8 @@ class Watchdog(Callback):
         self.timeout_s, self.allowance_s, self.record = timeout_s, allowance_s, record
         self.hooks = list(hooks)
         self._exit, self._clock = exit, clock
-        self._lock = threading.Lock()
+        # reentrant: SIGTERM's handler (stop_now) may run while the main thread holds it
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._deadline = 0.0
         self._waiting_for = "the first step"
@@ -148,11 +149,28 @@ class Watchdog(Callback):
                 return
             self._stop.wait(min(left, 1.0))
 
-    def _stalled(self) -> None:
+    def stalling(self) -> bool:
+        """Whether this rank has made no step for half its step limit (``timeout_s``) or more:
+        when SIGTERM comes then (torchrun stopping the ranks after a peer's watchdog exited),
+        this rank is most likely the frozen one, and no step boundary will come to stop at.
+        Never while the allowance holds (a start, a validation, a checkpoint)."""
+        with self._lock:
+            limit, since = self._limit, self._clock() - (self._deadline - self._limit)
+        return self._thread is not None and limit == self.timeout_s and since >= limit / 2
+
+    def stop_now(self, why: str) -> None:
+        """Record the stall as the watchdog does at its limit, and exit (transient) at once."""
+        self._stalled(why)
+
+    def _stalled(self, why: str = "") -> None:
         with self._lock:
             limit, waiting_for = self._limit, self._waiting_for
+            if why:
+                limit = self._clock() - (self._deadline - self._limit)
         reason = (
-            f"stalled: no optimizer step ended for {limit:g} s, waiting for {waiting_for} "
+            f"stalled: no optimizer step ended for {limit:g} s, waiting for {waiting_for}"
+            + (f", {why}" if why else "")
+            + " "
             f"(train.stall_timeout_s={self.timeout_s:g}, train.stall_allowance_s="
             f"{self.allowance_s:g}"
             + (f"; steps took {self._step_s:.2f} s lately" if self._step_s else "")
