@@ -108,3 +108,19 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
     resumed = manifest["resumed_from"]
     assert resumed is not None and resumed["epoch"] == 1 and resumed["step"] >= killed_at
     assert_same_weights(final_weights(reference), final_weights(killed))
+    # the run says it resumed, and where; the replayed steps logged no second point
+    import mlflow
+
+    mlflow.set_tracking_uri(killed.settings.mlflow.tracking_uri)
+    (run,) = mlflow.search_runs(
+        experiment_names=[killed.settings.mlflow.experiment],
+        filter_string=f"tags.`trainyard.run_id` = '{killed.run_id}'",
+        output_format="list",
+    )
+    assert run.data.tags["trainyard.resumed"] == "true"
+    assert run.data.tags["trainyard.resumed_from_step"] == str(resumed["step"])
+    client = mlflow.MlflowClient()
+    assert "val_loss" in run.data.metrics
+    for key in (k for k in run.data.metrics if not k.startswith("system/")):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)

@@ -155,6 +155,27 @@ def test_metrics_wait_while_mlflow_is_away_and_are_sent_when_it_answers(caplog) 
     assert any("MLflow answers again" in m for m in messages)
 
 
+def test_a_restarted_attempt_sends_no_point_its_run_already_holds() -> None:
+    """After an in-place restart the steps after the checkpoint are replayed: the points the
+    first attempt logged stay the only ones at their steps."""
+    client = FlakyClient()
+    sender = MetricSender(
+        "run", retry_s=0.05, client=client, logged={"live/loss": 7, "val_loss": 1}
+    )
+    for step in range(5, 10):
+        sender.add({"live/loss": float(step)}, step)
+    sender.add({"val_loss": 0.4, "val_auc": 0.7}, 1)
+    sender.add({"val_loss": 0.3}, 2)
+    assert sender.close(timeout_s=10) == 0
+    sent = [m for batch in client.batches for m in batch]
+    assert sent == [
+        ("live/loss", 8.0, 8),
+        ("live/loss", 9.0, 9),
+        ("val_auc", 0.7, 1),
+        ("val_loss", 0.3, 2),
+    ]
+
+
 def test_a_step_never_waits_for_mlflow_and_what_is_left_is_said(caplog) -> None:
     hold = threading.Event()  # MLflow hangs
     sender = MetricSender("run", retry_s=0.05, client=FlakyClient(hold=hold))

@@ -226,7 +226,10 @@ def _callbacks(
     cfg = ctx.settings.train
     progress = Progress(cfg.log_every_s)
     found: list[Callback] = [EarlyStopping(cfg.patience), *([pruning] if pruning else []), progress]
-    mlflow = MlflowLogging(run_id, cfg.log_every, progress) if run_id is not None else None
+    mlflow = None
+    if run_id is not None:  # a restarted attempt logs no step its run already holds
+        logged = mlflow_run.logged_steps(run_id)
+        mlflow = MlflowLogging(run_id, cfg.log_every, progress, logged=logged)
     if mlflow is not None:
         found.append(mlflow)
     pushed = _pushed_gauges(ctx, progress) if procs.master else None

@@ -69,8 +69,14 @@ def start(
         }
     client = connect(mlflow_cfg)
     previous = find_run(client, mlflow_cfg, ctx.run_key)
+    resumed_tags = {
+        "trainyard.resumed": str(resumed is not None).lower(),
+        **({"trainyard.resumed_from_step": str(resumed.step)} if resumed is not None else {}),
+    }
     if previous is not None and previous.info.status != "FINISHED":
+        # a restart of this run's training: its run goes on, saying where this attempt resumed
         run_id: str = mlflow.start_run(run_id=previous.info.run_id).info.run_id
+        mlflow.set_tags(resumed_tags)
         return run_id
     run = mlflow.start_run(
         run_name=name,
@@ -80,7 +86,7 @@ def start(
             "trainyard.training_set_sha256": features.training_set_sha256,
             "trainyard.train_first_day": features.train_days[0],
             "trainyard.train_last_day": features.train_days[-1],
-            "trainyard.resumed": str(resumed is not None).lower(),
+            **resumed_tags,
             **extra,
         },
     )
@@ -96,6 +102,16 @@ def start(
     mlflow.log_params(params)
     run_id = run.info.run_id
     return run_id
+
+
+def logged_steps(run_id: str) -> dict[str, int]:
+    """The last step of each metric the run holds: a restarted attempt, which replays the steps
+    after its checkpoint, logs none of them again (their points are already there)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    keys = client.get_run(run_id).data.metrics
+    return {key: max(m.step for m in client.get_metric_history(run_id, key)) for key in keys}
 
 
 def finish_trial(pruned_at: int | None) -> str:

@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pipeline_steps.steps.train import mlflow_run
@@ -40,8 +41,17 @@ class MetricSender:
     the order they came; a failed request is tried again ``retry_s`` later with the same
     metrics."""
 
-    def __init__(self, run_id: str, retry_s: float = 5.0, client: Any = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        retry_s: float = 5.0,
+        client: Any = None,
+        logged: Mapping[str, int] | None = None,
+    ) -> None:
         self.run_id, self.retry_s = run_id, retry_s
+        self.logged = dict(logged or {})
+        """The last step of each metric the run already holds (an earlier attempt's): a point
+        at or before it is not sent again."""
         self._client = client
         self._pending: list[tuple[str, float, int, int]] = []
         self._lock = threading.Lock()
@@ -55,7 +65,11 @@ class MetricSender:
     def add(self, metrics: dict[str, float], step: int) -> None:
         """Queue the finite ``metrics`` at ``step``; returns at once."""
         now = int(time.time() * 1000)
-        found = [(k, float(v), now, step) for k, v in metrics.items() if math.isfinite(v)]
+        found = [
+            (k, float(v), now, step)
+            for k, v in metrics.items()
+            if math.isfinite(v) and step > self.logged.get(k, -1)
+        ]
         with self._lock:
             self._pending.extend(found)
         self._wake.set()
@@ -130,10 +144,15 @@ class MlflowLogging(Callback):
     progress estimate, the loss every ``loss_every`` steps, the epochs' metrics."""
 
     def __init__(
-        self, run_id: str, loss_every: int, progress: Progress, sender: MetricSender | None = None
+        self,
+        run_id: str,
+        loss_every: int,
+        progress: Progress,
+        sender: MetricSender | None = None,
+        logged: Mapping[str, int] | None = None,
     ) -> None:
         self.run_id, self.loss_every, self.progress = run_id, loss_every, progress
-        self.sender = sender or MetricSender(run_id)
+        self.sender = sender or MetricSender(run_id, logged=logged)
         self._sent_estimate: object = None
 
     def on_step_end(self, loop: Loop, step: StepEnd) -> None:
