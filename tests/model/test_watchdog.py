@@ -98,3 +98,60 @@ def _frozen_and_retried(ctx, watched: Monitoring) -> None:  # type: ignore[no-un
     wait_until("the alert to resolve", lambda: not watched.alerts("TrainingStalled"))
     (done,) = watched.query("trainyard_train_running")
     assert float(done["value"][1]) == 0
+
+
+def test_a_rank_frozen_for_good_is_recorded_and_stopped_without_torchrun_s_wait(
+    prepare_run,
+) -> None:
+    """Two ranks, rank 0 stopped for good (SIGSTOP: no handler, no watchdog of its own runs):
+    rank 1, waiting for it in the gradient all-reduce, is caught by its watchdog, records the
+    stall in the training's MLflow run (rank 0's, whose id it has) and stops its node's other
+    ranks, so torchrun ends at once instead of waiting 30 s on its SIGTERM to the stopped one."""
+    import signal
+
+    import psutil
+
+    from tests.model import launch
+
+    # plain steps between the checkpoints, so that rank 0 is stopped among them
+    settings = (*SETTINGS, "train.checkpoint_every=20")
+    ctx = prepare_run("stopped", *settings)
+    launcher = subprocess.Popen(
+        launch.torchrun(ctx, 2, settings, paced=True),
+        env=environment(ctx),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    at = launch.wait_for_checkpoint(ctx, lambda p: p.step >= 20, lambda: launcher.poll() is None)
+    assert at is not None, launcher.communicate(timeout=600)[1][-3000:]
+    time.sleep(0.5)  # a few plain steps after it
+    (rank_0,) = [
+        child
+        for child in psutil.Process(launcher.pid).children(recursive=True)
+        if child.environ().get("RANK") == "0"
+    ]
+    rank_0.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    _, output = launcher.communicate(timeout=600)
+    took = time.monotonic() - stopped
+    assert launcher.returncode != 0, output[-3000:]
+    assert "trainyard step train failed (transient): stalled" in output, output[-3000:]
+    assert "stopped this node's other ranks" in output, output[-3000:]
+    # rank 1's watchdog at its limit of the moment (the step's, or the allowance after a
+    # checkpoint), then everything ends: not torchrun's 30 s more
+    import re
+
+    limit = float(re.findall(r"no optimizer step ended for ([\d.]+) s", output)[0])
+    assert limit in (STALL_S, 60), output[-3000:]
+    assert limit - 1 <= took < limit + 20, (took, limit, output[-3000:])
+    print(f"torchrun ended {took:.1f} s after rank 0 was stopped (the limit: {limit:g} s)")
+
+    mlflow.set_tracking_uri(ctx.settings.mlflow.tracking_uri)
+    (run,) = mlflow.search_runs(
+        experiment_names=[ctx.settings.mlflow.experiment], output_format="list"
+    )
+    assert run.info.status == "FAILED"
+    assert run.data.tags["trainyard.stalled"].startswith("rank 1: stalled: no optimizer step")
+    stalls = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "stalls")]
+    assert stalls == ["stalls/rank-1.txt"], stalls

@@ -237,50 +237,31 @@ def test_the_watchdog_names_the_frame_a_stalled_step_waits_in(tmp_path: Path) ->
     watchdog.on_train_end(loop, None)
 
 
-def test_sigterm_on_a_rank_that_is_itself_stalling_stops_it_at_once(tmp_path: Path) -> None:
-    """torchrun stops the ranks with SIGTERM when a waiting peer's watchdog exits: a rank that
-    has made no step for half its limit is the frozen one and reaches no boundary, so it
-    records the stall and exits at once instead of waiting out the grace; a rank stepping
-    normally takes SIGTERM as a preemption."""
-    import signal
+def test_the_first_watchdog_to_fire_stops_its_nodes_other_ranks(tmp_path: Path) -> None:
+    """A stalled rank's peers wait for it in a collective and cannot stop at a boundary: the
+    watchdog that fires kills them (SIGKILL) after its own records, then exits."""
+    import subprocess
+    import sys
 
-    from pipeline_steps.steps.train.callbacks.preemption import Preemption
-    from pipeline_steps.steps.train.distributed import Processes
-
-    now = [0.0]
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     codes: list[int] = []
-    hooked: list[str] = []
-    lake = Lake(str(tmp_path / "lake"))
     watchdog = Watchdog(
-        timeout_s=100,
-        allowance_s=1000,
-        record=StackRecord(lake, "run/stalls", rank=0),
-        hooks=[lambda reason, stacks: hooked.append(reason)],
+        timeout_s=0.2,
+        allowance_s=0.2,
+        record=StackRecord(Lake(str(tmp_path / "lake")), "run/stalls", rank=1),
         exit=codes.append,
-        clock=lambda: now[0],
+        peers=[peer.pid],
     )
-    loop = _loop()
-    watchdog.on_train_start(loop)
-    watchdog.on_step_end(loop, _step(1))
-    processes = Processes(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    preemption = Preemption(processes, grace_s=60, watchdog=watchdog)
     try:
-        now[0] = 10.0  # a step under way: a preemption, stopped at the next boundary
-        assert not watchdog.stalling()
-        preemption._on_signal(signal.SIGTERM, None)
-        assert preemption.signalled_at is not None and codes == []
-        preemption.close(failed=False)
-
-        preemption = Preemption(processes, grace_s=60, watchdog=watchdog)
-        now[0] = 60.0  # no step for 60 s of a 100 s limit: this rank is stalling
-        assert watchdog.stalling()
-        preemption._on_signal(signal.SIGTERM, None)
-        assert codes == [EXIT_TRANSIENT] and preemption.signalled_at is None
-        assert hooked[0].startswith("stalled: no optimizer step ended for 60 s, waiting for step")
-        assert "when SIGTERM came" in hooked[0]
+        watchdog.on_train_start(_loop())
+        assert peer.wait(timeout=10) == -9  # SIGKILL
+        wait_until = time.monotonic() + 5
+        while not codes and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        assert codes == [EXIT_TRANSIENT]
     finally:
-        preemption.close(failed=False)
-        watchdog.on_train_end(loop, None)
+        peer.kill()
+        watchdog.on_train_end(_loop(), None)
 
 
 @pytest.mark.parametrize(
@@ -387,11 +368,12 @@ def test_a_stall_a_peer_sees_is_recorded_in_rank_0s_mlflow_run(tmp_path: Path, m
 
     from pipeline_steps.steps.train.callbacks.mlflow_logging import StallRecord
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    client = mlflow.MlflowClient()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # a rank's own: the settings' only
+    client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("stalls", artifact_location=str(tmp_path / "artifacts"))
     run = client.create_run(experiment).info.run_id
-    StallRecord(run, 1).stalled("stalled: no optimizer step ended for 10 s", "Thread main ...")
+    StallRecord(run, 1, uri).stalled("stalled: no optimizer step ended for 10 s", "Thread main")
     found = client.get_run(run)
     assert found.info.status == "FAILED"
     assert (

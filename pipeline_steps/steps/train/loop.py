@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import replace
 
 import torch
@@ -241,15 +242,25 @@ def _callbacks(
     if cfg.system_metrics_s and shared_run is not None and procs.local_rank == 0:
         node = int(os.environ.get("GROUP_RANK", "0"))
         found.append(SystemMetrics(shared_run, node, cfg.system_metrics_s))
-    watchdog = None
     if cfg.stall_timeout_s:  # before preemption: a stop's checkpoint gets the allowance
         stalls = StackRecord(ctx.lake, f"{ctx.run_dir}/stalls", procs.rank)
-        others = StallRecord(shared_run, procs.rank) if shared_run and not procs.master else None
+        others = None
+        if shared_run and not procs.master:
+            others = StallRecord(shared_run, procs.rank, ctx.settings.mlflow.tracking_uri)
         hooks = [c.stalled for c in (pushed, mlflow, others) if c is not None]
-        watchdog = Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks)
-        found.append(watchdog)
-    found.append(Preemption(procs, cfg.preemption_grace_s, watchdog))
+        peers = _node_peers(procs)
+        found.append(
+            Watchdog(cfg.stall_timeout_s, cfg.stall_allowance_s, stalls, hooks, peers=peers)
+        )
+    found.append(Preemption(procs, cfg.preemption_grace_s))
     return found
+
+
+def _node_peers(procs: Processes) -> list[int]:
+    """The process ids of this node's other ranks (every rank takes part)."""
+    here = (socket.gethostname(), os.getpid())
+    ranks = distributed.gather(here, procs)
+    return [pid for host, pid in ranks if host == here[0] and pid != here[1]]
 
 
 def _pushed_gauges(ctx: RunContext, progress: Progress) -> PushedGauges | None:

@@ -192,7 +192,9 @@ class MlflowLogging(Callback):
         record_stall(self.run_id, 0, reason, stacks)
 
 
-def record_stall(run_id: str, rank: int, reason: str, stacks: str) -> None:
+def record_stall(
+    run_id: str, rank: int, reason: str, stacks: str, tracking_uri: str | None = None
+) -> None:
     """A stall as the rank that saw it records it in the training's MLflow run: its stacks as
     the artifact ``stalls/rank-<rank>.txt``, the reason as the tag ``trainyard.stalled``
     (naming the rank unless it is 0), the run ended as failed (the retry starts a new attempt
@@ -200,7 +202,7 @@ def record_stall(run_id: str, rank: int, reason: str, stacks: str) -> None:
     often stopped by torchrun when a waiting peer's watchdog exits before its own."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri)  # None: this process's (rank 0 set it)
     said = reason if rank == 0 else f"rank {rank}: {reason}"
     client.log_text(run_id, f"{said}\n\n{stacks}", f"stalls/rank-{rank}.txt")
     client.set_tag(run_id, "trainyard.stalled", said[:5000])
@@ -208,11 +210,11 @@ def record_stall(run_id: str, rank: int, reason: str, stacks: str) -> None:
 
 
 class StallRecord(Callback):
-    """A rank other than 0: records a stall its watchdog saw in rank 0's MLflow run
-    (:func:`record_stall`); it logs nothing else."""
+    """A rank other than 0: records a stall its watchdog saw in rank 0's MLflow run, in the
+    store at ``tracking_uri`` (:func:`record_stall`); it logs nothing else."""
 
-    def __init__(self, run_id: str, rank: int) -> None:
-        self.run_id, self.rank = run_id, rank
+    def __init__(self, run_id: str, rank: int, tracking_uri: str) -> None:
+        self.run_id, self.rank, self.tracking_uri = run_id, rank, tracking_uri
 
     def stalled(self, reason: str, stacks: str) -> None:
-        record_stall(self.run_id, self.rank, reason, stacks)
+        record_stall(self.run_id, self.rank, reason, stacks, self.tracking_uri)

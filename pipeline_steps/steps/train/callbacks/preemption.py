@@ -12,9 +12,7 @@ resumes from that checkpoint, redoing no step.
 
 Should no boundary come within ``train.preemption_grace_s`` (a peer gone, a step longer than the
 grace), the process exits 75 at once, before SIGKILL cuts a write short, and the retry resumes
-from the last periodic checkpoint. A rank that takes SIGTERM while it is itself stalling (no
-step for half ``train.stall_timeout_s``: torchrun stopping the ranks after a waiting peer's
-watchdog exited) waits for no boundary: its watchdog records the stall and it exits 75 at once.
+from the last periodic checkpoint.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import torch.distributed as dist
 from pipeline_steps.core.errors import EXIT_TRANSIENT, TransientError
 from pipeline_steps.core.manifests import LoopPosition
 from pipeline_steps.steps.train.callbacks import Callback, Loop, StepEnd
-from pipeline_steps.steps.train.callbacks.watchdog import Watchdog
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.state import EpochRecord
 
@@ -57,12 +54,8 @@ class Preemption(Callback):
     handler.
     """
 
-    def __init__(
-        self, processes: Processes, grace_s: float, watchdog: Watchdog | None = None
-    ) -> None:
+    def __init__(self, processes: Processes, grace_s: float) -> None:
         self._processes, self._grace_s = processes, grace_s
-        self._stall_watch = watchdog
-        """This rank's watchdog: SIGTERM on a rank that is itself stalling stops it at once."""
         self.signalled_at: float | None = None
         """``time.monotonic()`` when this rank took SIGTERM."""
         self.signalled_step: int | None = None
@@ -79,11 +72,6 @@ class Preemption(Callback):
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.signalled_at is not None:
-            return
-        if self._stall_watch is not None and self._stall_watch.stalling():
-            # no boundary will come: record the stall and exit now, not after the grace (or
-            # torchrun's SIGKILL 30 s later)
-            self._stall_watch.stop_now("when SIGTERM came")
             return
         self.signalled_at = time.monotonic()
         self.signalled_step = self._boundary + 1

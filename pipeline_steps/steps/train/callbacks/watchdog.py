@@ -10,14 +10,18 @@ that saw it ends rank 0's MLflow run as failed, with the reason and the stacks; 
 hears of it from rank 0), and the process exits with the
 transient code (75), as a preempted training does. A rank blocked outside any collective (a
 hung reader, a deadlock) is caught by its own watchdog; its peers, waiting for it in the next
-collective, are caught by theirs. A collective that times out (``train.collective_timeout_s``)
-writes the stacks the same way before the error ends the training.
+collective, are caught by theirs. The first rank whose watchdog fires also stops this node's
+other ranks (SIGKILL, after its hooks): a rank frozen for good, which no signal handler reaches,
+would otherwise hold torchrun 30 s after its SIGTERM. A collective that times out
+(``train.collective_timeout_s``) writes the stacks the same way before the error ends the
+training.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -93,12 +97,14 @@ class Watchdog(Callback):
         hooks: Sequence[StallHook] = (),
         exit: Callable[[int], None] = os._exit,
         clock: Callable[[], float] = time.monotonic,
+        peers: Sequence[int] = (),
     ) -> None:
         self.timeout_s, self.allowance_s, self.record = timeout_s, allowance_s, record
         self.hooks = list(hooks)
+        self.peers = list(peers)
+        """The process ids of this node's other ranks, stopped with this one."""
         self._exit, self._clock = exit, clock
-        # reentrant: SIGTERM's handler (stop_now) may run while the main thread holds it
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._deadline = 0.0
         self._waiting_for = "the first step"
@@ -149,28 +155,11 @@ class Watchdog(Callback):
                 return
             self._stop.wait(min(left, 1.0))
 
-    def stalling(self) -> bool:
-        """Whether this rank has made no step for half its step limit (``timeout_s``) or more:
-        when SIGTERM comes then (torchrun stopping the ranks after a peer's watchdog exited),
-        this rank is most likely the frozen one, and no step boundary will come to stop at.
-        Never while the allowance holds (a start, a validation, a checkpoint)."""
-        with self._lock:
-            limit, since = self._limit, self._clock() - (self._deadline - self._limit)
-        return self._thread is not None and limit == self.timeout_s and since >= limit / 2
-
-    def stop_now(self, why: str) -> None:
-        """Record the stall as the watchdog does at its limit, and exit (transient) at once."""
-        self._stalled(why)
-
-    def _stalled(self, why: str = "") -> None:
+    def _stalled(self) -> None:
         with self._lock:
             limit, waiting_for = self._limit, self._waiting_for
-            if why:
-                limit = self._clock() - (self._deadline - self._limit)
         reason = (
-            f"stalled: no optimizer step ended for {limit:g} s, waiting for {waiting_for}"
-            + (f", {why}" if why else "")
-            + " "
+            f"stalled: no optimizer step ended for {limit:g} s, waiting for {waiting_for} "
             f"(train.stall_timeout_s={self.timeout_s:g}, train.stall_allowance_s="
             f"{self.allowance_s:g}"
             + (f"; steps took {self._step_s:.2f} s lately" if self._step_s else "")
@@ -188,7 +177,24 @@ class Watchdog(Callback):
             file=sys.stderr,
             flush=True,
         )
+        self._stop_peers()
         self._exit(EXIT_TRANSIENT)
+
+    def _stop_peers(self) -> None:
+        """SIGKILL this node's other ranks: a rank that makes no step holds every other one in
+        the next collective, so none of them can stop at a step boundary, and one frozen for
+        good (stopped, or stuck in native code) ignores the SIGTERM torchrun sends, which then
+        waits 30 s before its own SIGKILL. Their own watchdogs fired about now too, and had
+        this one's hooks' time to write their stacks."""
+        killed = []
+        for pid in self.peers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.append(pid)
+        if killed:
+            log.warning("stopped this node's other ranks (pids %s) with this one", killed)
 
     def _run_hooks(self, reason: str, text: str) -> None:
         self.record.save(reason, text)
