@@ -416,6 +416,7 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
         )
         job = TrainingJobOperator(
             task_id="job",
+            gauges=training_gauges(settings, TRAIN),
             name="trainyard-train",
             random_name_suffix=True,
             completion_mode="Indexed",

@@ -30,8 +30,22 @@ class _LostPodsPodManager(PodManager):
 
 class TrainingJobOperator(KubernetesJobOperator):
     """The training Job: its pods may appear long after the Job (Kueue admits a queued Job by
-    unsuspending it), so it looks for them until they do (the task's execution timeout bounds
-    the wait) instead of failing at once; a pod removed before its log is read is skipped."""
+        unsuspending it), so it looks for them until they do (the task's execution timeout bounds
+        the wait) instead of failing at once; a pod removed before its log is read is skipped; the
+    training's gauges are removed from the Pushgateway when the task ends."""
+
+    def __init__(self, *, gauges: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gauges = gauges
+        """The training's Pushgateway group (``runners.TrainingGauges``), removed when the task
+        ends, however it ends; None without a Pushgateway."""
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        finally:
+            if self.gauges is not None:
+                self.gauges.forget(context)
 
     @cached_property
     def pod_manager(self) -> PodManager:
