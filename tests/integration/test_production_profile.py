@@ -41,7 +41,7 @@ from pipeline_steps.services import lifecycle
 from pipeline_steps.services import processes as proc
 from pipeline_steps.services.airflow_api import AirflowApi
 from pipeline_steps.services.profile import PROCESSES, SECRETS, Profile, load_profile
-from tests.conftest import free_port, wait_until
+from tests.conftest import ROOT, free_port, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.deployment]
 
@@ -54,9 +54,23 @@ RUN_TIMEOUT_S = 3600
 STALL_S = 900
 
 
+TEAM_DOMAIN = "room_nights"
+TEAM_DOMAIN_FILE = """\
+domain: {{module: hotel_rates.domain, name: room_nights, team: revenue}}
+features:
+  feature_repo: {root}/examples/hotel_rates/feature_repo
+  project: hotel_rates
+  min_train_days: 3
+validation: {{expectations_dir: {root}/examples/hotel_rates/expectations}}
+"""
+"""A domain of team ``revenue``, whose tasks go to that team's own worker."""
+
+
 @pytest.fixture(scope="module")
 def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
     home = tmp_path_factory.mktemp("production")
+    domains = tmp_path_factory.mktemp("domains")
+    (domains / f"{TEAM_DOMAIN}.yaml").write_text(TEAM_DOMAIN_FILE.format(root=ROOT))
     environ = {
         "TRAINYARD_PROD_HOME": str(home),
         "TRAINYARD_DB_PREFIX": f"trainyard_test_{os.getpid()}",
@@ -81,6 +95,8 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profile]:
         "TRAINYARD_ORCHESTRATION__MAX_ACTIVE_RUNS": "2",
         "TRAINYARD_ORCHESTRATION__RETRIES": "1",
         "TRAINYARD_ORCHESTRATION__RETRY_DELAY_S": "5",
+        # a team's domain beside the flights (the hotel example's window is longer than 5 days)
+        "TRAINYARD_ORCHESTRATION__DOMAINS_DIR": str(domains),
     }
     with pytest.MonkeyPatch.context() as patch:
         for key, value in environ.items():
@@ -198,6 +214,8 @@ def _assert_all_stopped(profile: Profile) -> None:
     ports += ("PUSHGATEWAY_PORT", "PROMETHEUS_PORT", "STATSD_EXPORTER_PORT")
     for key in ports:
         assert not proc.port_open(profile[key]), f"{key} {profile[key]} still answers"
+    team_worker_logs = str(int(profile["AIRFLOW_WORKER_LOG_PORT"]) + 1)  # team revenue's worker
+    assert not proc.port_open(team_worker_logs), f"{team_worker_logs} still answers"
     assert not profile.home.exists()
 
 
@@ -348,9 +366,9 @@ def test_no_secret_in_logs_lake_or_mlflow(production: Profile) -> None:
 def test_a_team_cannot_write_another_team_s_model(production: Profile, monkeypatch) -> None:
     """Each team's steps write to MLflow as the team's user (``team-<team>``), on a worker of
     its own holding its password alone: a model another team registered is read by every user
-    and written by its team alone. A task on the hotel example's team worker (``revenue``),
-    whose settings file named that model, is refused with HTTP 403 (MLflow's basic auth,
-    ``default_permission = READ``); the shared worker holds no team's password."""
+    and written by its team alone. A task on the worker of team ``revenue`` (its domain
+    room_nights), whose settings file named that model, is refused with HTTP 403 (MLflow's
+    basic auth, ``default_permission = READ``); the shared worker holds no team's password."""
     from mlflow.exceptions import MlflowException
 
     from pipeline_steps.core.team_credentials import password_variable, team_environment
@@ -358,7 +376,9 @@ def test_a_team_cannot_write_another_team_s_model(production: Profile, monkeypat
     profile = lifecycle.prepare_team_users(production, ["alpha", "revenue"])
     assert password_variable("alpha") in load_profile().values
     # the worker of team revenue is running, on its queue, with its own password alone
-    assert proc.running_pid(profile, "airflow-worker-revenue") is not None
+    log = proc.log_file(profile, "airflow-worker-revenue")
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+    assert proc.running_pid(profile, "airflow-worker-revenue") is not None, tail
     assert proc.worker_ready(profile, "airflow-worker-revenue").ready
     revenue_worker = proc.environment(profile, "airflow-worker-revenue")
     held = sorted(k for k in revenue_worker if k.startswith("MLFLOW_TEAM_"))
