@@ -65,6 +65,7 @@ def _connection(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``submit``, ``jobs`` or ``cancel``; a refusal is one line on stderr and exit 2."""
     from pipeline_steps.commands.jobs import JobRefused, api_from_environment
+    from pipeline_steps.services.airflow_api import AirflowApiError
 
     try:
         api = api_from_environment(url=args.airflow, user=args.user)
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
             print(cancel(api, domain_settings_files(refused=[]), args.run_id), flush=True)
     except JobRefused as exc:
         print(f"trainyard {args.command} refused: {exc}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    except AirflowApiError as exc:  # a wrong login, a missing DAG: the API's own answer
+        print(f"trainyard {args.command} failed: Airflow answered {exc}", file=sys.stderr)
         return EXIT_REFUSED
     return 0
 

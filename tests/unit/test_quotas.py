@@ -257,3 +257,38 @@ def test_a_jobs_pods_carry_the_kueue_priority_class_of_its_priority() -> None:
         load_settings(overrides=['kubernetes.priority_classes={high: "50"}'], environ={})
     with pytest.raises(SettingsError, match=r"'high': 'x' must map"):
         load_settings(overrides=['kubernetes.priority_classes={high: "x"}'], environ={})
+
+
+def test_a_wrong_airflow_login_is_one_line_naming_the_answer(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from pipeline_steps.commands.cli import main
+
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("TRAINYARD_AIRFLOW_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("TRAINYARD_AIRFLOW_PASSWORD", "wrong")
+        assert main(["jobs"]) == 2
+        said = capsys.readouterr().err.strip().splitlines()[-1]
+        assert said.startswith("trainyard jobs failed: Airflow answered POST /auth/token: HTTP 401")
+        monkeypatch.delenv("TRAINYARD_AIRFLOW_PASSWORD")
+        monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))  # no password kept there either
+        assert main(["jobs"]) == 2
+        assert "set TRAINYARD_AIRFLOW_PASSWORD" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
