@@ -31,12 +31,12 @@ from typing import Any
 
 from pipeline_steps.core.deployment import DomainFile, domain_settings_files, team_quota
 from pipeline_steps.core.settings import Settings
+from pipeline_steps.core.step_registry import TRAIN
 from pipeline_steps.orchestration.params import FORM, schema
 from pipeline_steps.orchestration.policy import PRIORITY
 from pipeline_steps.orchestration.pools import step_gpus, train_pool
 from pipeline_steps.services.airflow_api import AirflowApi, AirflowApiError
 
-TRAIN_TASK = "train"
 RECENT_RUNS = 10
 """Successful runs of a DAG whose median duration estimates a job of it."""
 CANCEL_NOTE = "cancelled with trainyard cancel"
@@ -246,7 +246,7 @@ def team_jobs(
     trains = _list(
         api,
         "/api/v2/dags/~/dagRuns/~/taskInstances/list",
-        {"dag_ids": sorted(by_dag), "task_ids": [TRAIN_TASK]},
+        {"dag_ids": sorted(by_dag), "task_ids": [TRAIN.task_id]},
         "task_instances",
     )
     started = {
