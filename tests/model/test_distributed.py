@@ -112,11 +112,16 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
     import mlflow
 
     mlflow.set_tracking_uri(killed.settings.mlflow.tracking_uri)
-    (run,) = mlflow.search_runs(
+    runs = mlflow.search_runs(
         experiment_names=[killed.settings.mlflow.experiment],
         filter_string=f"tags.`trainyard.run_id` = '{killed.run_id}'",
         output_format="list",
     )
+    # the steady reference trained the same run id into the same store, never resumed
+    assert sorted(r.data.tags["trainyard.resumed"] for r in runs) == ["false", "true"], [
+        (r.info.status, r.data.tags) for r in runs
+    ]
+    (run,) = [r for r in runs if r.data.tags["trainyard.resumed"] == "true"]
     assert run.data.tags["trainyard.resumed"] == "true"
     assert run.data.tags["trainyard.resumed_from_step"] == str(resumed["step"])
     client = mlflow.MlflowClient()
