@@ -101,6 +101,31 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
+def stop_together(processes: list[subprocess.Popen[Any]], grace_s: float = 5) -> None:
+    """SIGTERM each process's group, then SIGKILL what is left after ``grace_s`` together:
+    for services whose own shutdown a test does not test (a scheduler took 20 s to stop)."""
+    import signal
+
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def sqlite_query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` in the SQLite database ``db`` (an Airflow's metadata)."""
+    import sqlite3
+
+    with sqlite3.connect(db, timeout=30) as connection:
+        return connection.execute(sql, args).fetchall()
+
+
 def _create_mlflow_store(folder: Path) -> None:
     from mlflow import MlflowClient
 

@@ -42,8 +42,9 @@ def gpu_task_args(
     pool has: it would never start."""
     orch = settings.orchestration
     args: dict[str, Any] = {"priority_weight": priority, "weight_rule": "absolute"}
-    if gpus == 0 and training and train_pool(settings):
-        return args | {"pool": train_pool(settings), "pool_slots": 1}
+    trainings = train_pool(settings) if training else ""
+    if gpus == 0 and trainings:
+        return args | {"pool": trainings, "pool_slots": 1}
     if not orch.gpu_pool or gpus == 0:
         return args
     if gpus > orch.gpu_pool_slots:

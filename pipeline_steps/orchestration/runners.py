@@ -26,7 +26,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -50,6 +49,7 @@ from pipeline_steps.orchestration.elastic import (
     store_wait,
 )
 from pipeline_steps.orchestration.failures import step_failure
+from pipeline_steps.orchestration.gauges import TrainingGauges, removed_at_end, training_gauges
 from pipeline_steps.orchestration.launch import TRAIN_SERVICE, local_argv, step_argv
 from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
 
@@ -118,11 +118,8 @@ class LocalStepOperator(BaseOperator):
         self._process: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
-        try:
+        with removed_at_end(self.gauges, context):
             return self._run(context)
-        finally:
-            if self.gauges is not None:
-                self.gauges.forget(context)
 
     def _run(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
@@ -159,30 +156,6 @@ class LocalStepOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGTERM)
-
-
-@dataclass(frozen=True)
-class TrainingGauges:
-    """The Pushgateway group of a training task's run (``monitoring.pushgateway_url``, the
-    domain), removed when the task ends, however it ends: a stall or silence alert on it
-    clears even when no retry follows (a retry pushes a new one)."""
-
-    url: str
-    domain: str
-
-    def forget(self, context: Any) -> None:
-        from pipeline_steps.core.pushgateway import forget_training
-
-        run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
-        if run_id:
-            forget_training(self.url, self.domain, str(run_id))
-
-
-def training_gauges(settings: Settings, step: Step) -> TrainingGauges | None:
-    """The gauges a task of ``step`` leaves on the Pushgateway: a training's, when the
-    settings name a Pushgateway."""
-    url = settings.monitoring.pushgateway_url
-    return TrainingGauges(url, settings.domain.name) if url and step.distributed else None
 
 
 def retry_args(settings: Settings) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
 from pipeline_steps.orchestration.failures import pod_outcome, step_failure
+from pipeline_steps.orchestration.gauges import removed_at_end
 
 
 class StepPodOperator(KubernetesPodOperator):
@@ -19,15 +20,12 @@ class StepPodOperator(KubernetesPodOperator):
         super().__init__(**kwargs)
         self.step = step
         self.gauges = gauges
-        """A training's Pushgateway group (``runners.TrainingGauges``), removed when the task
+        """A training's Pushgateway group (``gauges.TrainingGauges``), removed when the task
         ends; None for another step."""
 
     def execute(self, context: Any) -> Any:
-        try:
+        with removed_at_end(self.gauges, context):
             return super().execute(context)
-        finally:
-            if self.gauges is not None:
-                self.gauges.forget(context)
 
     def cleanup(self, pod: Any, remote_pod: Any, *args: Any, **kwargs: Any) -> None:
         try:

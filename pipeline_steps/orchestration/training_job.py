@@ -13,6 +13,8 @@ from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperato
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager
 from kubernetes.client.rest import ApiException
 
+from pipeline_steps.orchestration.gauges import removed_at_end
+
 
 class _LostPodsPodManager(PodManager):
     """Reads the logs of the pods it was given, passing over those gone since (a pod of a
@@ -37,15 +39,12 @@ class TrainingJobOperator(KubernetesJobOperator):
     def __init__(self, *, gauges: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.gauges = gauges
-        """The training's Pushgateway group (``runners.TrainingGauges``), removed when the task
+        """The training's Pushgateway group (``gauges.TrainingGauges``), removed when the task
         ends, however it ends; None without a Pushgateway."""
 
     def execute(self, context: Any) -> Any:
-        try:
+        with removed_at_end(self.gauges, context):
             return super().execute(context)
-        finally:
-            if self.gauges is not None:
-                self.gauges.forget(context)
 
     @cached_property
     def pod_manager(self) -> PodManager:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIRST_DAY, ROOT, wait_until
+from tests.conftest import FIRST_DAY, ROOT, sqlite_query, stop_together, wait_until
 
 pytestmark = pytest.mark.slow
 TRAINING = "flight_delay_training"
@@ -95,7 +93,7 @@ def airflow(lake_home: Path, tmp_path: Path, airflow_template: Path) -> Iterator
     home.mkdir()
     shutil.copyfile(airflow_template, home / "airflow.db")  # what `airflow db migrate` makes
     # the default pool `db migrate` would have made under DEFAULT_POOL_TASK_SLOT_COUNT=0
-    _query(home / "airflow.db", "UPDATE slot_pool SET slots = 0 WHERE pool = 'default_pool'")
+    sqlite_query(home / "airflow.db", "UPDATE slot_pool SET slots = 0 WHERE pool = 'default_pool'")
     logs = tmp_path / "logs"
     logs.mkdir()
     processes = [
@@ -113,21 +111,7 @@ def airflow(lake_home: Path, tmp_path: Path, airflow_template: Path) -> Iterator
     finally:
         # Their own shutdown is not what is tested here: the scheduler took 20 s to stop after
         # SIGTERM, so they get a few seconds together, then SIGKILL.
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db, timeout=30) as connection:
-        return connection.execute(sql, args).fetchall()
+        stop_together(processes)
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
@@ -146,7 +130,7 @@ def _monitor(airflow: dict[str, Any], day: str, **env: str) -> None:
 
 
 def _training_runs(db: Path, dag_id: str = TRAINING) -> list[tuple[Any, ...]]:
-    return _query(
+    return sqlite_query(
         db,
         "SELECT id, run_id, run_type, state FROM dag_run WHERE dag_id = ? "
         "AND run_type = 'asset_triggered' ORDER BY id",
@@ -155,7 +139,7 @@ def _training_runs(db: Path, dag_id: str = TRAINING) -> list[tuple[Any, ...]]:
 
 
 def _events(db: Path) -> list[dict[str, Any]]:
-    rows = _query(db, "SELECT extra FROM asset_event ORDER BY id")
+    rows = sqlite_query(db, "SELECT extra FROM asset_event ORDER BY id")
     return [json.loads(extra) for (extra,) in rows]
 
 
@@ -163,28 +147,30 @@ def _finish(db: Path, run_pk: int) -> None:
     """Mark a run done, as a finished run would be: its task instances and the run itself
     (the scheduler, busy with three domains, may write back a run state it read before; the
     run is marked again until it stays done)."""
-    (dag_id, run_id), *_ = _query(db, "SELECT dag_id, run_id FROM dag_run WHERE id = ?", run_pk)
+    (dag_id, run_id), *_ = sqlite_query(
+        db, "SELECT dag_id, run_id FROM dag_run WHERE id = ?", run_pk
+    )
     for _ in range(30):
-        _query(
+        sqlite_query(
             db,
             "UPDATE task_instance SET state = 'skipped' WHERE dag_id = ? AND run_id = ?",
             dag_id,
             run_id,
         )
-        _query(db, "UPDATE dag_run SET state = 'success' WHERE id = ?", run_pk)
+        sqlite_query(db, "UPDATE dag_run SET state = 'success' WHERE id = ?", run_pk)
         time.sleep(2)
-        if _query(db, "SELECT state FROM dag_run WHERE id = ?", run_pk) == [("success",)]:
+        if sqlite_query(db, "SELECT state FROM dag_run WHERE id = ?", run_pk) == [("success",)]:
             return
     raise AssertionError(f"run {run_id} of {dag_id} does not stay done")
 
 
 def _event_assets(db: Path) -> list[dict[str, Any]]:
-    rows = _query(db, "SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id")
+    rows = sqlite_query(db, "SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id")
     return [{"uri": uri} for (uri,) in rows]
 
 
 def _consumed(db: Path, run_pk: int) -> list[dict[str, Any]]:
-    rows = _query(
+    rows = sqlite_query(
         db,
         "SELECT e.extra FROM dagrun_asset_event d JOIN asset_event e ON e.id = d.event_id "
         "WHERE d.dag_run_id = ? ORDER BY e.id",
@@ -194,7 +180,7 @@ def _consumed(db: Path, run_pk: int) -> list[dict[str, Any]]:
 
 
 def _emit_state(db: Path, day: str) -> list[str]:
-    rows = _query(
+    rows = sqlite_query(
         db,
         "SELECT t.state FROM task_instance t JOIN dag_run r "
         "ON r.dag_id = t.dag_id AND r.run_id = t.run_id "
@@ -211,19 +197,21 @@ def test_drift_event_queues_training_and_the_cooldown_holds_the_next(airflow) ->
     watched = {f"{domain}_{kind}" for domain in DOMAINS for kind in kinds}
     _wait(  # every DAG of every domain, from their settings files alone
         "the dag-processor to serialise the three domains' DAGs",
-        lambda: watched <= {row[0] for row in _query(db, "SELECT dag_id FROM serialized_dag")},
+        lambda: (
+            watched <= {row[0] for row in sqlite_query(db, "SELECT dag_id FROM serialized_dag")}
+        ),
     )
     # The cron creates today's run as soon as the DAG is known; it stays active (no pool slots)
     # until it is marked done, as a finished run would be: the drift runs come after it.
     cron = _wait(
         "the cron's training run",
-        lambda: _query(
+        lambda: sqlite_query(
             db, "SELECT id FROM dag_run WHERE dag_id = ? AND run_type = 'scheduled'", TRAINING
         ),
     )
     _finish(db, cron[0][0])
     # The monitor runs through `dags test` alone: the scheduler must not pick up its tasks.
-    _query(db, "UPDATE dag SET is_paused = 1 WHERE dag_id = ?", MONITOR)
+    sqlite_query(db, "UPDATE dag SET is_paused = 1 WHERE dag_id = ?", MONITOR)
     day = FIRST_DAY.isoformat()
 
     # 1. a drifting day emits an event and the scheduler queues an asset-triggered training run

@@ -15,11 +15,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_until
+from tests.conftest import ROOT, free_port, sqlite_query, stop_together, wait_until
 
 pytestmark = pytest.mark.slow
 DOMAIN = "hotel_rate"
@@ -60,7 +57,7 @@ def airflow(lake_home: Path, tmp_path: Path, airflow_template: Path) -> Iterator
     home.mkdir()
     shutil.copyfile(airflow_template, home / "airflow.db")
     (home / "simple_auth_manager_passwords.json.generated").write_text('{"admin": "pw"}')
-    _query(home / "airflow.db", "UPDATE slot_pool SET slots = 0 WHERE pool = 'default_pool'")
+    sqlite_query(home / "airflow.db", "UPDATE slot_pool SET slots = 0 WHERE pool = 'default_pool'")
     logs = tmp_path / "logs"
     logs.mkdir()
     commands = {
@@ -81,21 +78,7 @@ def airflow(lake_home: Path, tmp_path: Path, airflow_template: Path) -> Iterator
     try:
         yield {"env": env, "db": home / "airflow.db", "logs": logs, "port": port}
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db, timeout=30) as connection:
-        return connection.execute(sql, args).fetchall()
+        stop_together(processes)
 
 
 def _trainyard(airflow: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,7 +111,7 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
         wait_until("the API server's health", lambda: _healthy(airflow["port"]), timeout_s=180)
         wait_until(
             f"the dag-processor to serialise {DAG}",
-            lambda: _query(db, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG),
+            lambda: sqlite_query(db, "SELECT 1 FROM serialized_dag WHERE dag_id = ?", DAG),
             timeout_s=180,
         )
     except AssertionError as exc:
@@ -137,7 +120,7 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
     # the cron's run of the newest day comes first: it waits for the team's slots as jobs do
     cron = wait_until(
         "the cron's training run",
-        lambda: _query(
+        lambda: sqlite_query(
             db, "SELECT run_id FROM dag_run WHERE dag_id = ? AND run_type = 'scheduled'", DAG
         ),
         timeout_s=120,
@@ -158,14 +141,15 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
     assert "(team revenue)" in high.stdout and "1 process(es) x 1 node(s), 0 GPU(s)" in high.stdout
     high_id = high.stdout.split()[2]
     low_id = low.stdout.split()[2]
-    runs = dict(_query(db, "SELECT run_id, conf FROM dag_run WHERE dag_id = ?", DAG))
+    runs = dict(sqlite_query(db, "SELECT run_id, conf FROM dag_run WHERE dag_id = ?", DAG))
     assert json.loads(runs[high_id]) == {"priority": 30, "epochs": 1}
 
     # the queue is full: two of the team's jobs wait
     wait_until(
         "the scheduler to create the task instances of both jobs and the cron's run",
         lambda: (
-            len(_query(db, "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = ?", DAG)) == 3
+            len(sqlite_query(db, "SELECT DISTINCT run_id FROM task_instance WHERE dag_id = ?", DAG))
+            == 3
         ),
         timeout_s=120,
     )
@@ -176,7 +160,7 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
 
     # the cluster policy: every task of a job carries the job's priority
     weights = dict(
-        _query(
+        sqlite_query(
             db,
             "SELECT run_id, group_concat(DISTINCT priority_weight) FROM task_instance "
             "WHERE dag_id = ? AND run_id != ? GROUP BY run_id",
@@ -202,7 +186,7 @@ def test_jobs_are_submitted_within_the_quota_listed_in_order_and_cancelled(airfl
     print(cancelled.stdout)
     assert cancelled.returncode == 0, cancelled.stderr
     assert f"cancelled job {low_id} of {DAG}" in cancelled.stdout
-    assert _query(db, "SELECT state FROM dag_run WHERE run_id = ?", low_id) == [("failed",)]
+    assert sqlite_query(db, "SELECT state FROM dag_run WHERE run_id = ?", low_id) == [("failed",)]
     again = _trainyard(airflow, "cancel", low_id)
     assert again.returncode == 2 and "has ended (failed)" in again.stderr, again.stderr
     left = _trainyard(airflow, "jobs")

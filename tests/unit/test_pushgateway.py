@@ -128,7 +128,8 @@ def test_a_training_task_removes_its_runs_gauges_however_it_ends(
     import sys
 
     from pipeline_steps.core.pushgateway import TRAIN_JOB
-    from pipeline_steps.orchestration.runners import LocalStepOperator, TrainingGauges
+    from pipeline_steps.orchestration.gauges import TrainingGauges
+    from pipeline_steps.orchestration.runners import LocalStepOperator
 
     run = "manual__2013-06-03T00:00:00+00:00"
     pushed = Pushgateway(gateway)

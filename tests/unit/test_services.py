@@ -199,14 +199,9 @@ def test_workers_get_their_own_tmp_where_they_can(
     assert sc.can_isolate() is True
 
 
-def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
-    tmp_path: Path, monkeypatch, capsys
-) -> None:
-    """``services init`` alone (nothing started) already holds the password of each team of
-    the deployment's domains: the hotel example's ``revenue`` and a domains folder's
-    ``pricing``; a second init changes none."""
-    from pipeline_steps.services.cli import main
-    from pipeline_steps.services.profile import read_env_file
+def _deployment_of_two_teams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile under ``tmp_path`` whose deployment has two teams: the hotel example's
+    ``revenue`` and ``pricing``, whose domain ``rooms`` a domains folder holds."""
     from tests.conftest import ROOT
 
     domains = tmp_path / "domains"
@@ -219,6 +214,18 @@ def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
     )
     monkeypatch.setenv("TRAINYARD_PROD_HOME", str(tmp_path / "prod"))
     monkeypatch.setenv("TRAINYARD_ORCHESTRATION__DOMAINS_DIR", str(domains))
+
+
+def test_init_writes_every_team_s_mlflow_password_and_keeps_it(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``services init`` alone (nothing started) already holds the password of each team of
+    the deployment's domains: the hotel example's ``revenue`` and a domains folder's
+    ``pricing``; a second init changes none."""
+    from pipeline_steps.services.cli import main
+    from pipeline_steps.services.profile import read_env_file
+
+    _deployment_of_two_teams(tmp_path, monkeypatch)
     assert main(["init"]) == 0
     assert "MLflow passwords of teams pricing, revenue" in capsys.readouterr().out
     first = read_env_file(tmp_path / "prod" / ".env")
@@ -240,18 +247,8 @@ def test_each_team_has_a_worker_of_its_own_holding_its_password_alone(
     from pipeline_steps.services import processes
     from pipeline_steps.services.cli import main
     from pipeline_steps.services.profile import load_profile
-    from tests.conftest import ROOT
 
-    domains = tmp_path / "domains"
-    domains.mkdir()
-    hotel = ROOT / "examples" / "hotel_rates"
-    (domains / "rooms.yaml").write_text(
-        "domain:\n  module: hotel_rates.domain\n  name: rooms\n  team: pricing\n"
-        f"features:\n  feature_repo: {hotel}/feature_repo\n  project: hotel_rates\n"
-        f"validation:\n  expectations_dir: {hotel}/expectations\n"
-    )
-    monkeypatch.setenv("TRAINYARD_PROD_HOME", str(tmp_path / "prod"))
-    monkeypatch.setenv("TRAINYARD_ORCHESTRATION__DOMAINS_DIR", str(domains))
+    _deployment_of_two_teams(tmp_path, monkeypatch)
     assert main(["init"]) == 0
     profile = load_profile()
     workers = processes.team_workers(profile)
