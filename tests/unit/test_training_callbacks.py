@@ -380,3 +380,28 @@ def test_a_stall_a_peer_sees_is_recorded_in_rank_0s_mlflow_run(tmp_path: Path, m
         found.data.tags["trainyard.stalled"] == "rank 1: stalled: no optimizer step ended for 10 s"
     )
     assert [a.path for a in client.list_artifacts(run, "stalls")] == ["stalls/rank-1.txt"]
+
+
+def test_a_training_that_fails_ends_its_run_failed_so_a_restart_resumes_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Left open, MLflow's exit handler would end the run FINISHED and a restarted worker would
+    start a second run; ended FAILED (tagged with the error) it is the one the restart resumes."""
+    import mlflow
+
+    from pipeline_steps.steps.train.callbacks.mlflow_logging import MlflowLogging
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.create_experiment("fails", artifact_location=str(tmp_path / "artifacts"))
+    run = mlflow.start_run(experiment_id=experiment).info.run_id
+    logging_ = MlflowLogging(
+        run, 0, Progress(every_s=30), sender=MetricSender(run, client=FlakyClient())
+    )
+    logging_.on_train_end(_loop(), RuntimeError("Connection closed by peer [127.0.0.1]:29500"))
+    assert mlflow.active_run() is None
+    found = mlflow.MlflowClient().get_run(run)
+    assert found.info.status == "FAILED"
+    assert found.data.tags["trainyard.failed"] == (
+        "RuntimeError: Connection closed by peer [127.0.0.1]:29500"
+    )

@@ -135,6 +135,18 @@ def preempted(at: LoopPosition) -> None:
     mlflow.end_run(status="KILLED")
 
 
+def failed(error: BaseException) -> None:
+    """End the active run as FAILED when the training stops on an error, tagged with it. Left
+    open, MLflow's exit handler would end it as FINISHED, and a restarted worker (torchrun's
+    ``--max-restarts``) or a retried task would start a second run instead of resuming this one."""
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return
+    mlflow.set_tag("trainyard.failed", f"{type(error).__name__}: {error}"[:5000])
+    mlflow.end_run(status="FAILED")
+
+
 def trigger_tags(trigger: Trigger) -> dict[str, str]:
     """MLflow tags saying why the run trained: the trigger, its overrides and evidence."""
     tags = {

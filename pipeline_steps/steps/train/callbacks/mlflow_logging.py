@@ -185,6 +185,10 @@ class MlflowLogging(Callback):
             if error.at is not None:
                 mlflow_run.preempted(error.at)
             return
+        if error is not None:  # a peer lost, a failed step: torchrun gives the rank little time
+            self.sender.close(PREEMPTED_FLUSH_S)
+            mlflow_run.failed(error)
+            return
         self.sender.close()
 
     def stalled(self, reason: str, stacks: str) -> None:
