@@ -36,6 +36,13 @@ os.environ["TRAINYARD_CONFIG"] = str(FLIGHTS_CONFIG)
 # result. Deployments keep the JVM's defaults, tuned for long jobs.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {JVM_OPTIONS}".strip()
+# One compute thread per process (torch's intra-op pool, OpenMP, BLAS), set before torch or
+# numpy is imported and inherited by every step, DAG run and training the suite starts: three
+# workers on two cores, each with a thread per core, kept OpenMP's threads spinning for one
+# another (the in-process training and data modules: 302 -> 215 CPU seconds, 157 -> 123 s).
+# A user's training keeps torch's defaults (torchrun sets its own for several ranks).
+for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[variable] = "1"
 
 # The seeded history: HISTORY_DAYS validated days before FIRST_DAY, window of WINDOW days.
 FIRST_DAY = date(2013, 6, 4)

@@ -123,17 +123,31 @@ TRAIN_JOB = "trainyard_train"
 """The job of a training's gauges; each run's group is ``{domain, run_id}``."""
 
 
+FORGET_TIMEOUT_S = 10.0
+FORGET_ATTEMPTS = 3
+"""A task's end waits up to this long, this many times, for its group to be removed (a push
+during the training waits 2 s once: a step never waits for monitoring)."""
+
+
 def forget_training(url: str, domain: str, run: str) -> bool:
     """Remove the gauges of the training of ``run`` (:data:`TRAIN_JOB`) from the Pushgateway at
     ``url`` once its task has ended, so that the alerts on them (a stall, a silence) clear
     whether the run succeeded, failed for good or was abandoned; a failure is logged, never
     raised. Whether it was removed."""
-    try:
-        Pushgateway(url).delete(TRAIN_JOB, {"domain": domain, "run_id": run})
-    except PushError as exc:
-        log.warning("%s (monitoring.pushgateway_url): its alerts stay until it is removed", exc)
-        return False
-    return True
+    gateway = Pushgateway(url, timeout_s=FORGET_TIMEOUT_S)  # once per task: it may wait
+    for attempt in range(1, FORGET_ATTEMPTS + 1):
+        try:
+            gateway.delete(TRAIN_JOB, {"domain": domain, "run_id": run})
+            return True
+        except PushError as exc:
+            if attempt == FORGET_ATTEMPTS:
+                log.warning(
+                    "%s (monitoring.pushgateway_url, %d tries): its alerts stay until it is "
+                    "removed",
+                    exc,
+                    attempt,
+                )
+    return False
 
 
 def _b64(value: str) -> str:

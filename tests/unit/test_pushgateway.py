@@ -159,3 +159,26 @@ def test_a_training_task_removes_its_runs_gauges_however_it_ends(
             task.execute(context={"run_id": run})
     left = [g["labels"]["run_id"] for g in _groups(gateway) if g["labels"].get("job") == TRAIN_JOB]
     assert left == ["other"]
+
+
+def test_a_group_that_cannot_be_removed_is_tried_again_then_named(caplog, monkeypatch) -> None:
+    """A task's end waits for the removal (a busy gateway answers late) and tries again; a
+    gateway that never answers is named once, with the setting, and the task goes on."""
+    from pipeline_steps.core import pushgateway
+    from pipeline_steps.core.pushgateway import PushError, forget_training
+
+    tries: list[float] = []
+
+    def refused(self: Pushgateway, job: str, grouping: dict) -> None:
+        tries.append(self.timeout_s)
+        if len(tries) < 3:
+            raise PushError(f"Pushgateway {self.url} did not remove {job}: timed out")
+
+    monkeypatch.setattr(pushgateway.Pushgateway, "delete", refused)
+    assert forget_training("http://127.0.0.1:9", "d", "run") is True
+    assert tries == [pushgateway.FORGET_TIMEOUT_S] * 3
+    tries.clear()
+    monkeypatch.setattr(pushgateway, "FORGET_ATTEMPTS", 2)
+    assert forget_training("http://127.0.0.1:9", "d", "run") is False
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "monitoring.pushgateway_url, 2 tries" in warning and "did not remove" in warning
