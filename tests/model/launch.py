@@ -56,8 +56,10 @@ def torchrun(
 
 
 def environment(ctx: RunContext) -> dict[str, str]:
+    """The environment of a run's torchrun: the suite's (one compute thread per process, set in
+    tests/conftest.py) with the run's home."""
     home = str(Path(ctx.settings.lake.root).parent)  # the lake is $TRAINYARD_HOME/lake
-    return {**os.environ, "TRAINYARD_HOME": home, "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "TRAINYARD_HOME": home}
 
 
 def run_torchrun(ctx: RunContext, nproc: int, overrides: tuple[str, ...]) -> str:
