@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -88,10 +87,11 @@ def built_once(name: str, build: Callable[[Path], object]) -> Path:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on now, outside the kernel's ephemeral
+    range (:mod:`pipeline_steps.services.ports`): no outgoing connection takes it meanwhile."""
+    from pipeline_steps.services.ports import free_port as pick
+
+    return pick()
 
 
 def wait_until(

@@ -48,10 +48,9 @@ def serving(log: Path, bucket: str, user: str = "lake") -> Iterator[dict[str, st
     import boto3
 
     from pipeline_steps.services.lifecycle import create_s3_user
+    from pipeline_steps.services.ports import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     with log.open("ab") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", __name__, "-H", "127.0.0.1", "-p", str(port)],
