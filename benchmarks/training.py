@@ -162,9 +162,11 @@ def _step_variants(
     minimal loop with AdamW's defaults, a for-loop over parameters on the CPU, in float32) and
     ``raw_fused`` (the minimal loop with our fused AdamW; on CUDA with our bfloat16 autocast)."""
     from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.precision import Precision
     from pipeline_steps.steps.train.step import apply_gradients, learn
 
     amp = device == "cuda"
+    precision = Precision.of("auto", torch.device(device))
     s = _setup(path, model_name, device)
     batches = []
     for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=batch_size, epoch=0):
@@ -178,7 +180,7 @@ def _step_variants(
 
     def ours() -> None:
         for i in range(steps):
-            learn(model, loss_fn, batches[i % len(batches)], 1, amp=amp)
+            learn(model, loss_fn, batches[i % len(batches)], 1, precision)
             apply_gradients(parameters, optimizer, scheduler, s["cfg"].grad_clip)
 
     def minimal(opt: torch.optim.Optimizer, autocast: bool) -> Callable[[], None]:
@@ -213,6 +215,67 @@ def bench_step(path: Path, steps: int, model_name: str) -> dict[str, float]:
             fn()
             timings[name].append(steps * BATCH / (time.perf_counter() - started))
     return {k: statistics.median(v) for k, v in timings.items()}
+
+
+def bench_precision(path: Path, steps: int, model_name: str) -> dict[str, dict[str, float]]:
+    """(e) The loop's step in each precision on the CPU (``train.precision``): samples/s over
+    the same in-memory batches (interleaved rounds, medians), and the mean training loss of the
+    last 50 of ``steps`` steps from the same initial weights and batches, against float32's."""
+    from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.precision import Precision
+    from pipeline_steps.steps.train.step import apply_gradients, learn, make_optimizer
+
+    cpu = torch.device("cpu")
+    s = _setup(path, model_name)
+    batches = []
+    for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=BATCH, epoch=0):
+        batches.append(batch)
+        if len(batches) == 50:
+            break
+    initial = {k: v.clone() for k, v in s["model"].state_dict().items()}
+    loss_fn = Head()
+
+    def trained(name: str) -> tuple[Callable[[int], list[float]], torch.nn.Module]:
+        model, cfg = s["model"] if name == "fp32" else _copy(s["model"]), s["cfg"]
+        model.load_state_dict(initial)
+        model.train()
+        optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        parameters, precision = list(model.parameters()), Precision.of(name, cpu)
+
+        def run(count: int) -> list[float]:
+            losses = []
+            for i in range(count):
+                loss = learn(model, loss_fn, batches[i % len(batches)], 1, precision)
+                apply_gradients(parameters, optimizer, schedule, cfg.grad_clip, None, precision)
+                losses.append(float(loss))
+            return losses
+
+        return run, model
+
+    names = ("fp32", "bf16", "fp16")
+    runs = {name: trained(name)[0] for name in names}
+    losses = {name: runs[name](steps) for name in names}  # the loss curves; also the warm-up
+    timings: dict[str, list[float]] = {name: [] for name in names}
+    timed = max(10, steps // 5)
+    for _ in range(3):
+        for name in names:
+            started = time.perf_counter()
+            runs[name](timed)
+            timings[name].append(timed * BATCH / (time.perf_counter() - started))
+    return {
+        name: {
+            "samples_per_s": statistics.median(timings[name]),
+            "last_50_loss": statistics.mean(losses[name][-50:]),
+        }
+        for name in names
+    }
+
+
+def _copy(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(model)
 
 
 class RowDataset(torch.utils.data.Dataset):
@@ -278,7 +341,7 @@ def bench_memory(path: Path) -> dict[str, float]:
     started = time.perf_counter()
     rows = 0
     for batch in epoch_batches(s["table"], s["pre"], s["label"], batch_size=BATCH, epoch=0):
-        learn(s["model"], loss_fn, batch, 1, amp=False)
+        learn(s["model"], loss_fn, batch, 1)
         apply_gradients(parameters, s["optimizer"], s["scheduler"], 1.0)
         rows += len(batch)
     return {
@@ -383,9 +446,11 @@ def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, f
     pinned buffers, non-blocking copies, our step; samples/s, mean GPU utilisation, peak GPU
     memory. Then the data path alone (batches copied to the GPU, no step) for the same epoch."""
     from pipeline_steps.steps.train.data import epoch_batches
+    from pipeline_steps.steps.train.precision import Precision
     from pipeline_steps.steps.train.step import apply_gradients, learn
 
     device = torch.device("cuda")
+    bf16 = Precision.of("bf16", device)
     s = _setup(path, model_name, "cuda")
     model, loss_fn = s["model"], Head()
     parameters = list(model.parameters())
@@ -407,7 +472,7 @@ def bench_gpu_epoch(path: Path, model_name: str, batch_size: int) -> dict[str, f
             ):
                 batch = batch.to(device)
                 if step:
-                    learn(model, loss_fn, batch, 1, amp=True)
+                    learn(model, loss_fn, batch, 1, bf16)
                     apply_gradients(parameters, s["optimizer"], s["scheduler"], s["cfg"].grad_clip)
                 rows += len(batch)
             torch.cuda.synchronize()
@@ -463,9 +528,36 @@ def child(mode: str, path: Path, extra: str) -> dict[str, Any]:
         return bench_step(path, 100 if extra == "mlp" else 20, extra)
     if mode == "data":
         return bench_data(path)
+    if mode == "precision":
+        return bench_precision(path, 300 if extra == "mlp" else 60, extra)
     if mode == "memory":
         return bench_memory(path)
     return bench_checkpoint(path, extra)
+
+
+def precision_report(rows: int, repeat: int) -> dict[str, Any]:
+    """(e) for both models, each measurement ``repeat`` times in a fresh process (medians)."""
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "precision" / "train.parquet"
+        path.parent.mkdir()
+        write_set(rows, path)
+        for model in ("mlp", "ft_transformer"):
+            runs = [run("precision", path, model) for _ in range(repeat)]
+            fp32 = statistics.median(r["fp32"]["samples_per_s"] for r in runs)
+            report[f"e_precision_{model}"] = {
+                name: {
+                    "samples_per_s": round(
+                        speed := statistics.median(r[name]["samples_per_s"] for r in runs)
+                    ),
+                    "ratio_to_fp32": round(speed / fp32, 3),
+                    "last_50_loss": round(
+                        statistics.median(r[name]["last_50_loss"] for r in runs), 4
+                    ),
+                }
+                for name in ("fp32", "bf16", "fp16")
+            }
+    return report
 
 
 def run(mode: str, path: Path, extra: str = "") -> dict[str, Any]:
@@ -488,10 +580,18 @@ def main() -> None:
         default="cpu",
         help="cpu: (a) to (d); cuda: (a) and a streamed epoch on the GPU, over --rows rows",
     )
+    parser.add_argument(
+        "--precision",
+        action="store_true",
+        help="(e) alone: the step in fp32, bf16 and fp16 on the CPU, samples/s and loss",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], Path(args.child[1]), args.child[2])))
+        return
+    if args.precision:
+        print(json.dumps(precision_report(args.rows, args.repeat), indent=2))
         return
     if args.device == "cuda":
         with tempfile.TemporaryDirectory() as tmp:

@@ -286,6 +286,9 @@ class TrainManifest(Manifest):
     best_epoch: int
     model_epoch: int
     checkpoints: str
+    precision: str = ""
+    """The precision the training computed in (``train.precision`` decided for its device:
+    ``fp32``, ``bf16`` or ``fp16``)."""
     weights_sha256: str = ""
     """sha256 of the registered weights (every tensor of the state dict, in order, on the CPU):
     equal on a replay with the same code, settings and data."""

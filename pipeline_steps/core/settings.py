@@ -813,9 +813,13 @@ class TrainSettings:
         doc="""Largest gradient norm; 0 disables clipping.""",
         minimum=0,
     )
-    amp: bool = setting(
-        True,
-        doc="""bfloat16 autocast on CUDA (ignored on CPU).""",
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = setting(
+        "auto",
+        doc="""Numeric precision of the forward pass: ``fp32``; ``bf16`` (autocast to bfloat16, no
+        loss scaling); ``fp16`` (autocast to float16 with a loss scaler, checkpointed; not with
+        ``fsdp``); ``auto``: ``bf16`` on CUDA, ``fp32`` on the CPU. Weights and optimizer state
+        stay float32; the run records the precision it trained in.""",
+        form=FormEntry("Precision", "Training"),
     )
     patience: int = setting(
         3,
@@ -994,6 +998,11 @@ class TrainSettings:
     )
 
     def __post_init__(self) -> None:
+        if self.precision == "fp16" and self.strategy == "fsdp":
+            raise SettingsError(
+                "train.precision: fp16 needs a loss scaler over every shard, which fsdp does not "
+                "have here; use bf16 (same range as float32, no scaler) or train.strategy: ddp"
+            )
         try:
             values = resolve_model(self.model).values(self.hyperparameters)
         except ModelError as exc:

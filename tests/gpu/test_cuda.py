@@ -21,6 +21,7 @@ from pipeline_steps.steps.train.data import Preprocessor, TrainingTable, epoch_b
 from pipeline_steps.steps.train.distributed import get_rng_state, set_rng_state
 from pipeline_steps.steps.train.heads import Head
 from pipeline_steps.steps.train.models import build
+from pipeline_steps.steps.train.precision import Precision
 from pipeline_steps.steps.train.state import TrainingState
 from pipeline_steps.steps.train.step import apply_gradients, learn, make_optimizer
 
@@ -77,8 +78,9 @@ def test_bfloat16_steps_track_float32_and_learn(table: TrainingTable, name: str)
     model = build(TrainSettings(model=name), shape)[0].to(device)
     loss_fn = Head()
     model.eval()  # no dropout: the two precisions see the same network
-    full = learn(model, loss_fn, batches[0], 1, amp=False)
-    half = learn(model, loss_fn, batches[0], 1, amp=True)
+    full = learn(model, loss_fn, batches[0], 1)
+    bf16 = Precision.of("bf16", device)
+    half = learn(model, loss_fn, batches[0], 1, bf16)
     assert abs(float(full) - float(half)) < 0.02 * float(full)
 
     model.train()
@@ -89,7 +91,7 @@ def test_bfloat16_steps_track_float32_and_learn(table: TrainingTable, name: str)
     losses = []
     for _ in range(5):
         for batch in batches:
-            losses.append(float(learn(model, loss_fn, batch, 1, amp=True)))
+            losses.append(float(learn(model, loss_fn, batch, 1, bf16)))
             apply_gradients(parameters, optimizer, scheduler, 1.0)
     assert all(torch.isfinite(p).all() for p in parameters)
     first, last = losses[: len(batches)], losses[-len(batches) :]

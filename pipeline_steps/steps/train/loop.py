@@ -63,6 +63,7 @@ from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.heads import Head, fit_head
 from pipeline_steps.steps.train.layout import Layout
 from pipeline_steps.steps.train.models import build
+from pipeline_steps.steps.train.precision import Precision
 from pipeline_steps.steps.train.state import Fit
 from pipeline_steps.steps.train.step import (
     make_optimizer,
@@ -130,7 +131,14 @@ def train(ctx: RunContext) -> TrainManifest | None:
     scheduler = make_schedule(optimizer, round(cfg.warmup_fraction * total_steps), total_steps)
 
     # -- resume, then the epochs -------------------------------------------------------------------
-    fit = Fit(model=model, optimizer=optimizer, scheduler=scheduler, strategy=sharing)
+    precision = Precision.of(cfg.precision, procs.device)
+    fit = Fit(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        strategy=sharing,
+        precision=precision,
+    )
     resumed_from = checkpoints.restore(fit, saved) if saved else None
     pruning = trial_pruning(ctx, procs)  # a tuning trial reports each epoch; its pruner may stop it
     run_id = None

@@ -97,6 +97,7 @@ def manifest(
         best_epoch=fit.stopping.best_epoch,
         model_epoch=trained.model_epoch,
         checkpoints=ctx.lake.path(ctx.run_dir, "checkpoints"),
+        precision=fit.precision.name,
         weights_sha256=weights_sha256(fit.model),
         fingerprint=model_fingerprint(trained.config_hash),
         history=[{k: float(v) for k, v in h.items()} for h in fit.history],

@@ -23,6 +23,7 @@ import torch
 
 from pipeline_steps.core.manifests import LoopPosition
 from pipeline_steps.steps.train.distributed import ONE_PROCESS, RngState
+from pipeline_steps.steps.train.precision import FP32, Precision
 from pipeline_steps.steps.train.strategy import DataParallel, Strategy
 
 LAYOUT = 2
@@ -76,6 +77,8 @@ class TrainingState:
     resumed epoch's ``train_loss`` covers the whole epoch."""
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
+    scaler: dict[str, Any] = field(default_factory=dict)
+    """The fp16 loss scaler's state (its scale and growth tracker); empty in other precisions."""
     rng: list[RngState]
     """Each rank's RNG states, by rank."""
     world_size: int
@@ -98,6 +101,7 @@ class TrainingState:
             "epoch_loss": list(self.epoch_loss),
             "optimizer": self.optimizer,
             "scheduler": self.scheduler,
+            "scaler": self.scaler,
             "rng": self.rng,
             "world_size": self.world_size,
             "layout_world_size": self.layout_world_size,
@@ -119,6 +123,7 @@ class TrainingState:
             epoch_loss=tuple(content.get("epoch_loss", (0.0, 0.0))),
             optimizer=content["optimizer"],
             scheduler=content["scheduler"],
+            scaler=content.get("scaler", {}),
             rng=content["rng"],
             world_size=content["world_size"],
             layout_world_size=content.get("layout_world_size", content["world_size"]),
@@ -145,6 +150,8 @@ class Fit:
     checkpoint (``TrainingState.epoch_loss``)."""
     strategy: Strategy = field(default_factory=lambda: DataParallel(ONE_PROCESS))
     """How the processes share the model: its full states are taken and loaded through it."""
+    precision: Precision = field(default_factory=lambda: FP32)
+    """How the steps compute (``train.precision``): its loss scaler's state is checkpointed."""
 
     def state(
         self, at: LoopPosition, rng: list[RngState], config_hash: str, layout_world_size: int
@@ -161,6 +168,7 @@ class Fit:
             epoch_loss=self.epoch_loss,
             optimizer=self.strategy.optimizer_state(self.model, self.optimizer),
             scheduler=self.scheduler.state_dict(),
+            scaler=self.precision.state_dict(),
             rng=rng,
             world_size=len(rng),
             layout_world_size=layout_world_size,
@@ -171,6 +179,7 @@ class Fit:
         """Load ``state``'s model, optimizer and schedule and continue from its position."""
         self.strategy.load(self.model, self.optimizer, state.model, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
+        self.precision.load_state_dict(state.scaler)
         self.position, self.stopping, self.history = state.position, state.stopping, state.history
         self.best_weights = state.best_model
         self.epoch_loss = state.epoch_loss

@@ -3,7 +3,8 @@
 Public, so the training benchmark measures the loop's own step, not a copy of it:
 
 - ``make_optimizer`` and ``make_schedule``: fused AdamW, linear warmup then cosine decay;
-- ``learn``: forward and backward of one (micro-)batch, gradients accumulated;
+- ``learn``: forward and backward of one (micro-)batch, gradients accumulated, in the
+  training's precision (``precision.py``);
 - ``apply_gradients``: clip, optimizer step, schedule step, clear the gradients;
 - ``validation_sums``: one rank's validation loss and the task's sums (the head's), summed over
   ranks by the loop; ``gpu_metrics``: peak memory and utilisation of an epoch.
@@ -27,6 +28,7 @@ from pipeline_steps.steps.train.data import (
     validation_batches,
 )
 from pipeline_steps.steps.train.heads import Head
+from pipeline_steps.steps.train.precision import FP32, Precision
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -61,17 +63,17 @@ def learn(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     batch: TensorSet,
     accumulation: float,
-    amp: bool,
+    precision: Precision = FP32,
 ) -> torch.Tensor:
-    """Forward and backward of one batch (on the model's device), under
-    bfloat16 autocast where ``amp``; its gradients are added to the accumulated ones, scaled by
+    """Forward and backward of one batch (on the model's device), the forward under
+    ``precision``'s autocast; its gradients are added to the accumulated ones, scaled by
     ``1 / accumulation`` (the micro-batches of a step; on a changed number of processes, the
-    layout's ``loss_divisor``). Returns the batch's mean loss, detached."""
-    device = batch.labels.device
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+    layout's ``loss_divisor``) and, under ``fp16``, by the loss scale. Returns the batch's mean
+    loss, detached."""
+    with precision.autocast():
         logits = model(batch.codes, batch.numeric)
     loss = loss_fn(logits.float(), batch.labels)
-    (loss / accumulation if accumulation != 1 else loss).backward()
+    precision.backward(loss / accumulation if accumulation != 1 else loss)
     return loss.detach()
 
 
@@ -81,17 +83,20 @@ def apply_gradients(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     clip: float,
     clipper: Callable[[list[torch.nn.Parameter], float], None] | None = None,
+    precision: Precision = FP32,
 ) -> None:
     """Clip the accumulated gradients of ``parameters`` to a global norm of ``clip`` (0: no
     clipping) with ``clipper`` (default ``clip_grad_norm``; a sharded model's strategy passes
-    its own), take an optimizer and a schedule step, clear the gradients.
+    its own), take an optimizer and a schedule step, clear the gradients. Under ``fp16`` the
+    gradients are unscaled before clipping, and a step they overflowed in is skipped.
 
     ``parameters`` is a list made once (not a module walk per step): the model's parameters,
     in the optimizer's order.
     """
     if clip:
+        precision.unscale(optimizer)
         (clipper or clip_grad_norm)(parameters, clip)
-    optimizer.step()
+    precision.step(optimizer)
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -117,7 +122,7 @@ def validation_sums(
     label: str,
     batch_size: int,
     device: torch.device,
-    amp: bool,
+    precision: Precision,
     rank: int,
     world_size: int,
     forwards: int = 0,
@@ -142,12 +147,12 @@ def validation_sums(
             world_size=world_size,
         ):
             batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            with precision.autocast():
                 outputs = model(batch.codes, batch.numeric).float()
             sums += head.validation_sums(outputs, batch.labels).cpu()
             made += 1
         while made < forwards and batch is not None:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            with precision.autocast():
                 model(batch.codes, batch.numeric)
             made += 1
     return sums

@@ -74,7 +74,6 @@ class Trainer:
             master=self.procs.master,
         )
         self._parameters = list(self.fit.model.parameters())
-        self._amp = self.procs.use_cuda and self.cfg.amp  # bfloat16: no loss scaling needed
 
     def train(self) -> None:
         """Run the epochs left: step, validate, checkpoint; the callbacks hear of each step
@@ -128,12 +127,17 @@ class Trainer:
             # gradients of a non-final accumulation batch stay local
             with nullcontext() if final else self.sharing.local_gradients(self.wrapped):
                 divisor = self.layout.loss_divisor(len(batch), self.procs.world_size)
-                loss = step.learn(self.wrapped, self.head, batch, divisor, self._amp)
+                loss = step.learn(self.wrapped, self.head, batch, divisor, self.fit.precision)
             self._loss_sum += loss * len(batch)
             self._seen += len(batch)
         optimizer, scheduler = self.fit.optimizer, self.fit.scheduler
         step.apply_gradients(
-            self._parameters, optimizer, scheduler, self.cfg.grad_clip, self.sharing.clip
+            self._parameters,
+            optimizer,
+            scheduler,
+            self.cfg.grad_clip,
+            self.sharing.clip,
+            self.fit.precision,
         )
         return loss
 
@@ -185,7 +189,7 @@ class Trainer:
             self.label,
             cfg.batch_size,
             procs.device,
-            self._amp,
+            self.fit.precision,
             procs.rank,
             procs.world_size,
             forwards=self.validation_forwards,
