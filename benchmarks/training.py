@@ -18,6 +18,8 @@ and written as parquet with the features step's row groups:
 (c) ``memory``: peak RSS of a process streaming one full epoch through the real step at 1x and
     10x the rows (each in a fresh process).
 (d) ``checkpoint``: save and load time of a full training checkpoint of each model.
+(e) ``precision`` (``--precision``, alone): the loop's step in fp32, bf16 and fp16 on the CPU
+    (``train.precision``), samples/s and the loss curve from the same weights and batches.
 
 On a machine with a CUDA device, ``--device cuda`` builds one set of ``--rows`` rows and runs
 (a) there at batch 512 and 4096 (our step with bfloat16 autocast vs the minimal loop in float32,
@@ -66,7 +68,8 @@ def feature_columns() -> tuple[list[str], list[str], str]:
     from pipeline_steps.core.feature_store import load_definitions
     from pipeline_steps.core.settings import load_settings
 
-    definitions = load_definitions(Path(load_settings().features.feature_repo))
+    flights = Path(__file__).resolve().parents[1] / "examples" / "flight_delay" / "settings.yaml"
+    definitions = load_definitions(Path(load_settings(flights).features.feature_repo))
     service = next(
         d for d in definitions if isinstance(d, FeatureService) and d.name == DOMAIN.feature_service
     )
