@@ -18,6 +18,9 @@ from pipeline_steps.core.models import BUILTIN_MODELS
 from pipeline_steps.core.setting_spec import Declared, FormName, form_entries
 from pipeline_steps.core.settings import Settings
 
+PRIORITY = "priority"
+"""The conf key (the training form's Param) of a job's priority."""
+
 
 @dataclass(frozen=True)
 class FormField:

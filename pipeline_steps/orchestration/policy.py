@@ -21,8 +21,8 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
-PRIORITY = "priority"
-"""The conf key (the training form's Param) of a job's priority."""
+from pipeline_steps.orchestration.params import PRIORITY
+
 TRAINING_SUFFIX = "_training"
 """The DAGs whose runs are jobs: each domain's ``<name>_training``."""
 
