@@ -34,6 +34,11 @@ def add_parsers(sub: Any) -> None:
     for name, flag in FLAGS.items():
         submit.add_argument(flag, dest=name, help=f"the training form's {name}")
     submit.add_argument(
+        "--unpause",
+        action="store_true",
+        help="unpause the domain's training DAG if it is paused (its jobs wait until then)",
+    )
+    submit.add_argument(
         "--set",
         action="append",
         default=[],
@@ -97,7 +102,7 @@ def _submitted(api: Any, args: argparse.Namespace) -> str:
             raise JobRefused(f"--set {item!r}: expected FIELD=VALUE")
         values[name.strip()] = value
     domain = find_domain(args.domain)
-    run = submit(api, domain, args.day, values)
+    run = submit(api, domain, args.day, values, unpause=args.unpause)
     team = domain.settings.domain.team or "-"
     changed = ", ".join(f"{k}={v}" for k, v in run["conf"].items()) or "the domain's settings"
     return "\n".join(
@@ -106,6 +111,14 @@ def _submitted(api: Any, args: argparse.Namespace) -> str:
             f"  day {args.day}; {changed}",
             f"  holds {run['resources']}",
             f"  {run['waiting']} run(s) of the team were waiting; trainyard jobs shows its place",
+            *(
+                [
+                    f"  {run['dag_id']} is paused: the job waits until it is unpaused (the "
+                    "DAG's toggle in Airflow's UI, or submit with --unpause)"
+                ]
+                if run["paused"]
+                else []
+            ),
         ]
     )
 
@@ -137,7 +150,8 @@ def _listed(api: Any, team: str | None) -> str:
         "ENDS IN",
     )
     rows = [header]
-    for job in sorted(jobs, key=lambda j: (j.team, j.state != "running", j.position)):
+    states = ("running", "waiting", "paused")
+    for job in sorted(jobs, key=lambda j: (j.team, states.index(j.state), j.position)):
         waited = ((job.started_at or now) - job.queued_at).total_seconds()
         rows.append(
             (
@@ -157,6 +171,17 @@ def _listed(api: Any, team: str | None) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ) + _paused_note(jobs)
+
+
+def _paused_note(jobs: list[Any]) -> str:
+    """A line naming the paused DAGs whose jobs wait for them, if any."""
+    paused = sorted({job.dag_id for job in jobs if job.state == "paused"})
+    if not paused:
+        return ""
+    return (
+        f"\npaused: {', '.join(paused)}: their jobs wait until unpaused (the DAG's toggle in "
+        "Airflow's UI)"
     )
 
 

@@ -23,7 +23,7 @@ import os
 import statistics
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -32,8 +32,7 @@ from typing import Any
 from pipeline_steps.core.deployment import DomainFile, domain_settings_files, team_quota
 from pipeline_steps.core.settings import Settings
 from pipeline_steps.core.step_registry import TRAIN
-from pipeline_steps.orchestration.params import FORM, schema
-from pipeline_steps.orchestration.policy import PRIORITY
+from pipeline_steps.orchestration.params import FORM, PRIORITY, schema
 from pipeline_steps.orchestration.pools import step_gpus, train_pool
 from pipeline_steps.services.airflow_api import AirflowApi, AirflowApiError
 
@@ -43,6 +42,8 @@ CANCEL_NOTE = "cancelled with trainyard cancel"
 JOB_PREFIX = "job__"
 """How the run id of a submitted job starts."""
 SUBMITTED = "job"
+WAITING = ("waiting", "paused")
+"""The states of a job that has not started its training."""
 KINDS = {"scheduled": "cron", "asset_triggered": "drift", "backfill": "backfill"}
 """What a training run that was not submitted is, by Airflow's run type (else ``manual``)."""
 
@@ -163,9 +164,12 @@ def submit(
     day: str,
     values: Mapping[str, str],
     now: datetime | None = None,
+    unpause: bool = False,
 ) -> dict[str, Any]:
     """Submit a job of ``domain`` training for ``day`` with the form's ``values``; the
-    triggered run as the API returns it, with the job's resources and place in the queue."""
+    triggered run as the API returns it, with the job's resources, its place in the queue and
+    whether its DAG is paused (a paused DAG's runs wait until it is unpaused, as Airflow's
+    trigger form leaves them; ``unpause``: unpause it, as the form's checkbox does)."""
     try:
         date.fromisoformat(day)
     except ValueError as exc:
@@ -176,7 +180,7 @@ def submit(
     team = domain.settings.domain.team
     queue = team_jobs(api, [domain, *_team_mates(domain)], now)
     # the queue shows every run waiting for the team's slots; its limit counts the jobs
-    waiting = sum(1 for job in queue if job.state == "waiting" and job.kind == SUBMITTED)
+    waiting = sum(1 for job in queue if job.state in WAITING and job.kind == SUBMITTED)
     check_quota(domain, resources, waiting)
     now = now or datetime.now(UTC)
     # one run per logical date of a DAG: the day, at the time of day it was submitted
@@ -186,10 +190,22 @@ def submit(
     dag_id = f"{domain.name}_training"
     try:
         run = dict(api.post(f"/api/v2/dags/{dag_id}/dagRuns", body))
+        paused = bool(paused_dags(api, [dag_id]))
+        if paused and unpause:
+            api.unpause(dag_id)
     except AirflowApiError as exc:
         raise JobRefused(f"Airflow refused the job: {exc}") from exc
-    ahead = sum(1 for job in queue if job.state == "waiting")
-    return run | {"resources": resources.words(), "waiting": ahead}
+    ahead = sum(1 for job in queue if job.state in WAITING)
+    return run | {
+        "resources": resources.words(),
+        "waiting": ahead,
+        "paused": paused and not unpause,
+    }
+
+
+def paused_dags(api: AirflowApi, dag_ids: Iterable[str]) -> set[str]:
+    """Those of ``dag_ids`` that are paused: their runs wait, whatever the quota."""
+    return {dag for dag in dag_ids if api.get(f"/api/v2/dags/{dag}").get("is_paused")}
 
 
 def _team_mates(domain: DomainFile) -> list[DomainFile]:
@@ -214,7 +230,8 @@ class Job:
     run_id: str
     day: str
     state: str
-    """``running`` (its training started) or ``waiting``."""
+    """``running`` (its training started), ``waiting``, or ``paused`` (waiting on a paused DAG:
+    it has no place in the queue until the DAG is unpaused)."""
     kind: str
     """``job`` (submitted), ``manual`` (the trigger form), ``cron``, ``drift`` or
     ``backfill``: every training run takes the team's slots."""
@@ -222,6 +239,10 @@ class Job:
     queued_at: datetime
     started_at: datetime | None
     """When its training started (None while waiting)."""
+    admitted: bool = True
+    """Whether Airflow started its run (its tasks wait at the pools, where the priorities
+    decide); False for a run Airflow still holds back (the DAG's ``max_active_runs`` reached):
+    such runs start oldest day first, whatever their priority."""
     position: int = 0
     """Place among the team's waiting jobs, 1 first; 0 for a running one."""
     starts_in_s: float | None = None
@@ -254,10 +275,12 @@ def team_jobs(
         for t in trains
         if t.get("start_date") and t.get("state") not in (None, "scheduled", "queued")
     }
+    paused = paused_dags(api, {run["dag_id"] for run in runs})
     jobs = []
     for run in runs:
         domain = by_dag[run["dag_id"]]
         key = (run["dag_id"], run["dag_run_id"])
+        waits = "paused" if run["dag_id"] in paused else "waiting"
         jobs.append(
             Job(
                 team=domain.settings.domain.team,
@@ -265,11 +288,12 @@ def team_jobs(
                 dag_id=run["dag_id"],
                 run_id=run["dag_run_id"],
                 day=str(run.get("logical_date") or "")[:10],
-                state="running" if key in started else "waiting",
+                state="running" if key in started else waits,
                 kind=_kind(run),
                 priority=_priority(run, domain.settings),
                 queued_at=_time(str(run.get("queued_at") or run.get("run_after"))),
                 started_at=started.get(key),
+                admitted=run.get("state") != "queued",
             )
         )
     typical = {dag: _typical_s(api, dag) for dag in {j.dag_id for j in jobs}}
@@ -310,7 +334,8 @@ def _in_queue(
         running = [j for j in mine if j.state == "running"]
         waiting = sorted(
             (j for j in mine if j.state == "waiting"),
-            key=lambda j: (-j.priority, j.day, j.queued_at),
+            # started runs by priority; the runs Airflow holds back after them, oldest day first
+            key=lambda j: (not j.admitted, -j.priority if j.admitted else 0, j.day, j.queued_at),
         )
         free_at: list[float | None] = []
         for job in running:
@@ -327,6 +352,7 @@ def _in_queue(
             if start is not None:
                 free_at.append(end)
             placed.append(_replace(job, position=position, starts_in_s=start, ends_in_s=end))
+        placed += [j for j in mine if j.state == "paused"]
     return placed
 
 

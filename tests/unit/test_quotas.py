@@ -138,9 +138,12 @@ def test_a_jobs_resources_and_form_values_are_checked_before_it_is_sent(tmp_path
 class _Airflow:
     """What ``team_jobs`` and ``cancel`` ask of Airflow's REST API, answered from lists."""
 
-    def __init__(self, runs: list[dict], trains: list[dict], done: list[dict]) -> None:
-        self.runs, self.trains, self.done = runs, trains, done
+    def __init__(
+        self, runs: list[dict], trains: list[dict], done: list[dict], paused: bool = False
+    ) -> None:
+        self.runs, self.trains, self.done, self.paused = runs, trains, done, paused
         self.patched: list[tuple[str, dict]] = []
+        self.unpaused: list[str] = []
 
     def post(self, path: str, body: dict) -> dict:
         if path.endswith("/dagRuns/list"):
@@ -148,7 +151,13 @@ class _Airflow:
         return {"task_instances": self.trains, "total_entries": len(self.trains)}
 
     def get(self, path: str) -> dict:
+        if path == "/api/v2/dags/hotel_rate_training":
+            return {"dag_id": "hotel_rate_training", "is_paused": self.paused}
         return {"dag_runs": self.done}
+
+    def unpause(self, dag_id: str) -> None:
+        self.unpaused.append(dag_id)
+        self.paused = False
 
     def run(self, dag_id: str, run_id: str) -> dict:
         from pipeline_steps.services.airflow_api import AirflowApiError
@@ -162,16 +171,72 @@ class _Airflow:
         self.patched.append((path, body))
 
 
-def _run(run_id: str, day: str, queued: str, priority: int | None = None) -> dict:
+def _run(
+    run_id: str, day: str, queued: str, priority: int | None = None, state: str = "running"
+) -> dict:
     conf = {} if priority is None else {"priority": priority}
     return {
         "dag_id": "hotel_rate_training",
         "dag_run_id": run_id,
         "logical_date": f"{day}T10:00:00Z",
         "queued_at": f"2026-12-02T{queued}Z",
-        "state": "running",
+        "state": state,
         "conf": conf,
     }
+
+
+def test_runs_airflow_holds_back_start_oldest_day_first_after_the_started_ones(
+    tmp_path: Path,
+) -> None:
+    """With the DAG's max_active_runs reached, Airflow keeps further runs queued and starts
+    them by day, whatever their priority: the queue says so."""
+    from pipeline_steps.commands.jobs import team_jobs
+
+    hotel = _hotel(tmp_path, "{revenue: {runs: 1, queued: 5}}")
+    api = _Airflow(
+        runs=[
+            _run("started", "2017-05-04", "10:00:00", 5),
+            _run("later-high", "2017-05-03", "10:01:00", 50, state="queued"),
+            _run("earlier-low", "2017-05-02", "10:02:00", 1, state="queued"),
+        ],
+        trains=[],
+        done=[],
+    )
+    jobs = sorted(team_jobs(api, [hotel]), key=lambda j: j.position)
+    assert [(j.run_id, j.position) for j in jobs] == [
+        ("started", 1),
+        ("earlier-low", 2),
+        ("later-high", 3),
+    ]
+
+
+def test_jobs_of_a_paused_dag_are_listed_paused_and_submit_can_unpause_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline_steps.commands.jobs import submit, team_jobs
+
+    hotel = _hotel(tmp_path, "{revenue: {runs: 1, queued: 5}}")
+    api = _Airflow(
+        runs=[_run("a", "2017-05-01", "10:00:00", 10, state="queued")], trains=[], done=[]
+    )
+    api.paused = True
+    [job] = team_jobs(api, [hotel])
+    assert (job.state, job.position, job.starts_in_s) == ("paused", 0, None)
+    posted: list[dict] = []
+
+    def post(path: str, body: dict) -> dict:
+        if path.endswith("/list"):
+            return _Airflow.post(api, path, body)
+        posted.append(body)
+        return {"dag_id": "hotel_rate_training", "dag_run_id": body["dag_run_id"], "conf": {}}
+
+    monkeypatch.setattr(api, "post", post)
+    monkeypatch.setattr("pipeline_steps.commands.jobs._team_mates", lambda domain: [])
+    kept = submit(api, hotel, "2017-05-02", {"epochs": "1"})
+    assert kept["paused"] is True and kept["waiting"] == 1 and api.unpaused == []
+    freed = submit(api, hotel, "2017-05-03", {"epochs": "1"}, unpause=True)
+    assert freed["paused"] is False and api.unpaused == ["hotel_rate_training"]
+    assert len(posted) == 2
 
 
 def test_the_queue_lists_jobs_in_the_order_they_start_with_estimated_times(
