@@ -27,7 +27,7 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS ?= admin:admin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast test-containers test-profile lint format airflow mlflow optuna prod-up prod-down images clean
+.PHONY: help venv airflow-db demo demo-hotel-rates tune test test-fast test-containers test-profile lint format airflow mlflow optuna notebook prod-up prod-down images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -118,6 +118,12 @@ airflow: airflow-db ## start Airflow (standalone) on the demo home: http://local
 # starts on a busy machine (MLflow's default is 4 workers, each pinged within 5 s).
 mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(TRAINYARD_HOME)/mlflow.db --port 5000 --workers 1
+
+# `make notebook NOTEBOOK_PORT=8890`: JupyterLab (the `notebook` extra, installed on first use)
+NOTEBOOK_PORT ?= 8888
+notebook: $(STAMP) ## JupyterLab on examples/notebooks, this venv as its kernel: http://localhost:8888
+	@$(BIN)/python -c "import jupyterlab" 2> /dev/null || $(BIN)/python -m pip install --quiet -e '.[notebook]'
+	$(BIN)/jupyter lab --notebook-dir examples/notebooks --port $(NOTEBOOK_PORT) --no-browser
 
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
 	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.core.settings import load_settings; print(load_settings().tuning.storage)")

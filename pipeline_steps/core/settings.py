@@ -58,7 +58,10 @@ RETIRED_SETTINGS: dict[str, str] = dict.fromkeys(
         "drift.batch_rows",
     ),
     _MONITOR_MEASURES_DRIFT,
-)
+) | {
+    "train.amp": "train.amp is train.precision now: auto (bf16 on CUDA, fp32 on the CPU, as amp: "
+    "true did), fp32 (amp: false), bf16 or fp16"
+}
 """Settings earlier versions read, and why they are gone: setting one stops with that reason."""
 
 
