@@ -123,7 +123,9 @@ mlflow: $(STAMP) ## serve the MLflow UI over the local store: http://localhost:5
 NOTEBOOK_PORT ?= 8888
 notebook: $(STAMP) ## JupyterLab on examples/notebooks, this venv as its kernel: http://localhost:8888
 	@$(BIN)/python -c "import jupyterlab" 2> /dev/null || $(BIN)/python -m pip install --quiet -e '.[notebook]'
-	$(BIN)/jupyter lab --notebook-dir examples/notebooks --port $(NOTEBOOK_PORT) --no-browser
+	@# root (a container, a CI machine) needs --allow-root, which JupyterLab otherwise refuses
+	$(BIN)/jupyter lab --notebook-dir examples/notebooks --port $(NOTEBOOK_PORT) --no-browser \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 optuna: $(STAMP) ## serve optuna-dashboard over the study storage: http://localhost:8081
 	$(BIN)/optuna-dashboard --port 8081 $$($(BIN)/python -c "from pipeline_steps.core.settings import load_settings; print(load_settings().tuning.storage)")
