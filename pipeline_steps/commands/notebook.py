@@ -1,6 +1,6 @@
 """A domain's runs, opened from a notebook (or any Python session), as the pipeline left them.
 
-    from pipeline_steps.notebook import open_domain, open_run
+    from pipeline_steps.commands.notebook import open_domain, open_run
 
     domain = open_domain("examples/hotel_rates/settings.yaml")   # or TRAINYARD_CONFIG's
     domain.runs()                     # one row per run: day, trigger, decision, metrics
@@ -44,6 +44,7 @@ from pipeline_steps.core.manifests import (
     to_json,
 )
 from pipeline_steps.core.settings import Settings, load_settings
+from pipeline_steps.core.step_registry import FEATURES, INGEST, TRAIN
 
 VARIANT_PREFIX = "notebook__"
 """The run ids of variants trained from a notebook: ``notebook__<name>__<run>``."""
@@ -159,11 +160,12 @@ class Run:
         run_id = f"{VARIANT_PREFIX}{name}__{self.run_id}"
         ctx = RunContext(run_id=run_id, logical_date=self.ctx.logical_date, settings=settings)
         lake = ctx.lake
-        for step in ("ingest", "features"):  # what the training reads of its run
-            recorded = lake.read_json(self.ctx.run_dir, f"{step}.json")
-            lake.write_json(recorded, ctx.run_dir, f"{step}.json")
-        if lake.exists(ctx.run_dir, "train.json"):  # a variant of that name trained before
-            lake.remove(ctx.run_dir, "train.json")
+        for step in (INGEST, FEATURES):  # what the training reads of its run
+            recorded = lake.read_json(self.ctx.run_dir, f"{step.name}.json")
+            lake.write_json(recorded, ctx.run_dir, f"{step.name}.json")
+        trained = f"{TRAIN.name}.json"
+        if lake.exists(ctx.run_dir, trained):  # a variant of that name trained before
+            lake.remove(ctx.run_dir, trained)
         run_training(ctx)
         return _open(ctx)
 
