@@ -167,7 +167,7 @@ class Run:
         if lake.exists(ctx.run_dir, trained):  # a variant of that name trained before
             lake.remove(ctx.run_dir, trained)
         run_training(ctx)
-        return _open(ctx)
+        return open_run(run_id, settings=settings)
 
     def submit_command(self, **values: Any) -> str:
         """The ``trainyard submit`` that runs a job of this domain for this run's day with the
@@ -177,8 +177,7 @@ class Run:
         day = str(self.ctx.logical_date)
         argv = ["trainyard", "submit", self.settings.domain.name, "--day", day]
         for field, value in values.items():
-            flag = FLAGS.get(field)
-            text = str(value).lower() if isinstance(value, bool) else str(value)
+            flag, text = FLAGS.get(field), _form_text(value)
             argv += [flag, text] if flag else ["--set", f"{field}={text}"]
         return shlex.join(argv)
 
@@ -189,7 +188,7 @@ class Run:
         from pipeline_steps.commands.jobs import api_from_environment, find_domain, submit
 
         domain = find_domain(self.settings.domain.name)
-        texts = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in values.items()}
+        texts = {field: _form_text(value) for field, value in values.items()}
         return submit(api_from_environment(), domain, str(self.ctx.logical_date), texts)
 
     def _needs(self, cls: type[Any]) -> Any:
@@ -247,7 +246,7 @@ class Domain:
         trained = [run for run in recorded_runs(self.lake) if run.train is not None]
         if not trained:
             raise StepError(f"no run of {self.settings.domain.name} in {self.lake.root} trained")
-        return open_run(str(trained[-1].ingest.run_id), settings=self.settings)
+        return _run(self.settings, str(trained[-1].ingest.run_id), trained[-1])
 
     def champion(self) -> Any | None:
         """The registered model's champion version (MLflow's ``ModelVersion``); None when it
@@ -281,18 +280,22 @@ def open_run(
     """The run ``run_id`` of the domain of ``config`` (or ``settings``); ``StepError`` when
     its lake holds no such run."""
     settings = settings or load_settings(config)
-    lake = Lake(settings.lake_root, settings.ingest.pins)
+    lake = Domain(settings).lake
     recorded = read_run(lake, safe_run_key(run_id))
     if recorded is None:
         raise StepError(f"no run {run_id!r} in {lake.root}/runs (trainyard report lists them)")
+    return _run(settings, run_id, recorded)
+
+
+def _run(settings: Settings, run_id: str, recorded: RecordedRun) -> Run:
+    """The run ``run_id`` whose manifests the lake gave as ``recorded``."""
     day = date.fromisoformat(recorded.ingest.logical_date)
     return Run(RunContext(run_id=run_id, logical_date=day, settings=settings), recorded)
 
 
-def _open(ctx: RunContext) -> Run:
-    recorded = read_run(ctx.lake, safe_run_key(ctx.run_id))
-    assert recorded is not None  # its ingest manifest was just copied
-    return Run(ctx, recorded)
+def _form_text(value: Any) -> str:
+    """A training form's value as ``trainyard submit`` takes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _metric(scored: Any, metric: str | None) -> float | None:

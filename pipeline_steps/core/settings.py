@@ -47,6 +47,9 @@ _MONITOR_MEASURES_DRIFT = (
     "not by the validate step; remove the key (the monitor's drift.* settings: "
     "docs/configuration.md)"
 )
+PrecisionSetting = Literal["auto", "fp32", "bf16", "fp16"]
+"""The values of ``train.precision`` (``pipeline_steps.steps.train.precision``)."""
+
 RETIRED_SETTINGS: dict[str, str] = dict.fromkeys(
     (
         "drift.numeric",
@@ -816,7 +819,7 @@ class TrainSettings:
         doc="""Largest gradient norm; 0 disables clipping.""",
         minimum=0,
     )
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = setting(
+    precision: PrecisionSetting = setting(
         "auto",
         doc="""Numeric precision of the forward pass: ``fp32``; ``bf16`` (autocast to bfloat16, no
         loss scaling); ``fp16`` (autocast to float16 with a loss scaler, checkpointed; not with

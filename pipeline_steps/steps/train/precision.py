@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
+from pipeline_steps.core.settings import PrecisionSetting
+
 Name = Literal["fp32", "bf16", "fp16"]
-CHOICES = ("auto", "fp32", "bf16", "fp16")
+CHOICES: tuple[str, ...] = get_args(PrecisionSetting)
 """The values of ``train.precision``."""
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -32,7 +34,7 @@ def resolved(setting: str, device_type: str) -> Name:
     """The precision ``setting`` trains in on a ``device_type`` device (``auto`` decided)."""
     if setting == "auto":
         return "bf16" if device_type == "cuda" else "fp32"
-    if setting not in _DTYPES and setting != "fp32":
+    if setting not in CHOICES:
         raise ValueError(f"train.precision: {setting!r} is not one of {', '.join(CHOICES)}")
     return setting  # type: ignore[return-value]
 
