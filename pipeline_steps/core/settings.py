@@ -988,12 +988,37 @@ class TrainSettings:
         below=30,
         runtime=True,
     )
-    strategy: Literal["ddp", "fsdp"] = setting(
+    strategy: Literal["ddp", "fsdp", "pipeline"] = setting(
         "ddp",
         doc="""How several processes share the training: ``ddp`` (each holds the whole model,
-        gradients are averaged) or ``fsdp`` (PyTorch's FSDP2 ``fully_shard``: parameters, gradients
-        and optimizer state sharded over the processes, for models that do not fit one device). Same
-        checkpoints and resume either way.""",
+        gradients are averaged), ``fsdp`` (PyTorch's FSDP2 ``fully_shard``: parameters, gradients
+        and optimizer state sharded over the processes, for models that do not fit one device) or
+        ``pipeline`` (``torch.distributed.pipelining``: the model's layers cut into
+        ``pipeline_stages`` consecutive stages, one per process, each batch's micro-batches
+        flowing through them; a model that can be cut, such as ``ft_transformer``). Same
+        checkpoints and resume on any number of processes either way.""",
+    )
+    pipeline_stages: int = setting(
+        0,
+        doc="""Stages of a ``pipeline`` training: the processes are cut into pipelines of this
+        many, each process one stage, and the pipelines share the rows as ``ddp`` processes do;
+        0: one pipeline over every process.""",
+        minimum=0,
+        runtime=True,
+    )
+    pipeline_microbatches: int = setting(
+        4,
+        doc="""Micro-batches each ``pipeline`` step's batch is cut into, so that the stages work
+        at once on different ones; at least the stages for ``1f1b``.""",
+        minimum=1,
+        runtime=True,
+    )
+    pipeline_schedule: Literal["1f1b", "gpipe"] = setting(
+        "1f1b",
+        doc="""Order of a ``pipeline`` step's forwards and backwards: ``1f1b`` (one forward,
+        one backward: at most as many micro-batches' activations held as stages) or ``gpipe``
+        (every forward, then every backward).""",
+        runtime=True,
     )
     params_from: Literal["settings", "tuning"] = setting(
         "settings",
@@ -1004,10 +1029,23 @@ class TrainSettings:
     )
 
     def __post_init__(self) -> None:
-        if self.precision == "fp16" and self.strategy == "fsdp":
+        if self.precision == "fp16" and self.strategy in ("fsdp", "pipeline"):
             raise SettingsError(
-                "train.precision: fp16 needs a loss scaler over every shard, which fsdp does not "
-                "have here; use bf16 (same range as float32, no scaler) or train.strategy: ddp"
+                "train.precision: fp16 needs a loss scaler over every shard or stage, which "
+                f"{self.strategy} does not have here; use bf16 (same range as float32, no scaler) "
+                "or train.strategy: ddp"
+            )
+        if self.strategy == "pipeline" and self.batch_size % self.pipeline_microbatches:
+            raise SettingsError(
+                f"train.batch_size ({self.batch_size}) must be a multiple of "
+                f"train.pipeline_microbatches ({self.pipeline_microbatches}): a pipeline cuts "
+                "each batch into micro-batches of equal size"
+            )
+        if self.pipeline_schedule == "1f1b" and self.pipeline_stages > self.pipeline_microbatches:
+            raise SettingsError(
+                f"train.pipeline_schedule: 1f1b needs at least as many micro-batches as stages: "
+                f"train.pipeline_microbatches is {self.pipeline_microbatches}, "
+                f"train.pipeline_stages {self.pipeline_stages}"
             )
         try:
             values = resolve_model(self.model).values(self.hyperparameters)

@@ -91,6 +91,11 @@ def test_the_runtime_set_is_what_changes_how_a_training_runs_not_its_result() ->
         "system_metrics_s",
         "stall_timeout_s",
         "stall_allowance_s",
+        # how a pipeline cuts the model and its batches: the same rows and steps, only the
+        # summation order differs (as on another number of processes)
+        "pipeline_stages",
+        "pipeline_microbatches",
+        "pipeline_schedule",
     }
     from pipeline_steps.steps.train.loop import _RUNTIME
 

@@ -11,11 +11,11 @@ The pieces live beside it: ``trainer`` (the loop: steps, validation, checkpoints
 ``callbacks`` (early stopping, trial pruning, preemption, MLflow logging, progress, system
 metrics, the stall watchdog), ``step`` (one optimisation step, validation), ``distributed``
 (process group, collectives, RNG states), ``layout`` (which rows make each step, on any number
-of processes), ``strategy`` (DDP or FSDP), ``state`` (the training in memory and as a
-checkpoint holds it) and ``checkpoint`` (writing and resuming), ``tuned`` (a tuning trial's
-parameters), ``calibration`` (the temperature fitted on the validation rows), ``mlflow_run``
-(the MLflow run), ``record`` (rank 0's end: the packaged model and the manifest), ``data`` and
-``models``.
+of processes), ``strategy`` (DDP or FSDP) and ``pipeline`` (stages), ``state`` (the training
+in memory and as a checkpoint holds it) and ``checkpoint`` (writing and resuming), ``tuned``
+(a tuning trial's parameters), ``calibration`` (the temperature fitted on the validation
+rows), ``mlflow_run`` (the MLflow run), ``record`` (rank 0's end: the packaged model and the
+manifest), ``data`` and ``models``.
 """
 
 from __future__ import annotations
@@ -100,13 +100,14 @@ def train(ctx: RunContext) -> TrainManifest | None:
     folder = f"{ctx.run_dir}/checkpoints"
     checkpoints = checkpoint.Checkpoints(lake, folder, config_hash, cfg.keep_checkpoints, procs)
     saved = checkpoints.latest()
-    # The epochs are cut by the world size the training started with, on any number of processes.
+    sharing = strategy(cfg, procs)
+    # The epochs are cut by the world size the training started with, on any number of
+    # processes (a pipeline's stages count as one: they read the same rows).
+    readers = sharing.data.world_size
     layout = Layout(
-        saved.layout_world_size if saved else procs.world_size,
-        cfg.batch_size,
-        cfg.grad_accumulation,
+        saved.layout_world_size if saved else readers, cfg.batch_size, cfg.grad_accumulation
     )
-    _check_layout(table, layout, procs.world_size)
+    _check_layout(table, layout, readers)
     if procs.distributed:
         distributed.join_process_group(procs, cfg.collective_timeout_s)
     pre = _preprocessing(table, features, procs)
@@ -123,8 +124,8 @@ def train(ctx: RunContext) -> TrainManifest | None:
     model, config = build(cfg, shape)
     model = model.to(procs.device)
     config["head"] = head.to_dict()  # recorded with the model: its predictions need it
-    sharing = strategy(cfg.strategy, procs)
     wrapped = sharing.wrap(model)  # before the optimizer: a sharded model's parameters change
+    model = sharing.own(model, wrapped)  # what this process trains: a pipeline's stage
     optimizer = make_optimizer(model, cfg.learning_rate, cfg.weight_decay)
     micro_batches = _micro_batches(table, cfg, layout)
     total_steps = sum(micro_batches) // cfg.grad_accumulation
@@ -401,10 +402,8 @@ def _validation_forwards(
     collective, so as many as the rank with the most batches; 0 (no minimum) otherwise."""
     if not sharing.sharded:
         return 0
-    size = validation_batch_size(cfg.batch_size)
-    return max(
-        validation_batch_count(table, size, r, procs.world_size) for r in range(procs.world_size)
-    )
+    size, readers = validation_batch_size(cfg.batch_size), sharing.data.world_size
+    return max(validation_batch_count(table, size, r, readers) for r in range(readers))
 
 
 def _already_trained(ctx: RunContext, config_hash: str) -> TrainManifest | None:

@@ -105,6 +105,56 @@ class FTTransformer(nn.Module):
         tokens = torch.cat([self.cls.expand(len(tokens), -1, -1), tokens], dim=1)
         return self.head(self.encoder(tokens)[:, 0])
 
+    def pipeline_stages(self, count: int) -> list[nn.Module]:
+        """The model cut into ``count`` consecutive stages (``train.strategy: pipeline``): the
+        tokenizer and [CLS] go with the first, the head with the last, the encoder's layers as
+        evenly as they go; together they compute ``forward``. ``ValueError`` when there are
+        fewer layers than stages."""
+        layers = list(self.encoder.layers)
+        if count > len(layers):
+            raise ValueError(
+                f"{len(layers)} transformer layers cannot make {count} pipeline stages: at least "
+                "one layer per stage (the hyperparameter transformer_layers)"
+            )
+        bounds = [i * len(layers) // count for i in range(count + 1)]
+        return [
+            _TransformerStage(
+                layers[bounds[i] : bounds[i + 1]],
+                first=(self.tokenizer, self.cls) if i == 0 else None,
+                head=self.head if i == count - 1 else None,
+            )
+            for i in range(count)
+        ]
+
+
+class _TransformerStage(nn.Module):
+    """A stage of :class:`FTTransformer`: the first takes the batch (category codes and
+    numerics) and makes the tokens, each runs its layers, the last ends with the head."""
+
+    def __init__(
+        self,
+        layers: list[nn.Module],
+        *,
+        first: tuple[FeatureTokenizer, nn.Parameter] | None,
+        head: nn.Module | None,
+    ) -> None:
+        super().__init__()
+        self.tokenizer: FeatureTokenizer | None = first[0] if first is not None else None
+        self.cls: nn.Parameter | None = first[1] if first is not None else None
+        self.layers = nn.ModuleList(layers)
+        self.head = head
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if self.tokenizer is not None and self.cls is not None:
+            codes, numeric = inputs
+            tokens = self.tokenizer(codes, numeric)
+            tokens = torch.cat([self.cls.expand(len(tokens), -1, -1), tokens], dim=1)
+        else:
+            (tokens,) = inputs
+        for layer in self.layers:
+            tokens = layer(tokens)
+        return self.head(tokens[:, 0]) if self.head is not None else tokens
+
 
 def build_mlp(
     shape: BatchShape, *, hidden_dims: Sequence[int], embedding_dim: int, dropout: float

@@ -148,8 +148,9 @@ def validation_sums(
         ):
             batch = batch.to(device)
             with precision.autocast():
-                outputs = model(batch.codes, batch.numeric).float()
-            sums += head.validation_sums(outputs, batch.labels).cpu()
+                outputs = model(batch.codes, batch.numeric)
+            if outputs is not None:  # None: a pipeline stage before the last
+                sums += head.validation_sums(outputs.float(), batch.labels).cpu()
             made += 1
         while made < forwards and batch is not None:
             with precision.autocast():

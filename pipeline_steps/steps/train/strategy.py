@@ -4,11 +4,13 @@
 ``fsdp``  PyTorch's FSDP2 ``fully_shard``: each top-level block of the model, then the model, is
           sharded over the processes (parameters, gradients and optimizer state), gathered
           block by block for forward and backward; for models that do not fit one device.
+``pipeline``  the model's layers cut into stages, one per process (``pipeline.py``).
 
-The loop speaks to either through ``Strategy``: wrap the model, keep a non-final accumulation
-micro-batch's gradients local, clip, and take or load the full (unsharded) model and optimizer
-states, so checkpoints, best weights and the packaged model are the same plain state dicts
-whatever the strategy, and a checkpoint resumes on any number of processes.
+The loop speaks to each through ``Strategy``: wrap the model, learn from a batch, keep a
+non-final accumulation micro-batch's gradients local, clip, and take or load the full
+(unsharded) model and optimizer states, so checkpoints, best weights and the packaged model are
+the same plain state dicts whatever the strategy, and a checkpoint resumes on any number of
+processes.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from pipeline_steps.core.settings import TrainSettings
+from pipeline_steps.steps.train.data import TensorSet
 from pipeline_steps.steps.train.distributed import Processes
-from pipeline_steps.steps.train.step import clip_grad_norm
+from pipeline_steps.steps.train.heads import Head
+from pipeline_steps.steps.train.precision import Precision
+from pipeline_steps.steps.train.step import clip_grad_norm, learn
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +41,35 @@ class Strategy(Protocol):
         and its whole state exists only when gathered."""
         ...
 
+    @property
+    def data(self) -> Processes:
+        """The processes as the data layout sees them: which share of the rows this one reads
+        (a pipeline's stages read the same)."""
+        ...
+
+    @property
+    def counts_rows(self) -> bool:
+        """Whether this process's training loss and rows enter the sums over the ranks."""
+        ...
+
     def wrap(self, model: nn.Module) -> nn.Module:
         """The module the loop runs forward and backward through (``model`` shared)."""
+        ...
+
+    def own(self, model: nn.Module, wrapped: nn.Module) -> nn.Module:
+        """The module whose parameters this process trains and whose states go through
+        ``model_state``: ``model``, or a pipeline's stage."""
+        ...
+
+    def learn(
+        self,
+        wrapped: nn.Module,
+        head: Head,
+        batch: TensorSet,
+        accumulation: float,
+        precision: Precision,
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch (``step.learn``); its mean loss."""
         ...
 
     def local_gradients(self, wrapped: nn.Module) -> ContextManager[Any]:
@@ -74,6 +107,14 @@ class DataParallel:
     def __init__(self, processes: Processes) -> None:
         self._processes = processes
 
+    @property
+    def data(self) -> Processes:
+        return self._processes
+
+    @property
+    def counts_rows(self) -> bool:
+        return True
+
     def wrap(self, model: nn.Module) -> nn.Module:
         if not self._processes.distributed:
             return model
@@ -81,6 +122,19 @@ class DataParallel:
 
         ids = [self._processes.local_rank] if self._processes.use_cuda else None
         return DistributedDataParallel(model, device_ids=ids)
+
+    def own(self, model: nn.Module, wrapped: nn.Module) -> nn.Module:
+        return model
+
+    def learn(
+        self,
+        wrapped: nn.Module,
+        head: Head,
+        batch: TensorSet,
+        accumulation: float,
+        precision: Precision,
+    ) -> torch.Tensor:
+        return learn(wrapped, head, batch, accumulation, precision)
 
     def local_gradients(self, wrapped: nn.Module) -> ContextManager[Any]:
         no_sync = getattr(wrapped, "no_sync", None)
@@ -172,9 +226,15 @@ class FullySharded(DataParallel):
         )
 
 
-def strategy(name: str, processes: Processes) -> Strategy:
-    """The strategy named by ``train.strategy``."""
-    return FullySharded(processes) if name == "fsdp" else DataParallel(processes)
+def strategy(cfg: TrainSettings, processes: Processes) -> Strategy:
+    """The strategy ``train.strategy`` names, with its settings."""
+    if cfg.strategy == "pipeline":
+        from pipeline_steps.steps.train.pipeline import Pipelined
+
+        return Pipelined(
+            processes, cfg.pipeline_stages, cfg.pipeline_microbatches, cfg.pipeline_schedule
+        )
+    return FullySharded(processes) if cfg.strategy == "fsdp" else DataParallel(processes)
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:

@@ -72,6 +72,7 @@ class Trainer:
             world_size=self.procs.world_size,
             rank=self.procs.rank,
             master=self.procs.master,
+            readers=self.sharing.data.world_size,
         )
         self._parameters = list(self.fit.model.parameters())
 
@@ -103,8 +104,9 @@ class Trainer:
         self._carried, self._seen = self.fit.epoch_loss, 0
         self._loss_sum = torch.zeros((), device=self.procs.device)
         steps_left = (self.micro_batches[epoch] - batches) // cfg.grad_accumulation
+        data = self.sharing.data
         stream = epoch_steps(
-            self.table, self.pre, self.label, cfg, self.layout, self.procs, epoch, skip=batches
+            self.table, self.pre, self.label, cfg, self.layout, data, epoch, skip=batches
         )
         for micro, waited in _timed(islice(stream, steps_left)):
             loss = self._learn(micro)
@@ -126,10 +128,13 @@ class Trainer:
             final = i == len(micro) - 1
             # gradients of a non-final accumulation batch stay local
             with nullcontext() if final else self.sharing.local_gradients(self.wrapped):
-                divisor = self.layout.loss_divisor(len(batch), self.procs.world_size)
-                loss = step.learn(self.wrapped, self.head, batch, divisor, self.fit.precision)
-            self._loss_sum += loss * len(batch)
-            self._seen += len(batch)
+                divisor = self.layout.loss_divisor(len(batch), self.sharing.data.world_size)
+                loss = self.sharing.learn(
+                    self.wrapped, self.head, batch, divisor, self.fit.precision
+                )
+            if self.sharing.counts_rows:
+                self._loss_sum += loss * len(batch)
+                self._seen += len(batch)
         optimizer, scheduler = self.fit.optimizer, self.fit.scheduler
         step.apply_gradients(
             self._parameters,
@@ -190,8 +195,8 @@ class Trainer:
             cfg.batch_size,
             procs.device,
             self.fit.precision,
-            procs.rank,
-            procs.world_size,
+            self.sharing.data.rank,
+            self.sharing.data.world_size,
             forwards=self.validation_forwards,
         )
         learning_rate = float(self.fit.scheduler.get_last_lr()[0])

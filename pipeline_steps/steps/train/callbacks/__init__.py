@@ -37,6 +37,9 @@ class Plan:
     world_size: int
     rank: int
     master: bool
+    readers: int = 0
+    """Processes that read rows of their own: the world size, or a pipeline training's
+    pipelines (0: the world size)."""
 
     @property
     def total_steps(self) -> int:

@@ -100,7 +100,7 @@ class Progress(Callback):
             total_steps=plan.total_steps,
             epoch=step.at.epoch,
             epochs=plan.epochs,
-            samples_per_s=self._rows * plan.world_size / max(interval, 1e-9),
+            samples_per_s=self._rows * (plan.readers or plan.world_size) / max(interval, 1e-9),
             step_s=self._step_s / self._steps,
             data_wait_s=self._wait_s / self._steps,
             eta_s=left / self._rate + boundaries_left * boundary_s,
