@@ -85,8 +85,8 @@ def worker(
     from pipeline_steps.steps.train.distributed import Processes
     from pipeline_steps.steps.train.heads import fit_head
     from pipeline_steps.steps.train.models import build
+    from pipeline_steps.steps.train.sharing import strategy
     from pipeline_steps.steps.train.step import apply_gradients, make_optimizer, make_schedule
-    from pipeline_steps.steps.train.strategy import strategy
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

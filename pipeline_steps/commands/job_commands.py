@@ -18,6 +18,9 @@ FLAGS = {
     "batch_size": "--batch-size",
     "learning_rate": "--learning-rate",
     "nproc_per_node": "--processes",
+    "nodes": "--nodes",
+    "gpus_per_node": "--gpus-per-node",
+    "memory_per_node": "--memory-per-node",
     "priority": "--priority",
 }
 

@@ -32,8 +32,14 @@ from typing import Any
 from pipeline_steps.core.deployment import DomainFile, domain_settings_files, team_quota
 from pipeline_steps.core.settings import Settings
 from pipeline_steps.core.step_registry import TRAIN
+from pipeline_steps.orchestration.job_resources import (
+    Resources,
+    ResourcesRefused,
+    check_resources,
+    with_form,
+)
 from pipeline_steps.orchestration.params import FORM, PRIORITY, schema
-from pipeline_steps.orchestration.pools import step_gpus, train_pool
+from pipeline_steps.orchestration.pools import train_pool
 from pipeline_steps.services.airflow_api import AirflowApi, AirflowApiError
 
 RECENT_RUNS = 10
@@ -52,30 +58,15 @@ class JobRefused(ValueError):
     """The job cannot be submitted, cancelled or listed as asked; the message says why."""
 
 
-@dataclass(frozen=True)
-class Resources:
-    """What one job holds while it trains."""
-
-    processes: int
-    nodes: int
-    gpus: int
-    memory: str
-
-    def words(self) -> str:
-        memory = f", {self.memory} memory per node" if self.memory else ""
-        return f"{self.processes} process(es) x {self.nodes} node(s), {self.gpus} GPU(s){memory}"
-
-
-def job_resources(settings: Settings, processes: int) -> Resources:
-    """A job's resources: ``processes`` per node; on Kubernetes the domain's nodes, GPUs per
-    node and memory limit (``kubernetes.*``), locally one node and, on CUDA, a GPU a process."""
-    if settings.orchestration.runtime == "kubernetes":
-        k8s = settings.kubernetes
-        return Resources(
-            processes, k8s.train_nodes, step_gpus(settings, k8s.train_nodes), k8s.memory_limit
-        )
-    gpus = processes if settings.train.device == "cuda" else 0
-    return Resources(processes, 1, gpus, "")
+def job_resources(domain: DomainFile, conf: Mapping[str, Any]) -> Resources:
+    """A job's resources: the domain's settings with the job's form values (processes, and on
+    Kubernetes nodes, GPUs per node and memory per node); ``JobRefused`` naming the field when
+    the domain cannot run them or the team's quota could never hold them."""
+    try:
+        run = with_form(domain.settings, conf, domain.config)
+        return check_resources(domain.settings, run)
+    except (ResourcesRefused, ValueError) as exc:
+        raise JobRefused(str(exc)) from exc
 
 
 def find_domain(name: str, environ: Mapping[str, str] | None = None) -> DomainFile:
@@ -132,29 +123,19 @@ def job_conf(domain: DomainFile, values: Mapping[str, str]) -> dict[str, Any]:
     return conf
 
 
-def check_quota(domain: DomainFile, resources: Resources, waiting: int) -> None:
-    """``JobRefused`` naming the limit when the team's quota can never hold the job, or its
-    queue is full (``waiting`` jobs of the team wait already); nothing without a quota."""
+def check_queue(domain: DomainFile, waiting: int) -> None:
+    """``JobRefused`` naming the limit when the team's queue is full (``waiting`` jobs of the
+    team wait already); nothing without a quota."""
     settings = domain.settings
     quota = team_quota(settings)
     if quota is None:
         return
     team = settings.domain.team
-    where = f"orchestration.quotas.{team}"
-    if resources.gpus > quota.gpus:
-        raise JobRefused(
-            f"the job holds {resources.gpus} GPU(s) ({resources.words()}), but team {team}'s "
-            f"quota {where}.gpus is {quota.gpus}: it could never start"
-        )
-    if resources.nodes > quota.nodes:
-        raise JobRefused(
-            f"the job runs on {resources.nodes} node(s), but team {team}'s quota "
-            f"{where}.nodes is {quota.nodes}"
-        )
     if waiting >= quota.queued:
         raise JobRefused(
-            f"team {team} has {waiting} job(s) waiting, its quota {where}.queued is "
-            f"{quota.queued}: submit again when one has started, or cancel one (trainyard cancel)"
+            f"team {team} has {waiting} job(s) waiting, its quota "
+            f"orchestration.quotas.{team}.queued is {quota.queued}: submit again when one has "
+            "started, or cancel one (trainyard cancel)"
         )
 
 
@@ -175,13 +156,12 @@ def submit(
     except ValueError as exc:
         raise JobRefused(f"--day {day!r} is no ISO date (e.g. 2013-06-03)") from exc
     conf = job_conf(domain, values)
-    processes = int(conf.get("nproc_per_node", domain.settings.train.nproc_per_node))
-    resources = job_resources(domain.settings, processes)
+    resources = job_resources(domain, conf)
     team = domain.settings.domain.team
     queue = team_jobs(api, [domain, *_team_mates(domain)], now)
     # the queue shows every run waiting for the team's slots; its limit counts the jobs
     waiting = sum(1 for job in queue if job.state in WAITING and job.kind == SUBMITTED)
-    check_quota(domain, resources, waiting)
+    check_queue(domain, waiting)
     now = now or datetime.now(UTC)
     # one run per logical date of a DAG: the day, at the time of day it was submitted
     logical = f"{day}T{now.strftime('%H:%M:%S.%f')}Z"

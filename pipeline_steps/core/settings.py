@@ -32,6 +32,18 @@ from pipeline_steps.core.team_credentials import team_secret
 ENV_PREFIX = "TRAINYARD_"
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+
+
+def _check_quantity(key: str, value: str) -> None:
+    """``SettingsError`` unless ``value`` is a Kubernetes resource quantity (``2``, ``500m``,
+    ``8Gi``)."""
+    if not _QUANTITY.fullmatch(value):
+        raise SettingsError(
+            f"{key} must be a Kubernetes quantity such as 500m, 2, 512Mi or 8Gi, got {value!r}"
+        )
+
+
 _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DOMAIN_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 _TEAM_NAME = re.compile(r"[a-z]([-a-z0-9]{0,30}[a-z0-9])?")
@@ -1667,17 +1679,29 @@ class KubernetesSettings:
         "8Gi",
         doc="""Memory limit of a step pod.""",
     )
+    train_memory_limit: str = setting(
+        "",
+        doc="""Memory limit of each training pod (one per node); empty: ``memory_limit``. A job may
+        ask for its own (the trigger form, ``trainyard submit --set memory_per_node=32Gi``).""",
+        form=FormEntry("Memory per node (Kubernetes)", "Resources", param="memory_per_node"),
+    )
     train_gpus: int = setting(
         0,
-        doc="""GPUs per training node (``nvidia.com/gpu``); torchrun starts one process per GPU.""",
+        doc="""GPUs per training node (``nvidia.com/gpu``); torchrun starts one process per GPU. A
+        job may ask for another number when this is above 0 (the training pods go to GPU
+        nodes); the train task takes that many slots of ``orchestration.gpu_pool`` per node.""",
         minimum=0,
+        form=FormEntry("GPUs per node (Kubernetes)", "Resources", param="gpus_per_node"),
     )
     train_nodes: int = setting(
         1,
         doc="""Training nodes. One: a pod running torchrun. More: an Indexed Job of that many pods
         with a headless Service for torchrun's c10d rendezvous at pod 0, created and removed around
-        it.""",
+        it. A job of a domain training on several nodes may ask for another number of at least 2
+        (at least ``train_min_nodes`` for an elastic one); one training on one node stays on
+        one.""",
         minimum=1,
+        form=FormEntry("Nodes (Kubernetes)", "Resources", param="nodes"),
     )
     train_min_nodes: int = setting(
         0,
@@ -1756,6 +1780,10 @@ class KubernetesSettings:
 
     def __post_init__(self) -> None:
         check_declared(self, "kubernetes", SettingsError)
+        for key in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
+            _check_quantity(f"kubernetes.{key}", getattr(self, key))
+        if self.train_memory_limit:
+            _check_quantity("kubernetes.train_memory_limit", self.train_memory_limit)
         if self.train_min_nodes > self.train_nodes:
             raise SettingsError(
                 f"kubernetes.train_min_nodes must be from 1 to kubernetes.train_nodes "

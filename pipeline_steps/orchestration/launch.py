@@ -46,19 +46,22 @@ def torchrun_launch(settings: Settings, run_args: Sequence[str] = ()) -> list[st
     """torchrun and its options for a distributed step under ``settings``' runtime: one GPU
     node (a process per GPU), a fixed-size Job of ``kubernetes.train_nodes`` pods rendezvousing
     at pod 0, an elastic Job whose agents are clients of the rendezvous store, or one machine
-    (``train.nproc_per_node`` processes, a ``--set`` of it in ``run_args`` first)."""
+    (``train.nproc_per_node`` processes). A ``--set`` in ``run_args`` of the GPUs per node, the
+    nodes or the processes (a job's own, the trigger form's template) comes first."""
     k8s = settings.kubernetes
     on_kubernetes = settings.orchestration.runtime == "kubernetes"
     processes: int | str = (
-        k8s.train_gpus
+        _set_value(run_args, "kubernetes.train_gpus") or k8s.train_gpus
         if on_kubernetes and k8s.train_gpus
         else _set_value(run_args, "train.nproc_per_node") or settings.train.nproc_per_node
     )
+    # a job's own number of nodes (the form's, rendered when the task runs) over the settings'
+    nodes = _set_value(run_args, "kubernetes.train_nodes") or k8s.train_nodes
     if on_kubernetes and k8s.elastic:
         # Every agent is a client of the store (none hosts it), so losing any pod loses no
         # rendezvous; ranks come from the rendezvous, not from the pod's index.
         launch = [
-            f"--nnodes={k8s.min_nodes}:{k8s.train_nodes}",
+            f"--nnodes={k8s.min_nodes}:{nodes}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={RENDEZVOUS_STORE}:{k8s.rendezvous_port}",
             "--rdzv-id=$(TRAINYARD_JOB_NAME)",
@@ -68,7 +71,7 @@ def torchrun_launch(settings: Settings, run_args: Sequence[str] = ()) -> list[st
         # Kubernetes expands $(VAR) from the container's environment (the training Job's).
         endpoint = f"$(TRAINYARD_JOB_NAME)-0.{TRAIN_SERVICE}:{k8s.rendezvous_port}"
         launch = [
-            f"--nnodes={k8s.train_nodes}",
+            f"--nnodes={nodes}",
             "--node-rank=$(JOB_COMPLETION_INDEX)",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}",

@@ -265,8 +265,14 @@ def pod_arguments(
     )
     requests = {"cpu": cfg.cpu_request, "memory": cfg.memory_request}
     limits = {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit}
+    if train:  # a job's own memory and GPUs per node, when its run asked for them
+        limits["memory"] = job_resource(
+            "memory_per_node", cfg.train_memory_limit or cfg.memory_limit
+        )
     if train and cfg.train_gpus:
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(cfg.train_gpus)
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = job_resource(
+            "gpus_per_node", cfg.train_gpus
+        )
     volumes = [k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource())]
     mounts = [k8s.V1VolumeMount(name="tmp", mount_path="/tmp")]
     if train:  # shared memory for the data path and NCCL beyond the 64 MiB default
@@ -320,6 +326,14 @@ def pod_arguments(
         "labels": labels,
         "get_logs": True,
     }
+
+
+def job_resource(param: str, default: object) -> str:
+    """A training pod's resource as a template the task renders: the run's form value
+    ``param`` (a job's own), else ``default``; runs of a DAG whose form has no such field (a
+    tuning trial) take ``default``."""
+    value = f"params.get({param!r})"
+    return f"{{{{ {value} if {value} not in (none, '') else {str(default)!r} }}}}"
 
 
 def kubernetes_step(
@@ -398,6 +412,7 @@ def multi_node_training(settings: Settings, run_args: Sequence[str], **task_args
             # fixed size: 0, retries are torchrun restarts and Airflow task retries; elastic:
             # the failures of lost nodes (beyond disruptions) while a minimal world remains
             backoff_limit=cfg.train_nodes - cfg.min_nodes,
+            min_nodes=cfg.train_min_nodes if cfg.elastic else 0,
             wait_until_job_complete=True,
             # pods named <job>-<index> resolve through the Service as <job>-<index>.<service>
             full_pod_spec=k8s.V1Pod(spec=k8s.V1PodSpec(containers=[], subdomain=TRAIN_SERVICE)),

@@ -15,6 +15,9 @@ from kubernetes.client.rest import ApiException
 
 from pipeline_steps.orchestration.gauges import removed_at_end
 
+NODES_PARAM = "nodes"
+"""The training form's field of a job's nodes (``kubernetes.train_nodes``)."""
+
 
 class _LostPodsPodManager(PodManager):
     """Reads the logs of the pods it was given, passing over those gone since (a pod of a
@@ -36,15 +39,29 @@ class TrainingJobOperator(KubernetesJobOperator):
         the wait) instead of failing at once; a pod removed before its log is read is skipped; the
     training's gauges are removed from the Pushgateway when the task ends."""
 
-    def __init__(self, *, gauges: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, gauges: Any = None, min_nodes: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.min_nodes = min_nodes
+        """An elastic Job's fewest nodes; 0: a fixed size (no node may be lost)."""
         self.gauges = gauges
         """The training's Pushgateway group (``gauges.TrainingGauges``), removed when the task
         ends, however it ends; None without a Pushgateway."""
 
     def execute(self, context: Any) -> Any:
+        self.size_for(context.get("params") or {})
         with removed_at_end(self.gauges, context):
             return super().execute(context)
+
+    def size_for(self, params: Any) -> None:
+        """The Job sized for the run: a job's own number of nodes (the form's ``nodes``)
+        instead of the settings', as many pods and completions, and an elastic Job's failures
+        of lost nodes allowed down to its fewest; the trigger task has checked the number."""
+        asked = params.get(NODES_PARAM) if hasattr(params, "get") else None
+        if not isinstance(asked, int) or isinstance(asked, bool) or asked == self.parallelism:
+            return
+        self.log.info("the job asked for %d node(s) (the settings: %d)", asked, self.parallelism)
+        self.backoff_limit = asked - (self.min_nodes or asked)
+        self.completions = self.parallelism = asked
 
     @cached_property
     def pod_manager(self) -> PodManager:

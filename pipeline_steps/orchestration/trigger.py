@@ -26,6 +26,11 @@ from airflow.sdk import BaseOperator, BaseSensorOperator
 from pipeline_steps.core.manifests import to_json
 from pipeline_steps.core.settings import Settings, SettingsError, load_settings
 from pipeline_steps.core.trigger import SettingOverride, Trigger, TriggerKind
+from pipeline_steps.orchestration.job_resources import (
+    ResourcesRefused,
+    check_resources,
+    with_form,
+)
 from pipeline_steps.orchestration.params import FORM, overrides_of, set_arguments
 
 if TYPE_CHECKING:  # the domain types import pyarrow; parsing a DAG file must not
@@ -84,7 +89,10 @@ def describe_run(
     params = dict(context.get("params") or {})
     changed = overrides_of(params, settings)
     check_form(changed, config)
-    _check_gpu_processes(changed, settings)
+    try:  # what the job holds: within what the domain runs and the team's quota
+        check_resources(settings, with_form(settings, params, str(config) if config else None))
+    except ResourcesRefused as exc:
+        raise RunRefused(f"the trigger form's values are refused: {exc}") from exc
     evidence: dict[str, Any] = {}
     if kind == "drift":
         evidence, day = drift_evidence(context.get("triggering_asset_events") or {})
@@ -119,19 +127,6 @@ def check_form(
         for name, field in FORM.items():
             message = message.replace(field.setting, f"{name} ({field.setting})")
         raise RunRefused(f"the trigger form's values are refused: {message}") from exc
-
-
-def _check_gpu_processes(changed: list[tuple[str, Any, Any]], settings: Settings) -> None:
-    """Local CUDA training holds one slot of the GPU pool per process, counted when the DAG is
-    parsed: the form cannot change how many processes it starts there."""
-    asked = {s: v for s, v, _ in changed}.get("train.nproc_per_node")
-    local = settings.orchestration.runtime != "kubernetes"
-    if asked is not None and local and settings.train.device == "cuda":
-        raise RunRefused(
-            f"nproc_per_node (train.nproc_per_node) {asked} is refused on local CUDA: the train "
-            f"task holds {settings.train.nproc_per_node} GPU pool slot(s), one per process, as "
-            "the settings file says; change train.nproc_per_node there"
-        )
 
 
 def newest_event(events: Any) -> tuple[dict[str, Any], int]:

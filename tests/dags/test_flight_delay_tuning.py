@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from tests.conftest import ROOT
+from tests.dags.templates import rendered
 
 DAG_ID = "flight_delay_tuning"
 TASKS = ["tuning_day", "ingest", "validate", "features", "prepare_study", "trial", "record_best"]
@@ -97,7 +98,7 @@ def test_on_kubernetes_a_trial_is_the_train_pod_with_its_gpus(make_settings) -> 
     kwargs = mapped.partial_kwargs
     assert kwargs["cmds"] == step_argv("train", settings, tuning_run_args())
     assert "--nproc-per-node=2" in kwargs["cmds"]
-    assert kwargs["container_resources"].limits["nvidia.com/gpu"] == "2"
+    assert rendered(kwargs["container_resources"].limits["nvidia.com/gpu"]) == "2"
     assert kwargs["env_vars"]["TRAINYARD_TUNING__STORAGE"] == settings.tuning.storage
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.dags.templates import rendered
 
 KUBERNETES = {
     "TRAINYARD_ORCHESTRATION__RUNTIME": "kubernetes",
@@ -114,7 +115,7 @@ def test_every_step_pod_and_the_job_carry_the_teams_queue(monkeypatch) -> None:
         assert resources.requests["cpu"] and resources.requests["memory"], step
         if step == "train":
             assert resources.requests["nvidia.com/gpu"] == resources.limits["nvidia.com/gpu"]
-            assert resources.limits["nvidia.com/gpu"] == "4"
+            assert rendered(resources.limits["nvidia.com/gpu"]) == "4"
     assert dags["flight_delay_tuning"].get_task("trial").partial_kwargs["labels"][QUEUE] == (
         "team-a"
     )

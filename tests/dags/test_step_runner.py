@@ -12,6 +12,7 @@ from pipeline_steps.orchestration.runners import (
     parse_manifest,
     step_task,
 )
+from tests.dags.templates import rendered
 
 
 def test_manifest_is_the_last_json_line_with_a_step() -> None:
@@ -61,7 +62,7 @@ def test_kubernetes_pod_runs_the_local_argv(make_settings, step: str) -> None:
     assert container.security_context.capabilities.drop == ["ALL"]
     assert pod.spec.security_context.run_as_non_root is True
     if step == "train":
-        assert container.resources.limits["nvidia.com/gpu"] == "1"
+        assert rendered(container.resources.limits["nvidia.com/gpu"]) == "1"
     manifest = ApiClient().sanitize_for_serialization(pod)
     manifest.setdefault("apiVersion", "v1")
     manifest.setdefault("kind", "Pod")
@@ -124,7 +125,7 @@ def test_multi_node_training_is_an_indexed_job_around_a_headless_service(
     )
     assert "job-completion-index" in env["JOB_COMPLETION_INDEX"].value_from.field_ref.field_path
     assert env["TRAINYARD_TRAIN__COLLECTIVE_TIMEOUT_S"].value == "90"
-    assert container.resources.limits["nvidia.com/gpu"] == "8"
+    assert rendered(container.resources.limits["nvidia.com/gpu"]) == "8"
     assert container.security_context.read_only_root_filesystem is True
     assert container.security_context.allow_privilege_escalation is False
     assert container.security_context.capabilities.drop == ["ALL"]
@@ -251,7 +252,8 @@ def test_elastic_training_outlives_any_lost_pod(make_settings, monkeypatch) -> N
     (wait,) = pod["initContainers"]
     assert wait["command"][3:5] == ["trainyard-rendezvous", "29500"]
     resources = pod["containers"][0]["resources"]
-    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "8"
+    gpus = resources["limits"]["nvidia.com/gpu"]
+    assert resources["requests"]["nvidia.com/gpu"] == gpus and rendered(gpus) == "8"
 
 
 def test_elastic_torchrun_joins_the_store_as_a_client(make_settings) -> None:
@@ -447,3 +449,72 @@ def test_a_step_pod_loads_the_settings_the_dag_loaded(
     assert pod.lake.root == "/lake" and pod.mlflow.artifact_root == ""
     assert pod.train == settings.train and pod.validation == settings.validation
     assert pod.kubernetes == settings.kubernetes and pod.mlflow == settings.mlflow
+
+
+def test_a_jobs_own_nodes_gpus_and_memory_size_its_training_job(make_settings, monkeypatch) -> None:
+    """A job of a multi-node domain asking for 2 nodes of 4 GPUs with 64Gi each: the Job's
+    pods, completions and failure allowance, torchrun's world and each pod's GPUs and memory
+    limit, as the train task renders and sizes them when it runs."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    from airflow.sdk import DAG
+
+    from pipeline_steps.orchestration.params import form_defaults
+    from pipeline_steps.orchestration.trigger import training_run_args
+
+    settings = make_settings(
+        "orchestration.runtime=kubernetes",
+        "kubernetes.train_nodes=3",
+        "kubernetes.train_gpus=8",
+        "kubernetes.train_min_nodes=2",
+    )
+    with DAG(dag_id="sized", schedule=None):
+        group = step_task("train", settings, training_run_args())
+    job = {t.task_id: t for t in group}["train.job"]
+    own = {"nodes": 2, "gpus_per_node": 4, "memory_per_node": "64Gi"}
+    params = form_defaults(settings) | own
+    job.size_for(params)
+    monkeypatch.setattr(KubernetesHook, "is_in_cluster", False)
+    spec = job.build_job_request_obj()
+    assert spec.spec.completions == spec.spec.parallelism == 2
+    assert spec.spec.backoff_limit == 0  # 2 nodes, 2 at the least: no node may be lost
+    bigger = form_defaults(settings) | {"nodes": 5}
+    job.size_for(bigger)
+    assert (job.parallelism, job.completions, job.backoff_limit) == (5, 5, 3)
+    container = spec.spec.template.spec.containers[0]
+    launch = _with(container.command, params)
+    assert "--nnodes=2:2" in launch and "--nproc-per-node=4" in launch
+    assert "kubernetes.train_gpus=4" in launch and "kubernetes.train_nodes=2" in launch
+    resources = container.resources
+    assert rendered(resources.limits["nvidia.com/gpu"], **params) == "4"
+    assert rendered(resources.requests["nvidia.com/gpu"], **params) == "4"
+    assert rendered(resources.limits["memory"], **params) == "64Gi"
+    # a run asking nothing of its own: the settings' size
+    defaults = form_defaults(settings)
+    assert [rendered(resources.limits[k], **defaults) for k in ("nvidia.com/gpu", "memory")] == [
+        "8",
+        settings.kubernetes.memory_limit,
+    ]
+    assert "--nnodes=2:3" in _with(container.command, defaults)
+
+
+def _with(argv: list[str], params: dict) -> list[str]:
+    """The arguments the run's Params decide, rendered (the others need a running task)."""
+    return [rendered(a, **params) if "params." in a else a for a in argv]
+
+
+def test_a_fixed_size_job_of_fewer_nodes_may_lose_none(make_settings) -> None:
+    from airflow.sdk import DAG
+
+    from pipeline_steps.orchestration.params import form_defaults
+    from pipeline_steps.orchestration.trigger import training_run_args
+
+    settings = make_settings(
+        "orchestration.runtime=kubernetes", "kubernetes.train_nodes=3", "kubernetes.train_gpus=8"
+    )
+    with DAG(dag_id="fixed", schedule=None):
+        group = step_task("train", settings, training_run_args())
+    job = {t.task_id: t for t in group}["train.job"]
+    job.size_for(form_defaults(settings) | {"nodes": 2})
+    assert (job.parallelism, job.completions, job.backoff_limit) == (2, 2, 0)
+    launch = _with(job.cmds, form_defaults(settings) | {"nodes": 2})
+    assert "--nnodes=2" in launch and "--node-rank=$(JOB_COMPLETION_INDEX)" in launch

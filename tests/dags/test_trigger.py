@@ -126,14 +126,28 @@ def test_a_forced_promotion_without_a_reason_is_refused_naming_the_fields() -> N
     assert {o["setting"] for o in trigger["overrides"]} == {"promotion.force", "promotion.reason"}
 
 
-def test_the_form_changes_the_processes_on_cpu_but_not_the_gpu_pool_slots() -> None:
+def test_the_form_changes_the_processes_and_on_kubernetes_the_nodes_and_gpus(monkeypatch) -> None:
+    """Processes on the CPU and on CUDA (the policy gives the train task a GPU pool slot per
+    process); a domain in one pod stays there, one on CPU nodes stays on them."""
     settings = load_settings()
     params = {**form_defaults(settings), "nproc_per_node": 2}
     trigger = describe_run(_context(params=params), settings)["trigger"]
     assert trigger["overrides"][0]["setting"] == "train.nproc_per_node"
-    on_cuda = load_settings(overrides=["train.device=cuda"])
-    with pytest.raises(RunRefused, match=r"nproc_per_node \(train.nproc_per_node\) 2 .*1 GPU"):
-        describe_run(_context(params=params), on_cuda)
+    monkeypatch.setenv("TRAINYARD_TRAIN__DEVICE", "cuda")
+    on_cuda = load_settings()
+    trigger = describe_run(
+        _context(params={**form_defaults(on_cuda), "nproc_per_node": 2}), on_cuda
+    )
+    assert trigger["trigger"]["overrides"][0]["value"] == 2
+    monkeypatch.delenv("TRAINYARD_TRAIN__DEVICE")
+    monkeypatch.setenv("TRAINYARD_ORCHESTRATION__RUNTIME", "kubernetes")
+    in_one_pod = load_settings()
+    params = {**form_defaults(in_one_pod), "nodes": 2}
+    with pytest.raises(RunRefused, match=r"nodes \(kubernetes\.train_nodes\) 2 is refused"):
+        describe_run(_context(params=params), in_one_pod)
+    params = {**form_defaults(in_one_pod), "gpus_per_node": 1}
+    with pytest.raises(RunRefused, match="training pods go to CPU nodes"):
+        describe_run(_context(params=params), in_one_pod)
 
 
 def test_a_drift_run_trains_for_the_day_the_newest_event_names() -> None:

@@ -9,15 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline_steps.commands.jobs import (
-    JobRefused,
-    Resources,
-    check_quota,
-    job_conf,
-    job_resources,
-)
+from pipeline_steps.commands.jobs import JobRefused, check_queue, job_conf, job_resources
 from pipeline_steps.core.deployment import DomainFile, domain_settings_files, team_quota
 from pipeline_steps.core.settings import SettingsError, TeamQuota, load_settings
+from pipeline_steps.orchestration import job_resources as job_resources_module
+from pipeline_steps.orchestration.job_resources import Resources
 from pipeline_steps.orchestration.policy import job_priority, task_instance_mutation_hook
 from pipeline_steps.orchestration.pools import gpu_task_args, train_pool
 from pipeline_steps.services.gpu_pool import domain_pools
@@ -105,20 +101,16 @@ def _hotel(tmp_path: Path, quotas: str = QUOTAS) -> DomainFile:
     return next(d for d in domain_settings_files(environ) if d.name == "hotel_rate")
 
 
-def test_a_job_beyond_the_quota_is_refused_naming_the_limit(tmp_path: Path) -> None:
+def test_a_job_beyond_the_queue_is_refused_naming_the_limit(tmp_path: Path) -> None:
     hotel = _hotel(tmp_path)
-    check_quota(hotel, Resources(2, 2, 4, "8Gi"), waiting=4)  # within every limit
-    with pytest.raises(JobRefused, match=r"holds 8 GPU\(s\).*quotas\.revenue\.gpus is 4"):
-        check_quota(hotel, Resources(2, 2, 8, "8Gi"), waiting=0)
-    with pytest.raises(JobRefused, match=r"3 node\(s\).*quotas\.revenue\.nodes is 2"):
-        check_quota(hotel, Resources(1, 3, 0, ""), waiting=0)
+    check_queue(hotel, waiting=4)  # within the limit
     with pytest.raises(JobRefused, match=r"5 job\(s\) waiting.*quotas\.revenue\.queued is 5"):
-        check_quota(hotel, Resources(1, 1, 0, ""), waiting=5)
+        check_queue(hotel, waiting=5)
 
 
 def test_a_jobs_resources_and_form_values_are_checked_before_it_is_sent(tmp_path: Path) -> None:
     hotel = _hotel(tmp_path)
-    assert job_resources(hotel.settings, 2) == Resources(2, 1, 0, "")
+    assert job_resources(hotel, {"nproc_per_node": 2}) == Resources(2, 1, 0, "")
     assert job_conf(hotel, {"priority": "30", "epochs": "2", "skip_promotion": "true"}) == {
         "priority": 30,
         "epochs": 2,
@@ -128,6 +120,8 @@ def test_a_jobs_resources_and_form_values_are_checked_before_it_is_sent(tmp_path
         job_conf(hotel, {"epochs": "0"})
     with pytest.raises(JobRefused, match="'gpus' is no field of the training form"):
         job_conf(hotel, {"gpus": "2"})
+    with pytest.raises(JobRefused, match=r"memory_per_node \(kubernetes\.train_memory_limit\)"):
+        job_conf(hotel, {"memory_per_node": "lots"})
     with pytest.raises(JobRefused, match="model"):
         job_conf(hotel, {"model": "no_such_model"})
     # fields that only fail together: the settings loader, as the run's first task
@@ -357,3 +351,72 @@ def test_a_wrong_airflow_login_is_one_line_naming_the_answer(
     finally:
         server.shutdown()
         server.server_close()
+
+
+KUBERNETES = {
+    "TRAINYARD_ORCHESTRATION__RUNTIME": "kubernetes",
+    "TRAINYARD_KUBERNETES__TRAIN_GPUS": "2",
+    "TRAINYARD_KUBERNETES__TRAIN_NODES": "2",
+}
+
+
+def _on_kubernetes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> DomainFile:
+    environ = _deployment(tmp_path, TRAINYARD_ORCHESTRATION__QUOTAS=QUOTAS, **(KUBERNETES | env))
+    for key, value in environ.items():  # the run's settings load as its steps do
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(job_resources_module, "_DOMAINS", {})
+    return next(d for d in domain_settings_files(environ) if d.name == "hotel_rate")
+
+
+def test_a_job_asks_for_its_nodes_gpus_and_memory_within_the_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hotel = _on_kubernetes(tmp_path, monkeypatch)
+    assert job_resources(hotel, {}) == Resources(2, 2, 4, "8Gi")  # the domain's own
+    asked = job_conf(hotel, {"gpus_per_node": "1", "memory_per_node": "32Gi"})
+    assert job_resources(hotel, asked) == Resources(1, 2, 2, "32Gi")
+    with pytest.raises(JobRefused, match=r"holds 8 GPU\(s\).*quotas\.revenue\.gpus is 4"):
+        job_resources(hotel, job_conf(hotel, {"gpus_per_node": "4"}))
+    with pytest.raises(JobRefused, match=r"3 node\(s\).*quotas\.revenue\.nodes is 2"):
+        job_resources(hotel, job_conf(hotel, {"nodes": "3", "gpus_per_node": "1"}))
+    with pytest.raises(JobRefused, match=r"nodes \(kubernetes\.train_nodes\) 1 is refused"):
+        job_resources(hotel, job_conf(hotel, {"nodes": "1"}))
+    with pytest.raises(JobRefused, match=r"takes at least 1 per node"):
+        job_resources(hotel, job_conf(hotel, {"gpus_per_node": "0"}))
+
+
+def test_a_domain_on_one_pod_or_cpu_nodes_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hotel = _on_kubernetes(
+        tmp_path,
+        monkeypatch,
+        TRAINYARD_KUBERNETES__TRAIN_NODES="1",
+        TRAINYARD_KUBERNETES__TRAIN_GPUS="0",
+    )
+    with pytest.raises(JobRefused, match="the domain trains in one pod"):
+        job_resources(hotel, {"nodes": 2})
+    with pytest.raises(JobRefused, match="training pods go to CPU nodes"):
+        job_resources(hotel, {"gpus_per_node": 1})
+
+
+def test_the_policy_gives_a_jobs_train_task_its_gpu_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _on_kubernetes(tmp_path, monkeypatch)
+    run = SimpleNamespace(dag_id="hotel_rate_training", conf={"gpus_per_node": 1})
+    job = SimpleNamespace(task_id="train.job", pool_slots=4, priority_weight=10)
+    task_instance_mutation_hook(job, run)
+    assert job.pool_slots == 2  # 1 GPU x 2 nodes, not the settings' 2 x 2
+    bigger = SimpleNamespace(dag_id="hotel_rate_training", conf={"nodes": 2, "gpus_per_node": 3})
+    task_instance_mutation_hook(job, bigger)
+    assert job.pool_slots == 6
+    # a run asking nothing of its own, another task, another DAG: the slots stay
+    for dag_id, task_id, conf in [
+        ("hotel_rate_training", "train.job", {}),
+        ("hotel_rate_training", "evaluate", {"gpus_per_node": 1}),
+        ("hotel_rate_tuning", "train.job", {"gpus_per_node": 1}),
+    ]:
+        other = SimpleNamespace(task_id=task_id, pool_slots=4, priority_weight=10)
+        task_instance_mutation_hook(other, SimpleNamespace(dag_id=dag_id, conf=conf))
+        assert other.pool_slots == 4, (dag_id, task_id)

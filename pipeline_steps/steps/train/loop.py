@@ -64,13 +64,14 @@ from pipeline_steps.steps.train.heads import Head, fit_head
 from pipeline_steps.steps.train.layout import Layout
 from pipeline_steps.steps.train.models import build
 from pipeline_steps.steps.train.precision import Precision
+from pipeline_steps.steps.train.sharing import strategy
 from pipeline_steps.steps.train.state import Fit
 from pipeline_steps.steps.train.step import (
     make_optimizer,
     make_schedule,
     validation_batch_size,
 )
-from pipeline_steps.steps.train.strategy import Strategy, strategy
+from pipeline_steps.steps.train.strategy import Strategy
 from pipeline_steps.steps.train.trainer import Trainer
 
 log = logging.getLogger(__name__)

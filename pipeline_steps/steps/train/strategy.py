@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from pipeline_steps.core.settings import TrainSettings
 from pipeline_steps.steps.train.data import TensorSet
 from pipeline_steps.steps.train.distributed import Processes
 from pipeline_steps.steps.train.heads import Head
@@ -224,17 +223,6 @@ class FullySharded(DataParallel):
             optim_state_dict=optimizer_state,
             options=_full(),
         )
-
-
-def strategy(cfg: TrainSettings, processes: Processes) -> Strategy:
-    """The strategy ``train.strategy`` names, with its settings."""
-    if cfg.strategy == "pipeline":
-        from pipeline_steps.steps.train.pipeline import Pipelined
-
-        return Pipelined(
-            processes, cfg.pipeline_stages, cfg.pipeline_microbatches, cfg.pipeline_schedule
-        )
-    return FullySharded(processes) if cfg.strategy == "fsdp" else DataParallel(processes)
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
