@@ -28,7 +28,7 @@ def test_the_rules_load() -> None:
     done = subprocess.run(
         [promtool(), "check", "rules", str(RULES)], capture_output=True, text=True
     )
-    assert done.returncode == 0 and "SUCCESS: 6 rules found" in done.stdout, (
+    assert done.returncode == 0 and "SUCCESS: 8 rules found" in done.stdout, (
         done.stdout + done.stderr
     )
 

@@ -138,6 +138,8 @@ def test_airflows_own_statsd_logger_reaches_the_scrape(exporter: Exporter) -> No
     tags = {"dag_id": "flight_delay_training", "task_id": "train", "state": "success"}
     stats.incr("ti.finish", tags=tags)
     stats.gauge("executor.open_slots", 32, tags={"executor_class_name": "CeleryExecutor"})
+    # a team's queue, as the team alerts read it (containers/prometheus/alerts.yml)
+    stats.gauge("pool.scheduled_slots", 2, tags={"pool_name": "train-revenue"})
     stats.timing(
         "dagrun.duration.success", timedelta(seconds=2.5), tags={"dag_id": "flight_delay_training"}
     )
@@ -150,6 +152,7 @@ def test_airflows_own_statsd_logger_reaches_the_scrape(exporter: Exporter) -> No
         in text
     )
     assert 'airflow_executor_open_slots{executor_class_name="CeleryExecutor"} 32.0' in text
+    assert 'airflow_pool_scheduled_slots{pool_name="train-revenue"} 2.0' in text
     assert 'airflow_dagrun_duration_success_sum{dag_id="flight_delay_training"} 2.5' in text
     assert _get(f"http://127.0.0.1:{exporter.http_port}/-/ready")[0] == 200
     assert _get(f"http://127.0.0.1:{exporter.http_port}/other")[0] == 404
