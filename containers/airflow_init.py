@@ -6,7 +6,8 @@
 3. the object store's bucket (the one of ``TRAINYARD_LAKE__ROOT``; MLflow's artifacts live there
    too);
 4. the pipeline's MLflow user (``MLFLOW_TRACKING_USERNAME``), created through MLflow's auth REST
-   API as ``admin``, or given the password in ``.env`` again when it exists.
+   API as ``admin``, or given the password in ``.env`` again when it exists; and each team's
+   (``team-<team>``, for every ``MLFLOW_TEAM_<TEAM>_PASSWORD`` it is given), the same way.
 
 Every step can run again: compose runs this on each ``docker compose up``. Passwords are read
 from the environment and never printed.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ from typing import Literal
 from urllib.parse import urlparse
 
 MLFLOW_ADMIN = "admin"
+_TEAM_PASSWORD = re.compile(r"MLFLOW_TEAM_(?P<team>[A-Z0-9_]+)_PASSWORD")
 
 
 class MlflowApiError(RuntimeError):
@@ -144,7 +147,27 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
         environ["MLFLOW_TRACKING_PASSWORD"],
     )
     print(f"airflow-init: MLflow user {username} {outcome}")
+    for team, password in team_passwords(environ).items():
+        user = f"team-{team}"  # pipeline_steps.core.team_credentials.team_user
+        outcome = ensure_mlflow_user(
+            environ["TRAINYARD_MLFLOW__TRACKING_URI"],
+            environ["MLFLOW_ADMIN_PASSWORD"],
+            user,
+            password,
+        )
+        print(f"airflow-init: MLflow user {user} {outcome}")
     return 0
+
+
+def team_passwords(environ: Mapping[str, str]) -> dict[str, str]:
+    """Each team's MLflow password the deployment holds (``MLFLOW_TEAM_<TEAM>_PASSWORD``), by
+    team."""
+    found = {}
+    for key, value in environ.items():
+        match = _TEAM_PASSWORD.fullmatch(key)
+        if match and value:
+            found[match["team"].lower().replace("_", "-")] = value
+    return found
 
 
 if __name__ == "__main__":

@@ -28,9 +28,12 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATION_LOG = "/dev/termination-log"
-LONG_RUNNING = (*SERVICES, *PROCESSES)
+TEAM_WORKERS = ("airflow-worker-revenue",)
+"""The workers of the compose file's teams (the shipped hotel example's, revenue)."""
+LONG_RUNNING = (*SERVICES, *PROCESSES, *TEAM_WORKERS)
 """The profile's services that run until stopped, each with a health check: the ones
-``trainyard services up`` starts and the ones it uses (a test holds the two files together)."""
+``trainyard services up`` starts and the ones it uses (a test holds the two files together),
+and the teams' workers."""
 ONE_SHOT = ("volume-init", "airflow-init")
 """The profile's services that run once on each ``up`` and exit."""
 XCOM_DIR = "/airflow/xcom"
@@ -147,6 +150,7 @@ def env_file(path: Path) -> dict[str, str]:
         "MLFLOW_TRACKING_USERNAME": "trainyard",
         "MLFLOW_TRACKING_PASSWORD": secrets.token_urlsafe(24),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_urlsafe(32),
+        "MLFLOW_TEAM_REVENUE_PASSWORD": secrets.token_urlsafe(24),
         "PUBLISH_ADDRESS": "127.0.0.1",
         "AIRFLOW_PORT": str(free_port()),
         "MLFLOW_PORT": str(free_port()),

@@ -1,8 +1,9 @@
 """``docker compose up`` of the production profile on a real engine: docker-compose.yaml as users
 run it, with containers/offline/compose.yaml standing in for the three public images no registry
-serves here. Every service healthy (two Celery workers), a demo date trained through the
-authenticated REST API, the outcome read back from the authenticated MLflow server and what the
-run left in Prometheus, then ``docker compose down -v``.
+serves here. Every service healthy (two Celery workers and team revenue's own), a demo date
+trained through the authenticated REST API, the outcome read back from the authenticated MLflow
+server and what the run left in Prometheus, the team's queue, worker and MLflow user kept to the
+team, then ``docker compose down -v``.
 
 The project runs under a name and ports of its own, so a profile a user started is left alone.
 """
@@ -125,6 +126,37 @@ def test_compose_profile_trains_a_demo_date_through_the_rest_api(
     }
     for what, expr in wanted.items():
         wait_until(f"Prometheus: {what} ({expr})", lambda e=expr: _query(prometheus, e), 120, 3)
+
+    # Team revenue (the hotel example's): its tasks go to its own queue, which its worker
+    # takes, and that worker writes as the team's user, who may read the flights model (the
+    # deployment user's) but not write it; the shared worker holds no team's password.
+    tasks = api.get("/api/v2/dags/hotel_rate_training/tasks")["tasks"]
+    assert {t["queue"] for t in tasks} == {"team-revenue"}, [
+        (t["task_id"], t["queue"]) for t in tasks
+    ]
+    queues = compose(
+        "exec",
+        "-T",
+        "airflow-worker-revenue",
+        "sh",
+        "-c",
+        'celery --broker "$AIRFLOW__CELERY__BROKER_URL" inspect active_queues '
+        '-d "celery@$HOSTNAME"',
+    )
+    assert "'name': 'team-revenue'" in queues, queues
+    shared = compose(
+        "exec", "-T", "airflow-worker", "printenv", "MLFLOW_TEAM_REVENUE_PASSWORD", check=False
+    )
+    assert shared.strip() == "", "the shared worker holds team revenue's password"
+    from mlflow.exceptions import MlflowException
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_USERNAME", "team-revenue")
+        patch.setenv("MLFLOW_TRACKING_PASSWORD", values["MLFLOW_TEAM_REVENUE_PASSWORD"])
+        team = MlflowClient(tracking_uri=mlflow_url, registry_uri=mlflow_url)
+        assert team.get_registered_model("flight_delay").name == "flight_delay"  # READ
+        with pytest.raises(MlflowException, match=r"403|PERMISSION_DENIED"):
+            team.set_registered_model_tag("flight_delay", "written_by", "team-revenue")
 
 
 def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:

@@ -133,7 +133,7 @@ def test_compose_gives_the_init_everything_it_reads(
 
     env = {key: str(value) for key, value in service["environment"].items()}
     assert airflow_init.main(env) == 0
-    migrate, gpu, team_gpu, team, passwords, bucket, user = calls
+    migrate, gpu, team_gpu, team, passwords, bucket, user, team_user = calls
     assert migrate == ["airflow", "db", "migrate"]
     # the GPU pool the training and tuning tasks take their slots from, before the scheduler;
     # the hotel example's team's GPU pool and the pool of its other tasks
@@ -150,6 +150,21 @@ def test_compose_gives_the_init_everything_it_reads(
         env["MLFLOW_ADMIN_PASSWORD"],
         "trainyard",
         env["MLFLOW_TRACKING_PASSWORD"],
+    )
+    # the hotel example's team's own user, with the password its worker alone holds
+    assert team_user == (
+        "http://mlflow:5000",
+        env["MLFLOW_ADMIN_PASSWORD"],
+        "team-revenue",
+        env["MLFLOW_TEAM_REVENUE_PASSWORD"],
+    )
+    worker = compose()["services"]["airflow-worker-revenue"]
+    assert worker["command"] == ["airflow", "celery", "worker", "--queues", "team-revenue"]
+    assert "MLFLOW_TEAM_REVENUE_PASSWORD" in worker["environment"]
+    assert worker["environment"]["MLFLOW_TRACKING_USERNAME"] == "team-revenue"
+    assert worker["environment"]["MLFLOW_TRACKING_PASSWORD"] == env["MLFLOW_TEAM_REVENUE_PASSWORD"]
+    assert (
+        "MLFLOW_TEAM_REVENUE_PASSWORD" not in compose()["services"]["airflow-worker"]["environment"]
     )
     # the api-server reads the passwords file the init wrote
     for name in ("airflow-init", "airflow-apiserver"):

@@ -31,8 +31,9 @@ ONE_SHOT = {"volume-init", "airflow-init"}
 RUNS_AS_ROOT = {"volume-init"}
 """Gives fresh volumes (created by Docker as root's) to the services' users, and exits."""
 AIRFLOW_SERVICES = {name for name in (*PROCESSES, "airflow-init") if name.startswith("airflow-")}
-COMPOSE_SECRETS = SECRETS
-"""What compose needs secret: the profile's generated secrets (the Redis password among them)."""
+COMPOSE_SECRETS = (*SECRETS, "MLFLOW_TEAM_REVENUE_PASSWORD")
+"""What compose needs secret: the profile's generated secrets (the Redis password among them),
+and the MLflow password of the shipped hotel example's team, revenue."""
 
 
 _VARIABLE = re.compile(
