@@ -25,6 +25,7 @@ import pytest
 
 from pipeline_steps.services.profile import PROCESSES, SERVICES
 from tests.conftest import free_port
+from tests.dags.templates import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINATION_LOG = "/dev/termination-log"
@@ -120,7 +121,9 @@ def docker_run(
     for source in pod.get("env_from") or []:  # a Secret the test stands in for, or a KeyError
         for name, value in (secret_values or {})[source.secret_ref.name].items():
             options += ["--env", f"{name}={value}"]
-    limits = pod["container_resources"].limits
+    # a training pod's memory is the run's own when it asks (a template the task renders):
+    # a run asking nothing takes the settings'
+    limits = {k: rendered(v) for k, v in pod["container_resources"].limits.items()}
     options += ["--cpus", limits["cpu"], "--memory", _memory(limits["memory"])]
     command: Sequence[str] = pod["cmds"] + pod["arguments"]
     return [*options, "--entrypoint", command[0], pod["image"], *command[1:]]

@@ -110,7 +110,7 @@ def test_the_prometheus_configuration_scrapes_the_pushgateway_and_loads_the_rule
     assert job["static_configs"] == [{"targets": ["pushgateway:9091"]}]
     assert config["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
     (rules,) = config["rule_files"]
-    assert Path(rules).read_text().count("- alert: ") == 6
+    assert Path(rules).read_text().count("- alert: ") == 8
     argv = ["prometheus-config", "--pushgateway", "p:9091", "--airflow", "statsd-exporter:9102"]
     assert main(argv) == 0
     jobs = yaml.safe_load(capsys.readouterr().out)["scrape_configs"]
