@@ -65,6 +65,7 @@ class Trainer:
     _seen: int = 0
 
     def __post_init__(self) -> None:
+        self._data = self.sharing.data  # which rows this process reads: every step asks
         accumulation = self.cfg.grad_accumulation
         self.plan = Plan(
             epoch_steps=tuple(b // accumulation for b in self.micro_batches),
@@ -72,7 +73,7 @@ class Trainer:
             world_size=self.procs.world_size,
             rank=self.procs.rank,
             master=self.procs.master,
-            readers=self.sharing.data.world_size,
+            readers=self._data.world_size,
         )
         self._parameters = list(self.fit.model.parameters())
 
@@ -104,9 +105,8 @@ class Trainer:
         self._carried, self._seen = self.fit.epoch_loss, 0
         self._loss_sum = torch.zeros((), device=self.procs.device)
         steps_left = (self.micro_batches[epoch] - batches) // cfg.grad_accumulation
-        data = self.sharing.data
         stream = epoch_steps(
-            self.table, self.pre, self.label, cfg, self.layout, data, epoch, skip=batches
+            self.table, self.pre, self.label, cfg, self.layout, self._data, epoch, skip=batches
         )
         for micro, waited in _timed(islice(stream, steps_left)):
             loss = self._learn(micro)
@@ -128,7 +128,7 @@ class Trainer:
             final = i == len(micro) - 1
             # gradients of a non-final accumulation batch stay local
             with nullcontext() if final else self.sharing.local_gradients(self.wrapped):
-                divisor = self.layout.loss_divisor(len(batch), self.sharing.data.world_size)
+                divisor = self.layout.loss_divisor(len(batch), self._data.world_size)
                 loss = self.sharing.learn(
                     self.wrapped, self.head, batch, divisor, self.fit.precision
                 )
@@ -195,8 +195,8 @@ class Trainer:
             cfg.batch_size,
             procs.device,
             self.fit.precision,
-            self.sharing.data.rank,
-            self.sharing.data.world_size,
+            self._data.rank,
+            self._data.world_size,
             forwards=self.validation_forwards,
         )
         learning_rate = float(self.fit.scheduler.get_last_lr()[0])
