@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,15 @@ def with_form(settings: Settings, params: Mapping[str, Any], config: str | None)
     changed = overrides_of(dict(params), settings)
     if not changed:
         return settings
-    run = load_settings(config, overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
-    return under_deployment(run, settings)
+    return under_deployment(with_changes(config, changed), settings)
+
+
+def with_changes(
+    config: str | PathLike[str] | None, changed: Sequence[tuple[str, Any, Any]]
+) -> Settings:
+    """The settings of ``config`` with ``changed``'s ``(setting, value, default)`` over them,
+    as the run's steps get them (``--set``); ``SettingsError`` as the loader raises it."""
+    return load_settings(config, overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
 
 
 def check_resources(domain: Settings, run: Settings) -> Resources:

@@ -15,7 +15,6 @@ waits for that day's data.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import date, timedelta
 from os import PathLike
@@ -23,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
+from pipeline_steps.core.deployment import under_deployment
 from pipeline_steps.core.manifests import to_json
-from pipeline_steps.core.settings import Settings, SettingsError, load_settings
+from pipeline_steps.core.settings import Settings, SettingsError
 from pipeline_steps.core.trigger import SettingOverride, Trigger, TriggerKind
 from pipeline_steps.orchestration.job_resources import (
     ResourcesRefused,
     check_resources,
-    with_form,
+    with_changes,
 )
 from pipeline_steps.orchestration.params import FORM, overrides_of, set_arguments
 
@@ -88,9 +88,9 @@ def describe_run(
         )
     params = dict(context.get("params") or {})
     changed = overrides_of(params, settings)
-    check_form(changed, config)
+    run = check_form(changed, config)
     try:  # what the job holds: within what the domain runs and the team's quota
-        check_resources(settings, with_form(settings, params, str(config) if config else None))
+        check_resources(settings, under_deployment(run, settings))
     except ResourcesRefused as exc:
         raise RunRefused(f"the trigger form's values are refused: {exc}") from exc
     evidence: dict[str, Any] = {}
@@ -116,12 +116,12 @@ def describe_run(
 
 def check_form(
     changed: list[tuple[str, Any, Any]], config: str | PathLike[str] | None = None
-) -> None:
-    """Load the settings (of the file ``config``, if given) with the form's changes, so rules
+) -> Settings:
+    """The settings (of the file ``config``, if given) with the form's changes, loaded so rules
     across fields are enforced before any step runs; the error names the form field and its
     setting."""
     try:
-        load_settings(config, overrides=[f"{s}={json.dumps(v)}" for s, v, _ in changed])
+        return with_changes(config, changed)
     except SettingsError as exc:
         message = str(exc)
         for name, field in FORM.items():
