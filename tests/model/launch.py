@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,3 +118,28 @@ def wait_for_checkpoint(
                 return at
         time.sleep(0.01)
     return None
+
+
+def run_killing_a_rank_mid_epoch(
+    ctx: RunContext, nproc: int, overrides: tuple[str, ...], rank: int = 1
+) -> tuple[LoopPosition, str, str]:
+    """Train ``ctx`` under torchrun (one restart allowed), SIGKILL ``rank`` once a mid-epoch
+    checkpoint of epoch 1 is written, and let the restarted workers finish: the checkpoint's
+    position and torchrun's stdout and stderr. Fails when no such checkpoint came or the
+    training did not end well."""
+    launcher = subprocess.Popen(
+        torchrun(ctx, nproc, overrides, max_restarts=1),
+        env=environment(ctx),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    at = wait_for_checkpoint(
+        ctx, lambda p: p.epoch == 1 and p.epoch_batches > 0, lambda: launcher.poll() is None
+    )
+    if at is not None:
+        rank_process(launcher.pid, rank=rank).send_signal(signal.SIGKILL)
+    stdout, stderr = launcher.communicate(timeout=600)
+    assert at is not None, f"no mid-epoch checkpoint of epoch 1 appeared: {stderr[-3000:]}"
+    assert launcher.returncode == 0, stderr[-3000:]
+    return at, stdout, stderr

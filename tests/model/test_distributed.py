@@ -1,8 +1,6 @@
 """DDP on CPU: two torchrun ranks (gloo) train together, match one rank with twice the batch,
 and survive a rank killed with SIGKILL mid-epoch."""
 
-import signal
-import subprocess
 from pathlib import Path
 
 import mlflow
@@ -12,7 +10,7 @@ from pipeline_steps.core.context import RunContext
 from pipeline_steps.steps.train import train
 from tests.model import launch
 from tests.model.conftest import assert_same_weights, final_weights, prepare, states_of
-from tests.model.launch import environment, manifest_of, rank_process
+from tests.model.launch import manifest_of
 
 pytestmark = pytest.mark.slow
 BASE = (*launch.SMALL_SET, "train.epochs=3")
@@ -21,10 +19,6 @@ BASE = (*launch.SMALL_SET, "train.epochs=3")
 @pytest.fixture
 def prepared(prepare_run):
     return lambda run_id, *overrides: prepare_run(run_id, *BASE, *overrides)
-
-
-def torchrun(ctx: RunContext, nproc: int, *overrides: str, max_restarts: int = 0) -> list[str]:
-    return launch.torchrun(ctx, nproc, (*BASE, *overrides), max_restarts)
 
 
 def run_torchrun(ctx: RunContext, nproc: int, *overrides: str) -> str:
@@ -86,24 +80,8 @@ def test_a_rank_killed_mid_epoch_resumes_and_ends_with_the_same_weights(prepared
     reference, killed = prepared("steady", *slow), prepared("killed", *slow)
     run_torchrun(reference, 2, *slow)
 
-    launcher = subprocess.Popen(
-        torchrun(killed, 2, *slow, max_restarts=1),
-        env=environment(killed),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    at = launch.wait_for_checkpoint(
-        killed, lambda p: p.epoch == 1 and p.epoch_batches > 0, lambda: launcher.poll() is None
-    )
-    victim = None
-    if at is not None:
-        victim = rank_process(launcher.pid, rank=1)
-        victim.send_signal(signal.SIGKILL)
-        killed_at = at.step
-    stdout, stderr = launcher.communicate(timeout=600)
-    assert victim is not None, "no mid-epoch checkpoint of epoch 1 appeared"
-    assert launcher.returncode == 0, stderr[-3000:]
+    at, stdout, _ = launch.run_killing_a_rank_mid_epoch(killed, 2, (*BASE, *slow))
+    killed_at = at.step
     manifest = manifest_of(stdout)
     resumed = manifest["resumed_from"]
     assert resumed is not None and resumed["epoch"] == 1 and resumed["step"] >= killed_at

@@ -2,9 +2,6 @@
 (gloo) follows the unsplit model trained by one process, and a rank killed mid-epoch resumes
 from the step checkpoint to the same end."""
 
-import signal
-import subprocess
-
 import mlflow
 import pytest
 import torch
@@ -12,7 +9,7 @@ import torch
 from pipeline_steps.steps.train import train
 from tests.model import launch
 from tests.model.conftest import final_weights, states_of
-from tests.model.launch import environment, manifest_of, rank_process
+from tests.model.launch import manifest_of
 
 pytestmark = pytest.mark.slow
 BASE = (
@@ -33,23 +30,8 @@ def test_two_stages_follow_the_unsplit_model_and_resume_after_a_killed_rank(prep
     assert single is not None
 
     staged = prepare_run("staged", *BASE, *PIPELINE)
-    launcher = subprocess.Popen(
-        launch.torchrun(staged, 2, (*BASE, *PIPELINE), max_restarts=1),
-        env=environment(staged),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    at = launch.wait_for_checkpoint(
-        staged, lambda p: p.epoch == 1 and p.epoch_batches > 0, lambda: launcher.poll() is None
-    )
-    victim = None
-    if at is not None:  # the last stage, which holds the head and computes the loss
-        victim = rank_process(launcher.pid, rank=1)
-        victim.send_signal(signal.SIGKILL)
-    stdout, stderr = launcher.communicate(timeout=600)
-    assert victim is not None and at is not None, f"no mid-epoch checkpoint: {stderr[-3000:]}"
-    assert launcher.returncode == 0, stderr[-3000:]
+    # rank 1: the last stage, which holds the head and computes the loss
+    at, stdout, stderr = launch.run_killing_a_rank_mid_epoch(staged, 2, (*BASE, *PIPELINE))
     assert "pipeline: stage 1 of 2" in stderr
     manifest = manifest_of(stdout)
     assert manifest["world_size"] == 2 and manifest["steps"] == single.steps
