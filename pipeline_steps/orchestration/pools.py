@@ -1,7 +1,8 @@
 """Airflow's share of the GPUs: the pool of GPU slots and the priority of the tasks taking them.
 
 The train task and each tuning trial take one slot of ``orchestration.gpu_pool`` per GPU they
-use, so Airflow starts no more GPU work than the pool holds; when slots are short, the
+use, so Airflow starts no more GPU work than the pool holds (without GPUs, a slot of the team's
+training pool ``train-<team>``); when slots are short, the
 scheduler starts the waiting task of highest priority first (training over tuning, rule
 ``absolute``: a task's own weight, whatever follows it). The pool itself is created where
 Airflow is set up (:mod:`pipeline_steps.services.gpu_pool`).
@@ -37,9 +38,9 @@ def gpu_task_args(
 ) -> dict[str, Any]:
     """The operator arguments of a task holding ``gpus`` GPUs at ``priority``: the GPU pool with
     one slot per GPU (Airflow's default pool when it holds none, or no pool is set). A
-    ``training`` without GPUs takes a slot of its team's training pool (:func:`train_pool`)
-    when the team has a quota. Raises ``SettingsError`` when the task needs more slots than the
-    pool has: it would never start."""
+    ``training`` without GPUs (the train task, a tuning trial) takes a slot of its team's
+    training pool (:func:`train_pool`) when the team has a quota. Raises ``SettingsError`` when
+    the task needs more slots than the pool has: it would never start."""
     orch = settings.orchestration
     args: dict[str, Any] = {"priority_weight": priority, "weight_rule": "absolute"}
     trainings = train_pool(settings) if training else ""

@@ -133,13 +133,17 @@ class PrepareStudyOperator(BaseOperator):
 
 def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
     """The mapped trial task under the configured runtime, over ``slots``. A trial trains in
-    one pod (or process): it takes that pod's GPUs from the GPU pool, at tuning's priority."""
+    one pod (or process): it takes that pod's GPUs from the GPU pool, or without GPUs a slot of
+    its team's training pool as a job's training does, at tuning's priority (a waiting job's
+    training goes first)."""
     gpus = step_gpus(settings, nodes=1)
     common = {
         "task_id": "trial",
         "max_active_tis_per_dagrun": settings.tuning.max_parallel_trials,
         **retry_args(settings),
-        **gpu_task_args(settings, gpus, settings.orchestration.tuning_priority),
+        **gpu_task_args(
+            settings, gpus, settings.orchestration.tuning_priority, training=True
+        ),
     }
     if settings.orchestration.runtime == "kubernetes":
         from pipeline_steps.orchestration.trial_pod import PodTrialOperator

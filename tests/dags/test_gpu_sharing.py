@@ -51,6 +51,26 @@ def test_on_kubernetes_training_outranks_tuning_for_the_gpu_slots(monkeypatch) -
     assert (trial["priority_weight"], trial["weight_rule"]) == (1, "absolute")
 
 
+def test_with_a_quota_a_teams_trials_take_its_training_slots_below_its_jobs(
+    monkeypatch, tmp_path
+) -> None:
+    """On CPU, a tuning trial is a training like a job's: it takes a slot of the team's
+    training pool, so a study's parallel trials stay within the team's ``runs``, and at
+    tuning's priority, so a job waiting for the slot goes first."""
+    dags = _dags(
+        monkeypatch,
+        TRAINYARD_HOME=str(tmp_path / "home"),
+        TRAINYARD_ORCHESTRATION__QUOTAS="{revenue: {runs: 2}}",
+    )
+    train = dags["hotel_rate_training"].get_task("train")
+    trial = dags["hotel_rate_tuning"].get_task("trial").partial_kwargs
+    assert (train.pool, train.pool_slots) == ("train-revenue", 1)
+    assert (trial["pool"], trial["pool_slots"]) == ("train-revenue", 1)
+    assert trial["priority_weight"] < train.priority_weight
+    # a domain whose team has no quota keeps the trials in its worker pool
+    assert dags["flight_delay_tuning"].get_task("trial").partial_kwargs.get("pool") is None
+
+
 def test_a_multi_node_job_takes_a_slot_per_gpu_of_every_node(monkeypatch) -> None:
     dags = _dags(
         monkeypatch,

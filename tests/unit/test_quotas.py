@@ -59,7 +59,7 @@ def test_every_domain_runs_under_the_deployments_quotas(tmp_path: Path) -> None:
         "pool": "train-revenue",
         "pool_slots": 1,
     }
-    assert "pool" not in gpu_task_args(hotel.settings, 0, 1)  # a tuning trial: no such pool
+    assert "pool" not in gpu_task_args(hotel.settings, 0, 1)  # a task that is no training
     pools = {p.name: p.slots for p in domain_pools(hotel.settings)}
     assert pools == {"gpu-revenue": 4, "team-revenue": 16, "train-revenue": 3}
 
