@@ -141,9 +141,7 @@ def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
         "task_id": "trial",
         "max_active_tis_per_dagrun": settings.tuning.max_parallel_trials,
         **retry_args(settings),
-        **gpu_task_args(
-            settings, gpus, settings.orchestration.tuning_priority, training=True
-        ),
+        **gpu_task_args(settings, gpus, settings.orchestration.tuning_priority, training=True),
     }
     if settings.orchestration.runtime == "kubernetes":
         from pipeline_steps.orchestration.trial_pod import PodTrialOperator
