@@ -311,6 +311,9 @@ evaluate:
 train:
 {{ d.sizes.steps_note | wrap("  # ") }}
   min_steps_per_epoch: {{ d.sizes.min_steps_per_epoch }}
+{%- if d.sizes.batch_size != d.default_batch_size %}
+  batch_size: {{ d.sizes.batch_size }}
+{%- endif %}
 tuning:
   search_space: {{ (d.folder ~ "/tuning.yaml") | tojson }}
 orchestration:

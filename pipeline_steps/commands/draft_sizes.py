@@ -4,8 +4,10 @@ The defaults fit the shipped binary example: 900 rows a day, a one-day holdout o
 a month of training rows in batches of 512. A smaller domain needs more holdout days for the gate to
 decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and more passes over
 its training set an epoch for enough optimizer steps (``train.min_steps_per_epoch``, not smaller
-batches: batches of 32 trained a worse network than 100 batches of 512 on the same rows);
-``init-domain`` drafts both into ``settings.yaml`` and says why.
+batches: batches of 32 trained a worse network than 100 batches of 512 on the same rows). A
+window whose training rows do not fill one batch of 512 gets a smaller batch (``train.batch_size``,
+a power of two at most half its rows): the train step refuses a set smaller than one batch.
+``init-domain`` drafts them into ``settings.yaml`` and says why.
 """
 
 from __future__ import annotations
@@ -22,18 +24,24 @@ HOLDOUT_ROOM = 1.5
 days vary."""
 MAX_HOLDOUT_DAYS = 30
 """The longest holdout drafted."""
+BATCH_ROOM = 2
+"""A drafted batch smaller than ``train.batch_size`` is at most this fraction of the window's
+fitting rows at the sample's rate: windows hold fewer rows on quiet days, and a tuning trial
+draws twice the batch."""
+MIN_BATCH = 8
 
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    """``evaluate.holdout_days``, ``features.window_days`` and ``train.min_steps_per_epoch``, with
-    why."""
+    """``evaluate.holdout_days``, ``features.window_days``, ``train.min_steps_per_epoch`` and
+    ``train.batch_size``, with why."""
 
     holdout_days: int
     window_days: int
     min_steps_per_epoch: int
     holdout_note: str
     steps_note: str
+    batch_size: int = TrainSettings().batch_size
 
 
 def _rarest_judged(
@@ -103,19 +111,28 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
         )
     train = TrainSettings()
     train_rows = label.present / spanned * (window - holdout)
-    one_pass = train_rows * (1 - train.validation_fraction) / train.batch_size
+    fitting = train_rows * (1 - train.validation_fraction)
+    batch = train.batch_size
+    smaller = ""
+    if fitting < BATCH_ROOM * batch:
+        batch = max(MIN_BATCH, 2 ** int(math.log2(max(fitting / BATCH_ROOM, 1))))
+        smaller = (
+            f" Batches of {train.batch_size} would not fit ({fitting:,.0f} fitting rows): the "
+            f"batch is {batch}, at most 1/{BATCH_ROOM} of them."
+        )
+    one_pass = fitting / batch
     floor = train.min_steps_per_epoch
     if one_pass < floor:
         steps_note = (
             f"About {train_rows:,.0f} training rows in the window at the sample's rate: one pass "
-            f"in batches of {train.batch_size} is {one_pass:.0f} optimizer step(s), so each epoch "
+            f"in batches of {batch} is {one_pass:.0f} optimizer step(s), so each epoch "
             f"passes over the set again until it has {floor} (a network trained on few steps "
             "loses to the logistic baseline)."
         )
     else:
         steps_note = (
             f"About {train_rows:,.0f} training rows in the window at the sample's rate: one pass "
-            f"in batches of {train.batch_size} is {one_pass:.0f} optimizer steps, at least the "
+            f"in batches of {batch} is {one_pass:.0f} optimizer steps, at least the "
             f"{floor} an epoch needs."
         )
-    return Sizes(holdout, window, floor, holdout_note, steps_note)
+    return Sizes(holdout, window, floor, holdout_note, steps_note + smaller, batch)

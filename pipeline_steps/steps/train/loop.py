@@ -389,9 +389,12 @@ def _micro_batches(table: TrainingTable, cfg: TrainSettings, layout: Layout) -> 
         for e in range(cfg.epochs)
     ]
     if micro_batches[0] == 0:
+        fitting = sum(table.fit_rows)
         raise StepError(
             f"training set {table.path} has too few rows per process for one step of "
             f"train.batch_size={cfg.batch_size} x train.grad_accumulation={cfg.grad_accumulation}"
+            f": {fitting} row(s) to fit over {layout.world_size} process(es); lower "
+            "train.batch_size (or the processes), or lengthen features.window_days"
         )
     return micro_batches
 
