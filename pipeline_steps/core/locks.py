@@ -2,7 +2,8 @@
 PostgreSQL advisory lock for a ``postgresql...`` URL.
 
 Promotion (``promotion.lock``) and tuning claims (``tuning.storage``) take one around a
-read-compare-write that the store behind it cannot do atomically.
+read-compare-write that the store behind it cannot do atomically; a process opening a database
+store (Optuna's, MLflow's) takes one around its first use, which creates the store's tables.
 """
 
 from __future__ import annotations
@@ -70,3 +71,20 @@ def _advisory_lock(url: str, name: str) -> Iterator[None]:
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(hashtext(:name))"), key)
     finally:
         engine.dispose()
+
+
+@contextmanager
+def store_lock(url: str, name: str, *, setting: str, sqlite_suffix: str = "") -> Iterator[bool]:
+    """Hold a lock of the database store at the SQLAlchemy ``url`` and yield True: on
+    PostgreSQL the advisory lock ``name``, beside a SQLite database the file lock of the
+    database's name and ``sqlite_suffix``; yield False for a store with neither (a server)."""
+    if url.startswith("sqlite:///"):
+        database = Path(url.removeprefix("sqlite:///"))
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(str(database.parent), database.name + sqlite_suffix, setting=setting):
+            yield True
+    elif url.startswith("postgresql"):
+        with exclusive(url, name, setting=setting):
+            yield True
+    else:
+        yield False

@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pipeline_steps.core.locks import store_lock
 from pipeline_steps.core.settings import MlflowSettings
 from pipeline_steps.core.trigger import Trigger
 from pipeline_steps.core.usage import RunCost
@@ -32,13 +33,23 @@ def connect(settings: MlflowSettings) -> Any:
 
 @cache
 def _client(tracking_uri: str, experiment: str, artifact_root: str) -> Any:
-    """One client per store and process: opening a store checks its schema, which takes a while."""
+    """One client per store and process: opening a store checks its schema, which takes a while.
+
+    A database store (not a tracking server) is opened under its lock: its first use creates
+    its tables, and the processes of several runs starting at once (a deployment's first runs,
+    a study's first trials) collided on them, as on the experiment they create."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
-    if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(tracking_uri, tracking_uri)
+    with store_lock(
+        tracking_uri, "mlflow:store", setting="mlflow.tracking_uri", sqlite_suffix=".open"
+    ):
+        client = MlflowClient(tracking_uri, tracking_uri)
+        _ensure_experiment(client, experiment, artifact_root)
+    return client
+
+
+def _ensure_experiment(client: Any, experiment: str, artifact_root: str) -> None:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         location = artifact_root
@@ -51,7 +62,6 @@ def _client(tracking_uri: str, experiment: str, artifact_root: str) -> Any:
         )
     elif EXPERIMENT_KIND not in (found.tags or {}):
         client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, TRAINING_KIND)
-    return client
 
 
 EXPERIMENT_KIND = "mlflow.experimentKind"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline_steps.core.locks import exclusive
+from pipeline_steps.core.locks import store_lock
 from pipeline_steps.core.manifests import FeaturesManifest
 from pipeline_steps.core.settings import Settings, TuningSettings
 from pipeline_steps.tuning.space import SearchSpace
@@ -54,7 +54,10 @@ def storage(cfg: TuningSettings) -> Any:
         engine = {"connect_args": {"timeout": 60}}  # trial processes write at the same time
     else:
         engine = {"pool_pre_ping": True}
-    with warnings.catch_warnings(), _storage_lock(url, "optuna:schema", ".schema"):
+    # Opening a storage creates its tables on first use; two first uses at once (two teams'
+    # first studies in one database) collided on PostgreSQL's CREATE TYPE without this lock.
+    lock = store_lock(url, "optuna:schema", setting="tuning.storage", sqlite_suffix=".schema")
+    with warnings.catch_warnings(), lock:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.storages.RDBStorage(
             url,
@@ -62,27 +65,6 @@ def storage(cfg: TuningSettings) -> Any:
             heartbeat_interval=cfg.heartbeat_s,
             grace_period=cfg.stale_after_s,
         )
-
-
-@contextlib.contextmanager
-def _storage_lock(url: str, name: str, sqlite_suffix: str = "") -> Iterator[bool]:
-    """Hold a lock of the storage at ``url`` and yield True: on PostgreSQL the advisory lock
-    ``name``, beside a SQLite database the file lock of its name and ``sqlite_suffix``; yield
-    False for a storage with neither.
-
-    Opening a storage creates its tables on first use; two first uses at once (two teams' first
-    studies in one database) collided on PostgreSQL's ``CREATE TYPE`` without the ``schema``
-    lock."""
-    if url.startswith("sqlite:///"):
-        database = Path(url.removeprefix("sqlite:///"))
-        lock = database.name + sqlite_suffix
-        with exclusive(str(database.parent), lock, setting="tuning.storage"):
-            yield True
-    elif url.startswith("postgresql"):
-        with exclusive(url, name, setting="tuning.storage"):
-            yield True
-    else:
-        yield False
 
 
 def make_sampler(cfg: TuningSettings, space: SearchSpace, seed: int) -> Any:
@@ -186,7 +168,7 @@ def study_lock(cfg: TuningSettings, name: str) -> Iterator[None]:
     """One claim at a time per study: a file lock beside a SQLite storage, an advisory lock on
     PostgreSQL. Claims count the run's running trials and seed the sampler by the study's trial
     count, which must not change between the count and the ask."""
-    with _storage_lock(cfg.storage, f"study:{name}") as held:
+    with store_lock(cfg.storage, f"study:{name}", setting="tuning.storage") as held:
         if not held:
             log.warning(
                 "no claim lock for storage %s: parallel claims may exceed parallel_trials",

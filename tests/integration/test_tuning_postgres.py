@@ -8,7 +8,6 @@ import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import Any
 
 import optuna
 import psycopg2
@@ -60,36 +59,6 @@ def _claim(home: str, storage: str, study: str, run_id: str, slot: int) -> objec
     except trials.LaneBusy:
         return None
     return claim.number, claim.settings
-
-
-def _open_storage(storage: str, ready: Any, opened: Any) -> None:
-    """A domain's first tuning task opening the shared storage, once every one is ready."""
-    from pipeline_steps.core.settings import TuningSettings
-    from pipeline_steps.tuning.study import storage as open_storage
-
-    ready.wait()
-    try:
-        open_storage(TuningSettings(storage=storage))
-        opened.put("opened")
-    except Exception as exc:
-        opened.put(f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-
-
-def test_several_domains_first_studies_open_one_new_storage_at_once(optuna_database) -> None:
-    """Teams' domains share the deployment's study database; their first tuning runs open it
-    at once, and Optuna creates its tables on first use: without the storage's schema lock,
-    all but one failed on PostgreSQL's ``CREATE TYPE studydirection`` (a unique violation)."""
-    ctx = get_context("spawn")
-    ready, opened = ctx.Barrier(6), ctx.Queue()
-    processes = [
-        ctx.Process(target=_open_storage, args=(optuna_database, ready, opened)) for _ in range(6)
-    ]
-    for process in processes:
-        process.start()
-    results = [opened.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=60)
-    assert results == ["opened"] * 6, results
 
 
 def test_trials_claim_and_train_at_once_on_postgres(lake_home, optuna_database) -> None:
