@@ -5,8 +5,9 @@ a month of training rows in batches of 512. A smaller domain needs more holdout 
 decide on (``gate.min_positives`` positive rows, or ``gate.min_rows`` rows), and more passes over
 its training set an epoch for enough optimizer steps (``train.min_steps_per_epoch``, not smaller
 batches: batches of 32 trained a worse network than 100 batches of 512 on the same rows). A
-window whose training rows do not fill one batch of 512 gets a smaller batch (``train.batch_size``,
-a power of two at most half its rows): the train step refuses a set smaller than one batch.
+window whose rows to fit do not fill two batches of 512 gets a smaller batch (``train.batch_size``,
+a power of two at most half of them): the train step refuses a set smaller than one batch, and
+a tuning trial draws up to twice the batch.
 ``init-domain`` drafts them into ``settings.yaml`` and says why.
 """
 
@@ -25,10 +26,10 @@ days vary."""
 MAX_HOLDOUT_DAYS = 30
 """The longest holdout drafted."""
 BATCH_ROOM = 2
-"""A drafted batch smaller than ``train.batch_size`` is at most this fraction of the window's
-fitting rows at the sample's rate: windows hold fewer rows on quiet days, and a tuning trial
-draws twice the batch."""
+"""A window's rows to fit hold at least this many drafted batches: a tuning trial draws up to
+twice the batch (``tuning.yaml``)."""
 MIN_BATCH = 8
+"""The smallest batch drafted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +118,15 @@ def draft_sizes(profile: SampleProfile, roles: Roles) -> Sizes:
     if fitting < BATCH_ROOM * batch:
         batch = max(MIN_BATCH, 2 ** int(math.log2(max(fitting / BATCH_ROOM, 1))))
         smaller = (
-            f" Batches of {train.batch_size} would not fit ({fitting:,.0f} fitting rows): the "
-            f"batch is {batch}, at most 1/{BATCH_ROOM} of them."
+            f" {fitting:,.0f} rows to fit do not hold batches of {train.batch_size} twice (a "
+            f"trial draws up to twice the batch): the batch is {batch}"
+            + (
+                f", at most 1/{BATCH_ROOM} of them."
+                if batch * BATCH_ROOM <= fitting
+                else ", the smallest drafted, which they do not hold twice: lengthen "
+                "features.window_days (the train step refuses a window with fewer rows to fit "
+                "than a batch)."
+            )
         )
     one_pass = fitting / batch
     floor = train.min_steps_per_epoch

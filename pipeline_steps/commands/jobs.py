@@ -6,7 +6,8 @@ form's values as its conf (the form checks them again when the run starts). What
 (processes, nodes, GPUs, memory) comes from the form's processes and the domain's settings;
 ``submit`` refuses a job its team's quota (``orchestration.quotas``, the deployment's) can
 never hold, or one beyond the team's queue, naming the limit. Admitted jobs wait in Airflow's
-own queue: a CPU job's train task for a slot of ``train-<team>`` (``runs`` slots), a GPU job's
+own queue: a CPU job's train task for a slot of ``train-<team>`` (``runs`` slots, which the
+team's tuning trials take too, at a lower priority), a GPU job's
 for the team's GPU pool, the highest priority first (:mod:`pipeline_steps.orchestration.policy`),
 then the earlier day, then the earlier submission.
 
@@ -39,7 +40,7 @@ from pipeline_steps.orchestration.job_resources import (
     with_form,
 )
 from pipeline_steps.orchestration.params import FORM, PRIORITY, schema
-from pipeline_steps.orchestration.pools import train_pool
+from pipeline_steps.orchestration.pools import TRIAL_TASK, train_pool
 from pipeline_steps.services.airflow_api import AirflowApi, AirflowApiError
 
 RECENT_RUNS = 10
@@ -277,7 +278,31 @@ def team_jobs(
             )
         )
     typical = {dag: _typical_s(api, dag) for dag in {j.dag_id for j in jobs}}
-    return _in_queue(jobs, domains, typical, now, _live_etas(domains))
+    return _in_queue(jobs, domains, typical, now, _live_etas(domains), _trial_slots(api, domains))
+
+
+def _trial_slots(api: AirflowApi, domains: Sequence[DomainFile]) -> dict[str, int]:
+    """The slots of each team's training pool its tuning trials hold (running or queued):
+    a trial takes one as a job's training does, and its end is not estimated."""
+    pools = {
+        f"{d.name}_tuning": (d.settings.domain.team or d.name, train_pool(d.settings))
+        for d in domains
+    }
+    pools = {dag: held for dag, held in pools.items() if held[1]}
+    if not pools:
+        return {}
+    trials = _list(
+        api,
+        "/api/v2/dags/~/dagRuns/~/taskInstances/list",
+        {"dag_ids": sorted(pools), "task_ids": [TRIAL_TASK], "state": ["queued", "running"]},
+        "task_instances",
+    )
+    held: dict[str, int] = {}
+    for trial in trials:
+        team, pool = pools.get(trial.get("dag_id", ""), ("", ""))
+        if trial.get("task_id") == TRIAL_TASK and pool and trial.get("pool") == pool:
+            held[team] = held.get(team, 0) + 1
+    return held
 
 
 def _kind(run: Mapping[str, Any]) -> str:
@@ -297,10 +322,13 @@ def _in_queue(
     typical: Mapping[str, float | None],
     now: datetime,
     live: Mapping[str, float],
+    trial_slots: Mapping[str, int] | None = None,
 ) -> list[Job]:
     """``jobs`` with each waiting one's position in its team's queue and the running and
     waiting ones' estimated times: the team's ``runs`` slots each free when its job ends, the
-    next waiting job taking the first freed."""
+    next waiting job taking the first freed; a slot a tuning trial holds (``trial_slots``)
+    frees at a time not estimated."""
+    trial_slots = trial_slots or {}
     slots_of = {}
     for d in domains:
         quota = team_quota(d.settings)
@@ -324,7 +352,9 @@ def _in_queue(
             placed.append(_replace(job, ends_in_s=left))
         slots = slots_of.get(team)
         if slots is not None:
-            free_at += [0.0] * max(0, slots - len(running))
+            held = trial_slots.get(team, 0)
+            free_at += [None] * held
+            free_at += [0.0] * max(0, slots - len(running) - held)
         for position, job in enumerate(waiting, start=1):
             start = _take_slot(free_at, slots)
             run_s = typical.get(job.dag_id)
@@ -337,10 +367,13 @@ def _in_queue(
 
 
 def _take_slot(free_at: list[float | None], slots: int | None) -> float | None:
-    """When the first slot frees (taking it), None when it cannot be known."""
-    if slots is None or not free_at or any(t is None for t in free_at):
+    """When the first slot frees (taking it): at once when one is free, else None when a
+    slot's end cannot be known."""
+    if slots is None or not free_at:
         return None
     known = [t for t in free_at if t is not None]
+    if not known or (min(known) > 0 and len(known) < len(free_at)):
+        return None
     first = min(known)
     free_at.remove(first)
     return first

@@ -3,7 +3,8 @@ PostgreSQL advisory lock for a ``postgresql...`` URL.
 
 Promotion (``promotion.lock``) and tuning claims (``tuning.storage``) take one around a
 read-compare-write that the store behind it cannot do atomically; a process opening a database
-store (Optuna's, MLflow's) takes one around its first use, which creates the store's tables.
+store takes one around the opening, which creates the store's tables on first use (MLflow's
+once per process, Optuna's at each opening).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _advisory_lock(url: str, name: str) -> Iterator[None]:
 def store_lock(url: str, name: str, *, setting: str, sqlite_suffix: str = "") -> Iterator[bool]:
     """Hold a lock of the database store at the SQLAlchemy ``url`` and yield True: on
     PostgreSQL the advisory lock ``name``, beside a SQLite database the file lock of the
-    database's name and ``sqlite_suffix``; yield False for a store with neither (a server)."""
+    database's name and ``sqlite_suffix``; yield False for any other store (a tracking server,
+    another database)."""
     if url.startswith("sqlite:///"):
         database = Path(url.removeprefix("sqlite:///"))
         database.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 The train task and each tuning trial take one slot of ``orchestration.gpu_pool`` per GPU they
 use, so Airflow starts no more GPU work than the pool holds (without GPUs, a slot of the team's
-training pool ``train-<team>``); when slots are short, the
+training pool ``train-<team>`` when the team has a quota); when slots are short, the
 scheduler starts the waiting task of highest priority first (training over tuning, rule
 ``absolute``: a task's own weight, whatever follows it). The pool itself is created where
 Airflow is set up (:mod:`pipeline_steps.services.gpu_pool`).
@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline_steps.core.settings import Settings, SettingsError
+
+TRIAL_TASK = "trial"
+"""The tuning DAG's mapped trial task: a training that takes a slot as the train task does."""
 
 
 def step_gpus(settings: Settings, nodes: int) -> int:

@@ -23,7 +23,7 @@ from pipeline_steps.core.step_registry import TRAIN
 from pipeline_steps.core.team_credentials import as_team
 from pipeline_steps.orchestration.launch import step_argv
 from pipeline_steps.orchestration.params import TUNING_FORM, form_params, set_arguments
-from pipeline_steps.orchestration.pools import gpu_task_args, step_gpus
+from pipeline_steps.orchestration.pools import TRIAL_TASK, gpu_task_args, step_gpus
 from pipeline_steps.orchestration.runners import pod_arguments, retry_args
 from pipeline_steps.orchestration.trials import PREPARE_TASK, LocalTrialOperator, run_context
 
@@ -134,11 +134,11 @@ class PrepareStudyOperator(BaseOperator):
 def trial_tasks(settings: Settings, run_args: list[str], slots: Any) -> Any:
     """The mapped trial task under the configured runtime, over ``slots``. A trial trains in
     one pod (or process): it takes that pod's GPUs from the GPU pool, or without GPUs a slot of
-    its team's training pool as a job's training does, at tuning's priority (a waiting job's
-    training goes first)."""
+    its team's training pool (when the team has a quota) as a job's training does, at tuning's
+    priority (a waiting job's training above it goes first)."""
     gpus = step_gpus(settings, nodes=1)
     common = {
-        "task_id": "trial",
+        "task_id": TRIAL_TASK,
         "max_active_tis_per_dagrun": settings.tuning.max_parallel_trials,
         **retry_args(settings),
         **gpu_task_args(settings, gpus, settings.orchestration.tuning_priority, training=True),

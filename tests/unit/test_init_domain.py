@@ -460,7 +460,8 @@ def test_a_window_smaller_than_a_batch_gets_a_batch_it_fills_and_a_space_that_fi
     sizes = result.draft.sizes
     fitting = 306 / 282 * (sizes.window_days - sizes.holdout_days) * 0.9
     assert 8 <= sizes.batch_size <= fitting / 2 < 2 * sizes.batch_size
-    assert f"Batches of 512 would not fit ({fitting:,.0f} fitting rows)" in sizes.steps_note
+    assert f"{fitting:,.0f} rows to fit do not hold batches of 512 twice" in sizes.steps_note
+    assert f"the batch is {sizes.batch_size}, at most 1/2 of them" in sizes.steps_note
     settings = load_settings(str(tmp_path / "matches" / "settings.yaml"), environ={})
     assert settings.train.batch_size == sizes.batch_size
     space = (tmp_path / "matches" / "tuning.yaml").read_text()

@@ -133,16 +133,23 @@ class _Airflow:
     """What ``team_jobs`` and ``cancel`` ask of Airflow's REST API, answered from lists."""
 
     def __init__(
-        self, runs: list[dict], trains: list[dict], done: list[dict], paused: bool = False
+        self,
+        runs: list[dict],
+        trains: list[dict],
+        done: list[dict],
+        paused: bool = False,
+        trials: list[dict] | None = None,
     ) -> None:
         self.runs, self.trains, self.done, self.paused = runs, trains, done, paused
+        self.trials = trials or []
         self.patched: list[tuple[str, dict]] = []
         self.unpaused: list[str] = []
 
     def post(self, path: str, body: dict) -> dict:
         if path.endswith("/dagRuns/list"):
             return {"dag_runs": self.runs, "total_entries": len(self.runs)}
-        return {"task_instances": self.trains, "total_entries": len(self.trains)}
+        found = self.trials if body.get("task_ids") == ["trial"] else self.trains
+        return {"task_instances": found, "total_entries": len(found)}
 
     def get(self, path: str) -> dict:
         if path == "/api/v2/dags/hotel_rate_training":
@@ -290,6 +297,25 @@ def test_the_queue_lists_jobs_in_the_order_they_start_with_estimated_times(
     ]
     with pytest.raises(JobRefused, match="no job 'z'"):
         cancel(api, [hotel], "z")
+
+
+def test_slots_the_teams_trials_hold_are_not_free_for_its_waiting_jobs(tmp_path: Path) -> None:
+    """A tuning trial takes a slot of the team's training pool: of two slots, one held by a
+    trial leaves one free at once, and the next job waits for an end nobody estimates."""
+    from pipeline_steps.commands.jobs import team_jobs
+
+    hotel = _hotel(tmp_path, "{revenue: {runs: 2, queued: 5}}")
+    trial = {"dag_id": "hotel_rate_tuning", "task_id": "trial", "pool": "train-revenue"}
+    elsewhere = trial | {"pool": "default_pool"}  # not the team's training pool
+    api = _Airflow(
+        runs=[_run("a", "2017-05-01", "10:00:00", 20), _run("b", "2017-05-02", "10:01:00", 10)],
+        trains=[],
+        done=[],
+        trials=[trial | {"state": "running"}, elsewhere | {"state": "running"}],
+    )
+    jobs = {j.run_id: j for j in team_jobs(api, [hotel])}
+    assert (jobs["a"].position, jobs["a"].starts_in_s) == (1, 0.0)
+    assert (jobs["b"].position, jobs["b"].starts_in_s) == (2, None)
 
 
 def test_a_jobs_pods_carry_the_kueue_priority_class_of_its_priority() -> None:
