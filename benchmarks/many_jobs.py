@@ -296,9 +296,17 @@ def task_instances(api: AirflowApi, dag: str, run_id: str) -> list[dict[str, Any
             return found
 
 
-def _time(value: str | None) -> float:
-    """A task instance's timestamp in seconds; NaN when Airflow has none."""
-    return datetime.fromisoformat(value).timestamp() if value else float("nan")
+Span = tuple[float, float]
+
+
+def _time(value: str | None) -> float | None:
+    return datetime.fromisoformat(value).timestamp() if value else None
+
+
+def _span(ti: dict[str, Any]) -> Span | None:
+    """A task instance's (start, end) in seconds; None until it has both."""
+    start, end = _time(ti.get("start_date")), _time(ti.get("end_date"))
+    return (start, end) if start is not None and end is not None else None
 
 
 def submit_probes(env: dict[str, str]) -> dict[str, str]:
@@ -370,6 +378,9 @@ def run(folder: Path, executor: str, trials: int, probe_after_s: float, limit_s:
             "jobs": _states(api, "training", probes),
         }
         study_trials = finished_trials(env["TRAINYARD_TUNING__STORAGE"])
+    (out / "task_instances.json").write_text(
+        json.dumps({"counts": counts, "tuning": tuning, "training": training})
+    )
     result = analyse(tuning, training, counts)
     result |= {
         "executor": executor,
@@ -398,10 +409,10 @@ def finished_trials(storage: str) -> dict[str, dict[str, int]]:
     return found
 
 
-def time_shares(spans: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
-    """Each team's share of the running trainings, sampled every second while every team has
-    work: from the last team's first start to the first team's last start (after it, that
-    team has nothing left to wait)."""
+def time_shares(spans: dict[str, list[Span]]) -> dict[str, Any]:
+    """Each team's share of the running trainings (its trials and its job's training, all in
+    its training pool), sampled every second while every team has work: from the last team's
+    first start to the first team's last start (after it, that team has nothing left to wait)."""
     since = max(team[0][0] for team in spans.values())
     until = min(max(s for s, _ in team) for team in spans.values())
     running = dict.fromkeys(spans, 0)
@@ -424,9 +435,9 @@ def time_shares(spans: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
     }
 
 
-def slot_refills(spans: dict[str, list[tuple[float, float]]]) -> list[float]:
-    """Seconds from a trial's end to the start of the trial that took its slot: with ``n``
-    slots, the k-th start follows the (k - n)-th end."""
+def slot_refills(spans: dict[str, list[Span]]) -> list[float]:
+    """Seconds from a training's end to the start of the one that took its slot: with ``n``
+    slots always taken, the k-th start follows the (k - n)-th end."""
     gaps = []
     for team, team_spans in spans.items():
         slots = TEAMS[team]
@@ -440,23 +451,29 @@ def probe_waits(
     training: dict[str, list[dict[str, Any]]], trials: dict[str, list[dict[str, Any]]]
 ) -> dict[str, Any]:
     """How long each team's high-priority training waited for a slot (ready, i.e. scheduled,
-    to queued: the pool's admission) and how many of its team's trials, ready before it, it
-    went ahead of."""
-    probes = {}
+    to queued: the pool's admission); how many of its team's trials, ready before it, it went
+    ahead of; and how many trials the pool admitted while it waited (priority says none)."""
+    probes: dict[str, Any] = {}
     for team, tis in training.items():
-        train = next(t for t in tis if t["task_id"] == "train")
-        ready, admitted = _time(train["scheduled_when"]), _time(train["queued_when"])
-        overtaken = sum(
-            1
-            for t in trials[team]
-            if _time(t["scheduled_when"]) < ready and _time(t["queued_when"]) > admitted
-        )
-        states = sorted({t["state"] for t in tis})
+        train = next((t for t in tis if t["task_id"] == "train"), None)
+        ready = _time(train.get("scheduled_when")) if train else None
+        admitted = _time(train.get("queued_when")) if train else None
+        if train is None or ready is None or admitted is None:
+            probes[team] = {"train": train["state"] if train else None, "waited_for_slot_s": None}
+            continue
+        queued = [
+            (_time(t.get("scheduled_when")), _time(t.get("queued_when"))) for t in trials[team]
+        ]
         probes[team] = {
             "train": train["state"],
-            "task_states": states,
+            "task_states": sorted({str(t["state"]) for t in tis}),
             "waited_for_slot_s": round(admitted - ready, 1),
-            "waiting_trials_overtaken": overtaken,
+            "trials_waiting_it_went_ahead_of": sum(
+                1 for r, q in queued if r is not None and q is not None and r < ready < admitted < q
+            ),
+            "trials_admitted_while_it_waited": sum(
+                1 for _, q in queued if q is not None and ready < q < admitted
+            ),
             "priority_weight": train["priority_weight"],
         }
     return probes
@@ -468,30 +485,49 @@ def analyse(
     counts: dict[str, int],
 ) -> dict[str, Any]:
     trials = {team: [t for t in tis if t["task_id"] == "trial"] for team, tis in tuning.items()}
-    spans = {
-        team: sorted((_time(t["start_date"]), _time(t["end_date"])) for t in tis if t["end_date"])
-        for team, tis in trials.items()
+    trial_spans = {
+        team: sorted(s for s in map(_span, tis) if s is not None) for team, tis in trials.items()
     }
-    first = min(s for team in spans.values() for s, _ in team)
-    last = max(e for team in spans.values() for _, e in team)
-    refill = sorted(slot_refills(spans))
-    latency = [
-        _time(t["start_date"]) - _time(t["queued_when"])
-        for tis in trials.values()
-        for t in tis
-        if t["queued_when"] and t["start_date"]
-    ]
-    durations = [e - s for team in spans.values() for s, e in team]
-    ended = sum(len(s) for s in spans.values())
-    return {
-        "trials": ended,
-        "span_s": round(last - first, 1),
-        "trials_per_minute": round(ended / ((last - first) / 60), 2),
-        "trial_s_median": round(statistics.median(durations), 1),
-        "slot_refill_s_median": round(statistics.median(refill), 2) if refill else None,
-        "slot_refill_s_p95": round(refill[int(0.95 * (len(refill) - 1))], 2) if refill else None,
-        "queued_to_running_s_median": round(statistics.median(latency), 2),
-        **time_shares(spans),
+    # a team's job's training holds a slot of the same pool as its trials
+    spans = {
+        team: sorted(
+            team_spans
+            + [
+                s
+                for t in training.get(team, [])
+                if t["task_id"] == "train"
+                for s in [_span(t)]
+                if s
+            ]
+        )
+        for team, team_spans in trial_spans.items()
+    }
+    ended = sum(len(s) for s in trial_spans.values())
+    result: dict[str, Any] = {"trials": ended}
+    if ended and all(spans.values()):
+        first = min(team[0][0] for team in trial_spans.values())
+        last = max(e for team in trial_spans.values() for _, e in team)
+        refill = sorted(slot_refills(spans))
+        latency = [
+            started - queued
+            for tis in trials.values()
+            for t in tis
+            for started, queued in [(_time(t.get("start_date")), _time(t.get("queued_when")))]
+            if started is not None and queued is not None
+        ]
+        durations = [e - s for team in trial_spans.values() for s, e in team]
+        result |= {
+            "span_s": round(last - first, 1),
+            "trials_per_minute": round(ended / max((last - first) / 60, 1e-9), 2),
+            "trial_s_median": round(statistics.median(durations), 1),
+            "slot_refill_s_median": round(statistics.median(refill), 2) if refill else None,
+            "slot_refill_s_p95": round(refill[int(0.95 * (len(refill) - 1))], 2)
+            if refill
+            else None,
+            "queued_to_running_s_median": round(statistics.median(latency), 2) if latency else None,
+            **time_shares(spans),
+        }
+    result |= {
         "probes": probe_waits(training, trials),
         "trials_by_team": {
             team: {
@@ -503,6 +539,71 @@ def analyse(
             for team, tis in trials.items()
         },
     }
+    return result
+
+
+def from_database(run: Path) -> dict[str, Any]:
+    """The run's task instances read from its Airflow metadata database (left in place after
+    the run), for a run that did not save them."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    admin = os.environ.get("TRAINYARD_PG_ADMIN_URL", PG_ADMIN)
+    url = make_url(admin).set(database="trainyard_bench_airflow")
+    stamp = run.name.split("-", 1)[1]
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {"tuning": {}, "training": {}}
+    query = text(
+        "SELECT task_id, map_index, state, start_date, end_date, queued_dttm, scheduled_dttm, "
+        "try_number, priority_weight, pool FROM task_instance "
+        "WHERE dag_id = :dag AND run_id LIKE :run"
+    )
+    engine = create_engine(url)
+    with engine.connect() as db:
+        for team in TEAMS:
+            for kind, run_id in (
+                ("tuning", f"many_jobs__{team}__{stamp}"),
+                ("training", f"job__{team}__%"),
+            ):
+                rows = db.execute(query, {"dag": f"{domain_name(team)}_{kind}", "run": run_id})
+                found[kind][team] = [
+                    {
+                        "task_id": r.task_id,
+                        "map_index": r.map_index,
+                        "state": r.state,
+                        "start_date": r.start_date.isoformat() if r.start_date else None,
+                        "end_date": r.end_date.isoformat() if r.end_date else None,
+                        "queued_when": r.queued_dttm.isoformat() if r.queued_dttm else None,
+                        "scheduled_when": r.scheduled_dttm.isoformat()
+                        if r.scheduled_dttm
+                        else None,
+                        "try_number": r.try_number,
+                        "priority_weight": r.priority_weight,
+                        "pool": r.pool,
+                    }
+                    for r in rows
+                ]
+    engine.dispose()
+    return found
+
+
+def reanalyse(run: Path, trials: int) -> None:
+    """Analyse a finished run again: its saved task instances, else its metadata database."""
+    saved = run / "task_instances.json"
+    weights = sum(TEAMS.values())
+    if saved.exists():
+        found = json.loads(saved.read_text())
+    else:
+        found = from_database(run)
+        found["counts"] = {team: trials * runs // weights for team, runs in TEAMS.items()}
+        saved.write_text(json.dumps(found))
+    result = analyse(found["tuning"], found["training"], found["counts"])
+    earlier = run / "result.json"
+    kept = json.loads(earlier.read_text()) if earlier.exists() else {}
+    for key in ("executor", "wall_s", "machine_cpu_s", "runs", "study_trials", "machine"):
+        if key in kept:
+            result[key] = kept[key]
+    earlier.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
 
 
 def machine() -> str:
@@ -530,9 +631,14 @@ def main() -> None:
         "--probe-after", type=float, default=240, help="seconds before the high-priority jobs"
     )
     measure.add_argument("--limit", type=float, default=3 * 3600, help="seconds at most")
+    again = commands.add_parser("analyse", help="analyse a finished run again")
+    again.add_argument("--run", type=Path, required=True, help="the run's folder (runs/...)")
+    again.add_argument("--trials", type=int, default=TRIALS)
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.folder.resolve())
+    elif args.command == "analyse":
+        reanalyse(args.run.resolve(), args.trials)
     else:
         run(args.folder.resolve(), args.executor, args.trials, args.probe_after, args.limit)
 
