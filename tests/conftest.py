@@ -279,3 +279,21 @@ def postgres_url() -> str:
             pytest.fail(f"PostgreSQL is required in CI: {exc}")
         pytest.skip(f"PostgreSQL not reachable: {exc}")
     return url
+
+
+@pytest.fixture
+def new_database(postgres_url: str) -> Iterator[str]:
+    """A database of its own on the local PostgreSQL, no table in it yet; dropped afterwards."""
+    import uuid
+
+    import psycopg2
+
+    name = f"test_{uuid.uuid4().hex[:10]}"
+    admin = psycopg2.connect(postgres_url.replace("+psycopg2", ""))
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.close()

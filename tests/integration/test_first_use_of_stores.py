@@ -5,30 +5,14 @@ unique violation (Optuna's ``CREATE TYPE studydirection``, MLflow's ``alembic_ve
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing import get_context
 from typing import Any
 
-import psycopg2
 import pytest
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 PROCESSES = 6
-
-
-@pytest.fixture
-def new_database(postgres_url: str) -> Iterator[str]:
-    """A database of its own, no table in it yet; dropped afterwards."""
-    name = f"stores_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(postgres_url.replace("+psycopg2", ""))
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    with admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.close()
 
 
 def open_study_storage(url: str, _experiment: str) -> None:

@@ -5,12 +5,10 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 import optuna
-import psycopg2
 import pytest
 
 from tests.conftest import FIRST_DAY, WINDOW
@@ -19,17 +17,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
 @pytest.fixture
-def optuna_database(postgres_url):
+def optuna_database(new_database):
     """A fresh database for the study storage, dropped afterwards."""
-    name = f"optuna_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(postgres_url.replace("+psycopg2", ""))
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    with admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.close()
+    return new_database
 
 
 def _overrides(storage: str) -> list[str]:
